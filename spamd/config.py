@@ -1,0 +1,280 @@
+"""Configuration: frozen dataclasses, embedded defaults, TOML loading with clear errors.
+
+Nothing here is read at import time by other modules: the entry points call
+`load_config` once and pass the result (or the section a component needs) down.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from spamd.errors import ConfigError
+
+DEFAULT_DATA_DIR = Path("~/.local/share/spamd")
+
+
+@dataclass(frozen=True)
+class ParserConfig:
+    """Caps on the work spent on one message, so a hostile message cannot stall the daemon."""
+
+    # Bytes of the raw message that are parsed at all; the rest is ignored.
+    # Cost in accuracy: see README "Parser caps" (measured by scripts/measure_core.py).
+    max_bytes: int = 512 * 1024
+    # MIME parts visited (depth-first); later parts are skipped.
+    max_parts: int = 100
+    # Multipart nesting followed; deeper parts are treated as opaque.
+    max_depth: int = 20
+    # Characters of decoded text per part handed to the tokenizer.
+    max_text_chars: int = 128 * 1024
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The naive Bayes model and its verdict thresholds."""
+
+    # 2**22 buckets = 4,194,304: 32 MiB of counts. The collision rate at this size
+    # is measured by scripts/measure_core.py (README "Memory").
+    hash_bits: int = 22
+    # Additive (Lidstone) smoothing of P(token | class).
+    alpha: float = 0.01
+    # Verdict from the spam probability: below ham_threshold is ham, at or above
+    # spam_threshold is spam, between is unsure.
+    ham_threshold: float = 0.2
+    spam_threshold: float = 0.8
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """Snapshot and journal policy."""
+
+    # Write a snapshot at least this often while training happens.
+    snapshot_interval_s: float = 300.0
+    # ... and as soon as the journal grows past this size.
+    journal_max_bytes: int = 16 * 1024 * 1024
+    # Snapshots kept: the newest, and older ones to fall back to if it is damaged.
+    snapshots_kept: int = 2
+    # Entries of the trained-message ledger; the oldest are forgotten beyond this.
+    ledger_max_entries: int = 2_000_000
+
+
+@dataclass(frozen=True)
+class SmtpConfig:
+    """The SMTP listener (content filter) and what it does with accepted mail."""
+
+    host: str = "127.0.0.1"
+    port: int = 10025
+    # "deliver": file into the Maildir by verdict; "relay": hand to next_hop.
+    mode: str = "deliver"
+    next_hop_host: str = "127.0.0.1"
+    next_hop_port: int = 10026
+    next_hop_timeout_s: float = 30.0
+    max_message_bytes: int = 32 * 1024 * 1024
+    max_recipients: int = 100
+    idle_timeout_s: float = 300.0
+    data_timeout_s: float = 600.0
+    # Peers allowed to connect; anything else is refused at connect time.
+    # Loopback only by default: spamd is never an open relay.
+    allowed_peers: tuple[str, ...] = ("127.0.0.1", "::1")
+
+
+@dataclass(frozen=True)
+class MaildirConfig:
+    """Maildir++ delivery, watching and learning from moves."""
+
+    # Maildirs served, each an INBOX with .Junk/.Trash subfolders. Empty: the one
+    # under the data directory ("<data_dir>/Maildir").
+    paths: tuple[str, ...] = ()
+    # A directory holding one Maildir per user ("<root>/<user>/Maildir" or "<root>/<user>").
+    root: str = ""
+    junk_folder: str = ".Junk"
+    trash_folder: str = ".Trash"
+    # Score mail that arrives in INBOX new/ without spamd's headers and file it.
+    watch_inbox: bool = True
+    # Learn from spamd's own confident verdicts (never over a user's correction).
+    autolearn: bool = False
+    # fsync each delivered message and its directory before answering 250.
+    fsync: bool = True
+
+
+@dataclass(frozen=True)
+class ControlConfig:
+    # Unix socket for spamctl; relative paths are under the data directory.
+    socket: str = "control.sock"
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    level: str = "info"
+    # "auto": console on a terminal, JSON otherwise; or "json" / "console".
+    format: str = "auto"
+
+
+@dataclass(frozen=True)
+class Config:
+    data_dir: Path = DEFAULT_DATA_DIR
+    parser: ParserConfig = field(default_factory=ParserConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
+    smtp: SmtpConfig = field(default_factory=SmtpConfig)
+    maildir: MaildirConfig = field(default_factory=MaildirConfig)
+    control: ControlConfig = field(default_factory=ControlConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+
+    @property
+    def state_dir(self) -> Path:
+        """Where snapshots, the journal and the lock live."""
+        return self.data_dir / "state"
+
+    @property
+    def control_socket(self) -> Path:
+        path = Path(self.control.socket).expanduser()
+        return path if path.is_absolute() else self.data_dir / path
+
+    def maildirs(self) -> list[Path]:
+        """Every Maildir served: configured paths, those under root, or the default one."""
+        found = [Path(p).expanduser() for p in self.maildir.paths]
+        if self.maildir.root:
+            root = Path(self.maildir.root).expanduser()
+            if root.is_dir():
+                for user_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+                    nested = user_dir / "Maildir"
+                    found.append(nested if nested.is_dir() else user_dir)
+        if not found:
+            found.append(self.data_dir / "Maildir")
+        return found
+
+
+_SECTIONS = {f.name: f.type for f in fields(Config) if f.name != "data_dir"}
+_SECTION_CLASSES = {
+    "parser": ParserConfig,
+    "model": ModelConfig,
+    "store": StoreConfig,
+    "smtp": SmtpConfig,
+    "maildir": MaildirConfig,
+    "control": ControlConfig,
+    "log": LogConfig,
+}
+
+
+def _coerce(value: Any, default: Any, where: str) -> Any:
+    """Check a TOML value against the type of the default it replaces."""
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true or false, got {value!r}")
+        return value
+    if isinstance(default, int):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if isinstance(default, str):
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return value
+    if isinstance(default, tuple):
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{where}: expected a list of strings, got {value!r}")
+        return tuple(value)
+    raise ConfigError(f"{where}: unsupported value {value!r}")
+
+
+def _validate(config: Config, source: str) -> None:
+    m, p, s = config.model, config.parser, config.smtp
+    problems = []
+    if not 10 <= m.hash_bits <= 28:
+        problems.append("model.hash_bits must be between 10 and 28")
+    if not m.alpha > 0:
+        problems.append("model.alpha must be > 0")
+    if not 0.0 <= m.ham_threshold <= m.spam_threshold <= 1.0:
+        problems.append("need 0 <= model.ham_threshold <= model.spam_threshold <= 1")
+    if min(p.max_bytes, p.max_parts, p.max_depth, p.max_text_chars) < 1:
+        problems.append("parser limits must be >= 1")
+    if s.mode not in ("deliver", "relay"):
+        problems.append(f"smtp.mode must be 'deliver' or 'relay', got {s.mode!r}")
+    if not 0 <= s.port <= 65535 or not 0 < s.next_hop_port <= 65535:
+        problems.append("smtp ports must be within 0..65535")
+    if s.max_recipients < 1 or s.max_message_bytes < 1024:
+        problems.append("smtp.max_recipients >= 1 and smtp.max_message_bytes >= 1024 required")
+    if config.store.snapshots_kept < 1:
+        problems.append("store.snapshots_kept must be >= 1")
+    if config.log.format not in ("auto", "json", "console"):
+        problems.append("log.format must be auto, json or console")
+    for folder in (config.maildir.junk_folder, config.maildir.trash_folder):
+        if not folder.startswith(".") or "/" in folder or folder in (".", ".."):
+            problems.append(f"maildir folder {folder!r} must be a Maildir++ name like '.Junk'")
+    if problems:
+        raise ConfigError(f"{source}: " + "; ".join(problems))
+
+
+def load_config(
+    path: Path | None = None,
+    *,
+    data_dir: Path | None = None,
+    smtp_listen: str | None = None,
+) -> Config:
+    """Embedded defaults, overlaid with the TOML file (if any), then command-line overrides."""
+    config = Config()
+    source = "embedded defaults"
+    if path is not None:
+        source = str(path)
+        try:
+            with open(path, "rb") as f:
+                raw = tomllib.load(f)
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: no such config file") from None
+        except PermissionError:
+            raise ConfigError(f"{path}: permission denied reading config") from None
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{path}: not valid TOML: {e}") from None
+        config = _apply(config, raw, source)
+    if data_dir is not None:
+        config = replace(config, data_dir=Path(data_dir))
+    if smtp_listen is not None:
+        host, port = parse_host_port(smtp_listen)
+        config = replace(config, smtp=replace(config.smtp, host=host, port=port))
+    config = replace(config, data_dir=Path(config.data_dir).expanduser())
+    _validate(config, source)
+    return config
+
+
+def _apply(config: Config, raw: dict[str, Any], source: str) -> Config:
+    changes: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key == "data_dir":
+            if not isinstance(value, str):
+                raise ConfigError(f"{source}: data_dir: expected a string path")
+            changes["data_dir"] = Path(value)
+            continue
+        cls = _SECTION_CLASSES.get(key)
+        if cls is None or not isinstance(value, dict):
+            raise ConfigError(
+                f"{source}: unknown key or section {key!r} "
+                f"(known: data_dir, {', '.join(_SECTION_CLASSES)})"
+            )
+        section = getattr(config, key)
+        known = {f.name for f in dataclasses.fields(cls)}
+        updates = {}
+        for name, item in value.items():
+            if name not in known:
+                raise ConfigError(f"{source}: unknown key [{key}] {name!r} (known: {', '.join(sorted(known))})")
+            updates[name] = _coerce(item, getattr(section, name), f"{source}: [{key}] {name}")
+        changes[key] = replace(section, **updates)
+    return replace(config, **changes)
+
+
+def parse_host_port(text: str) -> tuple[str, int]:
+    """'127.0.0.1:2525' or '[::1]:2525' -> (host, port)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ConfigError(f"--smtp {text!r}: expected HOST:PORT, e.g. 127.0.0.1:10025")
+    host = host.strip("[]")
+    if not host:
+        raise ConfigError(f"--smtp {text!r}: missing host")
+    return host, int(port)

@@ -1,0 +1,181 @@
+"""TREC spam-track evaluation: read an index, run the immediate-feedback protocol, compute the measures.
+
+The measures follow Cormack & Lynam, "TREC 2005 Spam Track Overview":
+(1-ROCA)%, hm% at sm% = 0.1, lam%. This module does not decide how a message is
+scored or learned: the caller passes the real classifier and trainer in.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from spamd.errors import SpamdError
+from spamd.model import Label
+
+
+@dataclass(frozen=True, slots=True)
+class IndexEntry:
+    label: Label
+    name: str  # the path as written in the index
+    path: Path  # resolved against the index's directory
+
+
+def read_index(index: Path) -> list[IndexEntry]:
+    """Parse a TREC index ('spam ../data/inmail.1' per line); bad lines are an error naming the line."""
+    try:
+        lines = index.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError as e:
+        raise SpamdError(f"{index}: cannot read index: {e.strerror}") from None
+    entries = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        parts = line.split(None, 1)
+        if len(parts) != 2 or parts[0].lower() not in ("spam", "ham"):
+            raise SpamdError(f"{index}:{number}: expected '<spam|ham> <path>', got {line[:80]!r}")
+        entries.append(IndexEntry(Label.parse(parts[0]), parts[1].strip(), index.parent / parts[1].strip()))
+    return entries
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    name: str
+    gold: Label
+    score: float  # higher = spammier
+    judged_spam: bool
+    unsure: bool
+
+
+@dataclass(frozen=True)
+class Report:
+    messages: int
+    skipped: int
+    one_minus_roca_pct: float
+    hm_at_sm01_pct: float
+    lam_pct: float
+    hm_pct: float
+    sm_pct: float
+    unsure_pct: float
+    msgs_per_s: float
+    seconds: float
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def run_online(
+    entries: list[IndexEntry],
+    score: Callable[[bytes], tuple[float, bool, bool]],
+    learn: Callable[[bytes, Label], None],
+    on_skip: Callable[[IndexEntry, str], None] = lambda entry, reason: None,
+    progress: Callable[[int], None] = lambda n: None,
+) -> tuple[list[Result], int, float]:
+    """Score each message, record it, then learn it with its gold label (TREC immediate feedback).
+
+    `score(raw)` returns (score, judged_spam, unsure). Unreadable messages are skipped
+    and reported through `on_skip`. Returns the results, the number skipped, and seconds.
+    """
+    results: list[Result] = []
+    skipped = 0
+    started = time.perf_counter()
+    for entry in entries:
+        try:
+            raw = entry.path.read_bytes()
+        except OSError as e:
+            skipped += 1
+            on_skip(entry, e.strerror or str(e))
+            progress(1)
+            continue
+        value, judged_spam, unsure = score(raw)
+        results.append(Result(entry.name, entry.label, value, judged_spam, unsure))
+        learn(raw, entry.label)
+        progress(1)
+    return results, skipped, time.perf_counter() - started
+
+
+def roc_points(scores: np.ndarray, is_spam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """ROC curve as (hm rate, sm rate) over every threshold, from 'all spam' to 'all ham'."""
+    order = np.argsort(-scores, kind="mergesort")
+    s, y = scores[order], is_spam[order]
+    distinct = np.r_[np.flatnonzero(np.diff(s)), len(s) - 1]  # last index of each tie group
+    spam_caught = np.cumsum(y)[distinct]
+    ham_flagged = np.cumsum(~y)[distinct]
+    n_spam, n_ham = max(int(y.sum()), 1), max(int((~y).sum()), 1)
+    hm = np.r_[0.0, ham_flagged / n_ham]
+    sm = np.r_[1.0, 1.0 - spam_caught / n_spam]
+    return hm, sm
+
+
+def one_minus_roca(scores: np.ndarray, is_spam: np.ndarray) -> float:
+    """Area above the ROC curve, in percent (ties count half, as the Mann-Whitney statistic)."""
+    n_spam, n_ham = int(is_spam.sum()), int((~is_spam).sum())
+    if n_spam == 0 or n_ham == 0:
+        return float("nan")
+    ranks = _average_ranks(scores)
+    auc = (ranks[is_spam].sum() - n_spam * (n_spam + 1) / 2) / (n_spam * n_ham)
+    return 100.0 * (1.0 - auc)
+
+
+def _average_ranks(values: np.ndarray) -> np.ndarray:
+    order = np.argsort(values, kind="mergesort")
+    sorted_values = values[order]
+    ranks = np.empty(len(values), dtype=np.float64)
+    boundaries = np.r_[0, np.flatnonzero(np.diff(sorted_values)) + 1, len(values)]
+    for start, end in zip(boundaries[:-1], boundaries[1:]):
+        ranks[order[start:end]] = (start + end + 1) / 2.0
+    return ranks
+
+
+def hm_at_sm(scores: np.ndarray, is_spam: np.ndarray, target_sm: float = 0.001) -> float:
+    """Ham misclassification % at the threshold where the spam misclassification is target_sm."""
+    if not is_spam.any() or is_spam.all():
+        return float("nan")
+    hm, sm = roc_points(scores, is_spam)
+    # sm falls from 1 to 0 as hm rises; interpolate hm at sm = target (np.interp wants rising x).
+    return 100.0 * float(np.interp(target_sm, sm[::-1], hm[::-1]))
+
+
+def _logit(p: float) -> float:
+    return math.log(p / (1.0 - p))
+
+
+def lam(hm: float, sm: float, n_ham: int, n_spam: int) -> float:
+    """Logistic average misclassification, in percent. A zero rate counts as half an error."""
+    hm = min(max(hm, 0.5 / max(n_ham, 1)), 1 - 0.5 / max(n_ham, 1))
+    sm = min(max(sm, 0.5 / max(n_spam, 1)), 1 - 0.5 / max(n_spam, 1))
+    z = (_logit(hm) + _logit(sm)) / 2
+    return 100.0 / (1.0 + math.exp(-z))
+
+
+def summarize(results: list[Result], skipped: int, seconds: float) -> Report:
+    scores = np.array([r.score for r in results], dtype=np.float64)
+    is_spam = np.array([r.gold == Label.SPAM for r in results], dtype=bool)
+    judged = np.array([r.judged_spam for r in results], dtype=bool)
+    n_spam, n_ham = int(is_spam.sum()), int((~is_spam).sum())
+    hm = float((judged & ~is_spam).sum() / n_ham) if n_ham else float("nan")
+    sm = float((~judged & is_spam).sum() / n_spam) if n_spam else float("nan")
+    unsure = sum(r.unsure for r in results)
+    return Report(
+        messages=len(results),
+        skipped=skipped,
+        one_minus_roca_pct=one_minus_roca(scores, is_spam),
+        hm_at_sm01_pct=hm_at_sm(scores, is_spam),
+        lam_pct=lam(hm, sm, n_ham, n_spam) if n_ham and n_spam else float("nan"),
+        hm_pct=100.0 * hm,
+        sm_pct=100.0 * sm,
+        unsure_pct=100.0 * unsure / max(len(results), 1),
+        msgs_per_s=len(results) / seconds if seconds > 0 else float("nan"),
+        seconds=seconds,
+    )
+
+
+def iter_result_lines(results: list[Result]) -> Iterator[str]:
+    """TREC results format: '<path> <gold> <score> <judgement>'."""
+    for r in results:
+        yield f"{r.name} {r.gold} {r.score:.6f} {'spam' if r.judged_spam else 'ham'}\n"

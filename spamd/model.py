@@ -1,0 +1,197 @@
+"""Multinomial naive Bayes over hashed token counts held in numpy arrays. No I/O.
+
+Counts are integers, so `learn_one` and `unlearn_one` are exact inverses. Tokens
+are hashed (xxh3, seed 0: the same id on every process and machine) into a fixed
+number of buckets, so memory does not grow with the stream.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+from enum import Enum, IntEnum
+
+import numpy as np
+import xxhash
+
+from spamd.config import ModelConfig
+
+
+class Label(IntEnum):
+    HAM = 0
+    SPAM = 1
+
+    @classmethod
+    def parse(cls, text: str) -> "Label":
+        return cls[text.strip().upper()]
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+
+class Verdict(str, Enum):
+    HAM = "ham"
+    UNSURE = "unsure"
+    SPAM = "spam"
+
+
+@dataclass(frozen=True, slots=True)
+class Features:
+    """A message as unique bucket ids (sorted) with their token counts."""
+
+    ids: np.ndarray  # uint32, sorted, unique
+    counts: np.ndarray  # uint32, >= 1
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+@dataclass(frozen=True, slots=True)
+class Score:
+    # Length-normalized log-odds: the weighted mean over the message's tokens of
+    # log P(t|spam) - log P(t|ham). Higher is spammier; 0 is undecided.
+    log_odds: float
+    probability: float
+    verdict: Verdict
+
+
+@dataclass(frozen=True, slots=True)
+class Contribution:
+    token: str
+    count: int
+    # This token's share of log_odds (they sum to it).
+    weight: float
+
+
+def token_id(token: str, mask: int) -> int:
+    return xxhash.xxh3_64_intdigest(token.encode("utf-8", "surrogatepass")) & mask
+
+
+def featurize(tokens: list[str], hash_bits: int) -> Features:
+    """Token strings -> unique bucket ids with counts (colliding tokens merge)."""
+    counter = Counter(tokens)
+    mask = (1 << hash_bits) - 1
+    digest = xxhash.xxh3_64_intdigest
+    ids = np.fromiter((digest(t.encode("utf-8", "surrogatepass")) & mask for t in counter), dtype=np.uint32, count=len(counter))
+    counts = np.fromiter(counter.values(), dtype=np.uint32, count=len(counter))
+    order = np.argsort(ids, kind="stable")
+    ids, counts = ids[order], counts[order]
+    if len(ids) > 1 and np.any(ids[1:] == ids[:-1]):
+        ids, starts = np.unique(ids, return_index=True)
+        counts = np.add.reduceat(counts, starts).astype(np.uint32)
+    return Features(ids, counts)
+
+
+class MultinomialNB:
+    """Two rows of per-bucket token counts (ham, spam) with per-class totals.
+
+    Does not know about messages, files or labels' provenance: callers (the
+    trainer) decide what to learn and keep the ledger.
+    """
+
+    def __init__(self, config: ModelConfig):
+        self.config = config
+        self.n_buckets = 1 << config.hash_bits
+        self.counts = np.zeros((2, self.n_buckets), dtype=np.uint32)
+        self.token_totals = np.zeros(2, dtype=np.int64)  # sum of counts per class
+        self.doc_totals = np.zeros(2, dtype=np.int64)  # messages learned per class
+        self.distinct = 0  # buckets with a non-zero count in either class
+
+    # ------------------------------------------------------------ learning
+
+    def learn_one(self, features: Features, label: Label) -> None:
+        ids, counts = features.ids, features.counts
+        row = self.counts[label]
+        other = self.counts[1 - label]
+        self.distinct += int(np.count_nonzero((row[ids] == 0) & (other[ids] == 0)))
+        row[ids] += counts
+        self.token_totals[label] += int(counts.sum(dtype=np.int64))
+        self.doc_totals[label] += 1
+
+    def unlearn_one(self, features: Features, label: Label) -> bool:
+        """Undo a learn_one. Returns False (and clamps at zero) if the counts were not there."""
+        ids, counts = features.ids, features.counts
+        row = self.counts[label]
+        present = row[ids]
+        exact = bool(np.all(present >= counts)) and self.doc_totals[label] > 0
+        removed = np.minimum(present, counts)
+        row[ids] = present - removed
+        other = self.counts[1 - label]
+        self.distinct -= int(np.count_nonzero((row[ids] == 0) & (other[ids] == 0) & (present > 0)))
+        self.token_totals[label] -= int(removed.sum(dtype=np.int64))
+        self.doc_totals[label] = max(0, int(self.doc_totals[label]) - 1)
+        return exact
+
+    # ------------------------------------------------------------ scoring
+
+    def _token_log_odds(self, ids: np.ndarray) -> np.ndarray:
+        """log P(t|spam) - log P(t|ham) per bucket, with additive smoothing over the vocabulary."""
+        alpha = self.config.alpha
+        vocabulary = max(self.distinct, 1)
+        ham = self.counts[Label.HAM, ids].astype(np.float64)
+        spam = self.counts[Label.SPAM, ids].astype(np.float64)
+        ham_total = float(self.token_totals[Label.HAM]) + alpha * vocabulary
+        spam_total = float(self.token_totals[Label.SPAM]) + alpha * vocabulary
+        return np.log((spam + alpha) / (ham + alpha)) + math.log(ham_total / spam_total)
+
+    @staticmethod
+    def _weights(counts: np.ndarray) -> np.ndarray:
+        # log(1 + tf): repeated words count, but sublinearly.
+        return np.log1p(counts.astype(np.float64))
+
+    def score(self, features: Features) -> Score:
+        if len(features) == 0 or self.doc_totals.min() == 0:
+            return self._verdict(0.0)
+        weights = self._weights(features.counts)
+        contributions = weights * self._token_log_odds(features.ids)
+        return self._verdict(float(contributions.sum() / weights.sum()))
+
+    def explain(self, tokens: list[str], limit: int = 20) -> tuple[Score, list[Contribution]]:
+        """The score and the tokens that moved it most, strongest first (both directions)."""
+        features = featurize(tokens, self.config.hash_bits)
+        score = self.score(features)
+        if len(features) == 0 or self.doc_totals.min() == 0:
+            return score, []
+        weights = self._weights(features.counts)
+        shares = weights * self._token_log_odds(features.ids) / weights.sum()
+        by_id = {int(i): float(s) for i, s in zip(features.ids, shares)}
+        counter = Counter(tokens)
+        mask = self.n_buckets - 1
+        rows = [Contribution(t, n, by_id[token_id(t, mask)]) for t, n in counter.items()]
+        rows.sort(key=lambda c: abs(c.weight), reverse=True)
+        return score, rows[:limit]
+
+    def _verdict(self, log_odds: float) -> Score:
+        probability = spam_probability(log_odds)
+        if probability >= self.config.spam_threshold:
+            verdict = Verdict.SPAM
+        elif probability < self.config.ham_threshold:
+            verdict = Verdict.HAM
+        else:
+            verdict = Verdict.UNSURE
+        return Score(log_odds, probability, verdict)
+
+    # ------------------------------------------------------------ state
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.counts.nbytes + self.token_totals.nbytes + self.doc_totals.nbytes
+
+    def state_equals(self, other: "MultinomialNB") -> bool:
+        return (
+            np.array_equal(self.counts, other.counts)
+            and np.array_equal(self.token_totals, other.token_totals)
+            and np.array_equal(self.doc_totals, other.doc_totals)
+            and self.distinct == other.distinct
+        )
+
+
+# Logistic slope mapping the normalized log-odds to a probability; see spam_probability.
+PROBABILITY_SLOPE = 4.0
+
+
+def spam_probability(log_odds: float) -> float:
+    """A spam probability from the normalized log-odds (0 -> 0.5)."""
+    z = max(-50.0, min(50.0, PROBABILITY_SLOPE * log_odds))
+    return 1.0 / (1.0 + math.exp(-z))
