@@ -1,0 +1,78 @@
+"""The trainer: learn, correct and skip repeats through the ledger; every change journaled first.
+
+A message trained again with the same label changes nothing; trained with the
+other label it is moved (its old counts unlearned, the new ones learned) in one
+journal record. The journal record is fsynced before the model changes and
+before the caller hears the outcome, so an acknowledged training survives a
+power cut. The trainer knows where an event came from only as a `source` tag.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from enum import Enum
+
+from spamd.classifier import Analyzed
+from spamd.model import Label, MultinomialNB
+from spamd.store import Ledger, Store, TrainingRecord, apply_record
+
+
+class Outcome(str, Enum):
+    LEARNED = "learned"  # new to the model
+    CORRECTED = "corrected"  # was trained with the other label; moved
+    REPEAT = "skipped_repeat"  # already trained this way; nothing changed
+    UNLEARNED = "unlearned"  # removed from the model
+    NOT_TRAINED = "not_trained"  # untrain of a message the model does not hold
+    DECLINED = "declined"  # autolearn that would override a person's decision
+
+
+class Trainer:
+    def __init__(self, model: MultinomialNB, ledger: Ledger, store: Store | None, seq: int = 0):
+        self.model = model
+        self.ledger = ledger
+        self.store = store  # None: in-memory only (tests of the model alone)
+        self.seq = seq
+        # (source, outcome) -> count since start, for `spamctl stats`.
+        self.events: Counter[tuple[str, str]] = Counter()
+
+    def train(self, analyzed: Analyzed, label: Label, source: str, user: bool = True) -> Outcome:
+        """Make the model hold `analyzed` as `label`. `user=False` marks autolearn."""
+        known = self.ledger.get(analyzed.key)
+        if known is not None:
+            known_label, known_by_user = known
+            if known_label == label:
+                if user and not known_by_user:
+                    self._commit(analyzed, label, label, user, source)  # now a person's decision too
+                return self._count(source, Outcome.REPEAT)
+            if not user and known_by_user:
+                return self._count(source, Outcome.DECLINED)
+            self._commit(analyzed, label, known_label, user, source)
+            return self._count(source, Outcome.CORRECTED)
+        self._commit(analyzed, label, None, user, source)
+        return self._count(source, Outcome.LEARNED)
+
+    def untrain(self, analyzed: Analyzed, source: str) -> Outcome:
+        known = self.ledger.get(analyzed.key)
+        if known is None:
+            return self._count(source, Outcome.NOT_TRAINED)
+        self._commit(analyzed, None, known[0], True, source)
+        return self._count(source, Outcome.UNLEARNED)
+
+    def label_of(self, key: bytes) -> Label | None:
+        known = self.ledger.get(key)
+        return None if known is None else known[0]
+
+    def _commit(self, analyzed: Analyzed, label: Label | None, previous: Label | None, user: bool, source: str) -> None:
+        record = TrainingRecord(self.seq + 1, analyzed.key, label, previous, user, source, analyzed.features, time.time())
+        if self.store is not None:
+            self.store.append(record)  # raises StoreError and changes nothing if the disk refuses
+        self.seq = record.seq
+        if label == previous:
+            self.ledger.apply(record)  # only the user flag changes
+        else:
+            apply_record(self.model, self.ledger, record)
+
+    def _count(self, source: str, outcome: Outcome) -> Outcome:
+        self.events[(source, outcome.value)] += 1
+        return outcome
