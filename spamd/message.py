@@ -83,25 +83,16 @@ def split_head_body(raw: bytes) -> tuple[bytes, bytes]:
     return raw, b""
 
 
+_FOLD_RE = re.compile(rb"\r?\n[ \t]+")
+# A field name is printable ASCII but colon (RFC 5322 2.2); lines that are not fields
+# (an mbox "From " line, garbage) simply do not match.
+_FIELD_RE = re.compile(rb"^([!-9;-~]+)[ \t]*:[ \t]*(.*?)[ \t\r]*$", re.MULTILINE)
+
+
 def _raw_header_fields(head: bytes) -> list[tuple[bytes, bytes]]:
-    """Unfold header lines into (name, raw value); lines that are not fields are skipped."""
-    fields: list[tuple[bytes, bytes]] = []
-    for line in head.split(b"\n"):
-        line = line.rstrip(b"\r")
-        if not line:
-            continue
-        if line[:1] in (b" ", b"\t"):
-            if fields:
-                name, value = fields[-1]
-                fields[-1] = (name, value + b" " + line.strip())
-            continue
-        name, colon, value = line.partition(b":")
-        if not colon or not name or b" " in name.strip():
-            continue  # mbox "From " line or garbage
-        if len(fields) >= MAX_HEADERS:
-            break
-        fields.append((name.strip(), value.strip()))
-    return fields
+    """Unfold header lines into (name, raw value) pairs, at most MAX_HEADERS."""
+    # Two regex passes instead of a Python loop per line: 0.46 s -> 0.1 s over trec07p-dev.
+    return _FIELD_RE.findall(_FOLD_RE.sub(b" ", head))[:MAX_HEADERS]
 
 
 def _bytes_to_text(data: bytes, charset: str = "") -> str:
@@ -109,8 +100,8 @@ def _bytes_to_text(data: bytes, charset: str = "") -> str:
     if charset:
         try:
             return data.decode(_codec_name(charset), errors="replace")
-        except LookupError:
-            pass
+        except (LookupError, UnicodeError):
+            pass  # unknown label, or a codec that refuses errors="replace" (idna, undefined)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -135,7 +126,10 @@ def _codec_name(charset: str) -> str:
     """Map a MIME charset label to a Python codec, or raise LookupError."""
     label = charset.strip().strip("\"'").lower()
     label = _CHARSET_ALIASES.get(label, label)
-    info = codecs.lookup(label)  # raises LookupError on unknown labels
+    try:
+        info = codecs.lookup(label)  # raises LookupError on unknown labels
+    except ValueError:
+        raise LookupError(label) from None  # a NUL byte in the label
     if info.name in ("base64", "hex", "zlib", "bz2", "uu", "quopri", "rot-13"):
         raise LookupError(label)  # bytes-to-bytes codecs are not charsets
     return info.name
@@ -196,7 +190,10 @@ def _decode_transfer(body: bytes, encoding: str, defects: list[str]) -> bytes:
 
 _INVISIBLE_BLOCKS = (("<script", "</script"), ("<style", "</style"), ("<!--", "-->"), ("<head", "</head"))
 _TAG_RE = re.compile(r"<([a-zA-Z/!][^<>]*)>")
-_URL_ATTR_RE = re.compile(r"""(?:href|src|action)\s*=\s*["']?([^"'\s<>]+)""", re.IGNORECASE)
+# URLs as attribute values (href=, src=, action=), matched on lower-cased markup.
+# Anchoring on "=" rather than on the attribute name: 1.92 s -> 0.15 s over the
+# trec07p-dev HTML, and it finds every URL the tokenizer uses (http(s) and www).
+_URL_ATTR_RE = re.compile(r"""=\s*["']?((?:https?:|www\.)[^"'\s<>]+)""")
 _SPACE_RE = re.compile(r"[ \t\r\f\v]+")
 
 
@@ -224,7 +221,7 @@ def _drop_blocks(text: str, lower: str, start_tag: str, end_tag: str) -> tuple[s
 def html_to_text(markup: str) -> tuple[str, list[str]]:
     """Visible text of an HTML document (no script, style, comments) and the URLs in its attributes."""
     lower = markup.lower()
-    urls = _URL_ATTR_RE.findall(markup)
+    urls = _URL_ATTR_RE.findall(lower)
     for start_tag, end_tag in _INVISIBLE_BLOCKS:
         markup, lower = _drop_blocks(markup, lower, start_tag, end_tag)
     text = _TAG_RE.sub(" ", markup)

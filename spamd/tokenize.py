@@ -1,9 +1,16 @@
 """Parsed message -> bag of tokens. Pure functions: no model, no I/O.
 
 A token's prefix says where it came from (`subject:free`, `url:example.com`);
-body words carry none. Every rule notes the measurement behind it: TREC online
-protocol, (1-ROCA)% on trec07p-dev / spamassassin, before -> after, run with
-`python scripts/ablate_tokenizer.py`. Rules marked "unmeasured" are guesses.
+body words carry none. Each rule notes the measurement behind it: TREC online
+protocol, (1-ROCA)% on trec07p-dev / spamassassin, before -> after, other rules
+fixed (`python scripts/ablate_tokenizer.py` reruns them). Rules marked
+"unmeasured" are guesses.
+
+Tried and rejected (same protocol, trec / sa):
+- word bigrams of the body: 0.0204 / 0.0676 -> 0.0424 / 0.0830;
+- every header tokenized generically: 0.0204 / 0.0676 -> 0.0164 / 0.1219;
+- markers for words over 30 characters: no change (0.0201 / 0.0679);
+- keeping the Subject's case: no change (0.0203 / 0.0664).
 """
 
 from __future__ import annotations
@@ -12,84 +19,115 @@ import re
 
 from spamd.message import ParsedMessage
 
-# Body words: runs of letters/digits with inner ' - . kept ("don't", "e-mail",
-# "v1.0"), plus $ and % so prices and rates stay whole.
-_WORD_RE = re.compile(r"[$€£]?[^\W_]+(?:['’\-.,][^\W_]+)*[%!]?")
-_URL_RE = re.compile(r"(?:https?://|www\.)([^\s/<>\"'()\[\]{}:?#]+)", re.IGNORECASE)
-_EMAIL_RE = re.compile(r"[\w.+\-]+@([\w\-]+(?:\.[\w\-]+)+)")
-_IP_RE = re.compile(r"\b\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}\b")
+# Body words, on lower-cased text: two or more letters/digits with inner ' - . ,
+# kept ("don't", "e-mail", "1,000"), and $ % ! attached so prices and shouting stay whole.
+# (Minimum length in the pattern, not a filter: tokenize 270 -> 210 us/msg.)
+_WORD_RE = re.compile(r"[$€£]?[^\W_][^\W_]+(?:['’\-.,][^\W_]+)*[%!]?")
+# URL hosts, on lower-cased text (no IGNORECASE: 4x faster over trec07p-dev).
+_URL_RE = re.compile(r"(?:https?://|www\.)([^\s/<>\"'()\[\]{}:?#]+)(/[^\s<>\"']*)?")
+_URL_PATH_SPLIT_RE = re.compile(r"[/?=&.#_\-+%]+")
+_EMAIL_DOMAIN_RE = re.compile(r"[\w.+\-]+@([\w\-]+(?:\.[\w\-]+)+)")
 _HOSTISH_RE = re.compile(r"[a-z0-9][a-z0-9\-]*(?:\.[a-z0-9\-]+)+")
+_NON_ASCII_RUN_RE = re.compile(r"[^\x00-\x7f]{3,}")
 
-MIN_WORD = 2
 MAX_WORD = 30
 
-# Address headers: each word of the name and the address, tagged.
-_ADDRESS_HEADERS = {"from": "from", "to": "to", "cc": "cc", "reply-to": "reply-to", "sender": "sender", "return-path": "return-path"}
-# Free-text headers tokenized like the body but tagged.
-_TEXT_HEADERS = {"subject": "subject", "x-mailer": "x-mailer", "user-agent": "x-mailer", "content-type": "content-type", "organization": "org"}
+# Address headers: words of the name and address, and the address's domain.
+_ADDRESS_HEADERS = {
+    "from": "from",
+    "to": "to",
+    "cc": "cc",
+    "reply-to": "reply-to",
+    "sender": "sender",
+    "return-path": "return-path",
+}
+# Free-text headers, tokenized like the body but tagged.
+_TEXT_HEADERS = {
+    "subject": "subject",
+    "x-mailer": "x-mailer",
+    "user-agent": "x-mailer",
+    "content-type": "content-type",
+    "organization": "org",
+}
 
 
-def _words(text: str) -> list[str]:
-    return [w for w in _WORD_RE.findall(text.lower()) if MIN_WORD <= len(w) <= MAX_WORD]
+def words(text: str) -> list[str]:
+    """Lower-cased words of 2..MAX_WORD characters; longer runs are dropped."""
+    found = _WORD_RE.findall(text.lower())
+    return [w for w in found if len(w) <= MAX_WORD] if any(len(w) > MAX_WORD for w in found) else found
 
 
-def _host_tokens(prefix: str, host: str) -> list[str]:
-    """The host and its parent domains down to two labels: url:a.b.example.com, url:example.com."""
-    host = host.lower().strip(".")
+def _host_tokens(host: str) -> list[str]:
+    """The host and its parent domains down to two labels: url:a.b.example.com, url:b.example.com, url:example.com."""
+    host = host.strip(".")
     labels = host.split(".")
-    if len(labels) < 2:
-        return [f"{prefix}:{host}"]
-    tokens = [f"{prefix}:{host}"]
-    for i in range(1, len(labels) - 1):
-        tokens.append(f"{prefix}:{'.'.join(labels[i:])}")
+    return [f"url:{'.'.join(labels[i:])}" for i in range(max(len(labels) - 1, 1))]
+
+
+def url_tokens(lowered: str) -> list[str]:
+    """Hosts of the URLs in lower-cased text, and the words of their paths."""
+    tokens: list[str] = []
+    for host, path in _URL_RE.findall(lowered):
+        tokens.extend(_host_tokens(host))
+        # URL path words: 0.0204 / 0.0676 -> 0.0177 / 0.0659.
+        if path:
+            tokens.extend(f"urlpath:{p}" for p in _URL_PATH_SPLIT_RE.split(path) if 1 < len(p) <= MAX_WORD)
     return tokens
 
 
 def header_tokens(msg: ParsedMessage) -> list[str]:
     """Tokens from headers, each tagged with the header it came from."""
+    # Header-tagged words of selected headers: prototype 0.947 -> 0.239 on trec07p-dev.
     tokens: list[str] = []
     for name, value in msg.headers:
+        # Which headers are present at all: 0.0276 / 0.0662 -> 0.0204 / 0.0676.
         tokens.append(f"header:{name}")
         tag = _TEXT_HEADERS.get(name)
         if tag is not None:
-            tokens.extend(f"{tag}:{w}" for w in _words(value))
+            tokens.extend(f"{tag}:{w}" for w in words(value))
             continue
         tag = _ADDRESS_HEADERS.get(name)
         if tag is not None:
             lowered = value.lower()
-            tokens.extend(f"{tag}:{w}" for w in _words(lowered))
-            tokens.extend(f"{tag}@{d}" for d in _EMAIL_RE.findall(lowered))
+            tokens.extend(f"{tag}:{w}" for w in words(lowered))
+            tokens.extend(f"{tag}@{d}" for d in _EMAIL_DOMAIN_RE.findall(lowered))
             continue
-        if name == "received":
-            lowered = value.lower()
-            tokens.extend(f"received:{h}" for h in _HOSTISH_RE.findall(lowered))
-            continue
-        if name == "message-id":
+        if name == "received":  # unmeasured alone: relay host names and IPs
+            tokens.extend(f"received:{h}" for h in _HOSTISH_RE.findall(value.lower()))
+        elif name == "message-id":  # unmeasured alone: the generating domain
             _, _, domain = value.lower().rpartition("@")
             tokens.append(f"message-id@{domain.strip('<> ')}")
+    # Subject word pairs: 0.0204 / 0.0676 -> 0.0205 / 0.0655.
+    subject = words(msg.header("subject"))
+    tokens.extend(f"subject:{a} {b}" for a, b in zip(subject, subject[1:]))
     return tokens
 
 
 def body_tokens(msg: ParsedMessage) -> list[str]:
-    """Words of the visible text of every text part, and the hosts of URLs in it."""
+    """Words of the visible text of every text part, URL hosts and paths, non-ASCII runs."""
     tokens: list[str] = []
     for text in msg.texts:
-        tokens.extend(_words(text))
-        for host in _URL_RE.findall(text):
-            tokens.extend(_host_tokens("url", host))
-    for url in msg.urls:
-        match = _URL_RE.match(url)
-        if match:
-            tokens.extend(_host_tokens("url", match.group(1)))
+        lowered = text.lower()
+        found = _WORD_RE.findall(lowered)
+        if any(len(w) > MAX_WORD for w in found):
+            found = [w for w in found if len(w) <= MAX_WORD]
+        tokens.extend(found)
+        if "www." in lowered or "://" in lowered:
+            tokens.extend(url_tokens(lowered))
+        if not lowered.isascii():
+            # Runs of 3+ non-ASCII characters, by length in 4s (mis-declared charsets,
+            # look-alike letters): 0.0204 / 0.0676 -> 0.0186 / 0.0673.
+            tokens.extend(f"nonascii:{len(run) // 4}" for run in _NON_ASCII_RUN_RE.findall(lowered))
+    for url in msg.urls:  # URLs in HTML attributes, invisible in the text
+        tokens.extend(url_tokens(url.lower()))
     return tokens
 
 
 def structure_tokens(msg: ParsedMessage) -> list[str]:
     """MIME shape: part types, attachment extensions, parser defects."""
+    # Structure tokens: 0.0213 / 0.0683 -> 0.0204 / 0.0676.
     tokens = [f"part:{p.content_type}" for p in msg.parts]
-    for p in msg.parts:
-        if p.filename:
-            tokens.append(f"filename-ext:{p.filename.rpartition('.')[2].lower()[:10]}")
+    tokens.extend(f"filename-ext:{p.filename.rpartition('.')[2].lower()[:10]}" for p in msg.parts if p.filename)
     tokens.extend(f"defect:{d}" for d in msg.defects)
     return tokens
 
