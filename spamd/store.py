@@ -189,8 +189,12 @@ def _unpack_array(d: dict[str, Any]) -> np.ndarray:
     return np.frombuffer(d["data"], dtype=dtype).reshape(d["shape"]).astype(dtype.newbyteorder("="))
 
 
-def encode_snapshot(model: MultinomialNB, ledger: Ledger, seq: int) -> bytes:
-    """Model and ledger as snapshot bytes. Counts are stored sparse (ids + values per class)."""
+def encode_snapshot(model: MultinomialNB, ledger: Ledger, seq: int, counters: dict[str, int] | None = None) -> bytes:
+    """Model and ledger as snapshot bytes. Counts are stored sparse (ids + values per class).
+
+    `counters` are running totals kept across restarts (messages scored by verdict);
+    they ride along with the snapshot so they are written atomically with it.
+    """
     rows = {}
     for label in Label:
         row = model.counts[label]
@@ -206,6 +210,7 @@ def encode_snapshot(model: MultinomialNB, ledger: Ledger, seq: int) -> bytes:
             "doc_totals": _pack_array(model.doc_totals),
             "distinct": model.distinct,
             "ledger": ledger.export(),
+            "counters": {str(k): int(v) for k, v in (counters or {}).items()},
         },
         use_bin_type=True,
     )
@@ -226,6 +231,8 @@ class Snapshot:
     created: float
     model: MultinomialNB
     ledger: Ledger
+    # Running totals (e.g. "scored:spam"); absent in snapshots written before they existed.
+    counters: dict[str, int] = field(default_factory=dict)
 
 
 def decode_snapshot(data: bytes, model_config: ModelConfig, ledger_max: int, where: str) -> Snapshot:
@@ -262,10 +269,11 @@ def decode_snapshot(data: bytes, model_config: ModelConfig, ledger_max: int, whe
         model.doc_totals[:] = _unpack_array(d["doc_totals"])
         model.distinct = int(d["distinct"])
         ledger = Ledger.restore(d["ledger"], ledger_max)
-        return Snapshot(int(d["seq"]), float(d["created"]), model, ledger)
+        counters = {str(k): int(v) for k, v in d.get("counters", {}).items()}
+        return Snapshot(int(d["seq"]), float(d["created"]), model, ledger, counters)
     except CorruptStateError:
         raise
-    except (KeyError, ValueError, TypeError) as e:
+    except (KeyError, ValueError, TypeError, AttributeError) as e:
         raise CorruptStateError(f"{where}: checksum is right but the content is malformed ({e})") from None
 
 
@@ -382,6 +390,7 @@ class LoadedState:
     ledger: Ledger
     seq: int
     recovery: Recovery
+    counters: dict[str, int] = field(default_factory=dict)
 
 
 class Store:
@@ -487,7 +496,7 @@ class Store:
         self.last_snapshot_time = snapshot.created or None
         last_records = len(scan.records) if segments else 0
         self._open_segment(segments[-1][1] if segments else None, seq, last_records)
-        return LoadedState(snapshot.model, snapshot.ledger, seq, recovery)
+        return LoadedState(snapshot.model, snapshot.ledger, seq, recovery, snapshot.counters)
 
     def _cut_torn_tail(self, path: Path, data: bytes, scan: JournalScan, recovery: Recovery) -> None:
         """Keep the torn bytes aside for inspection, then truncate the segment to its whole records."""
