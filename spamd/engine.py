@@ -14,8 +14,9 @@ from pathlib import Path
 
 from spamd.classifier import Analyzed, Classifier
 from spamd.config import Config
+from spamd.errors import CorruptStateError, StoreError
 from spamd.model import Contribution, Label, Score
-from spamd.store import Recovery, Store, encode_snapshot
+from spamd.store import Recovery, Store, decode_snapshot, encode_snapshot
 from spamd.training import Outcome, Trainer
 
 
@@ -26,7 +27,9 @@ class Classified:
 
 
 class Engine:
-    def __init__(self, config: Config, store: Store, trainer: Trainer, recovery: Recovery):
+    def __init__(
+        self, config: Config, store: Store, trainer: Trainer, recovery: Recovery, counters: dict[str, int] | None = None
+    ):
         self.config = config
         self.store = store
         self.trainer = trainer
@@ -35,6 +38,10 @@ class Engine:
         self.recovery = recovery
         self.started = time.time()
         self.scored: Counter[str] = Counter()  # verdict -> messages scored since start
+        # verdict -> messages scored before this process started, persisted in snapshots
+        self.scored_before: Counter[str] = Counter(
+            {k.removeprefix("scored:"): v for k, v in (counters or {}).items() if k.startswith("scored:")}
+        )
 
     @classmethod
     def open(cls, config: Config, durable: bool = True) -> "Engine":
@@ -47,7 +54,7 @@ class Engine:
             store.close()
             raise
         trainer = Trainer(loaded.model, loaded.ledger, store, loaded.seq)
-        return cls(config, store, trainer, loaded.recovery)
+        return cls(config, store, trainer, loaded.recovery, loaded.counters)
 
     def close(self) -> None:
         self.store.close()
@@ -88,7 +95,7 @@ class Engine:
         Follow with `finish_snapshot` (blocking fsyncs: run it in a thread).
         """
         seq = self.trainer.seq
-        encoded = encode_snapshot(self.model, self.trainer.ledger, seq)
+        encoded = encode_snapshot(self.model, self.trainer.ledger, seq, self.counters())
         self.store.rotate_journal(seq)
         return encoded, seq
 
@@ -101,6 +108,47 @@ class Engine:
         """Write a snapshot now (blocking)."""
         return self.finish_snapshot(*self.begin_snapshot())
 
+    def counters(self) -> dict[str, int]:
+        """Running totals persisted in snapshots: messages scored by verdict, all time."""
+        return {f"scored:{verdict}": n for verdict, n in (self.scored_before + self.scored).items()}
+
+    # ------------------------------------------------------------ export / import
+
+    def export_snapshot(self) -> bytes:
+        """The live state as snapshot bytes (the portable backup format); writes nothing."""
+        return encode_snapshot(self.model, self.trainer.ledger, self.trainer.seq, self.counters())
+
+    def import_snapshot(self, data: bytes, where: str) -> dict[str, object]:
+        """Replace model and ledger with a verified export, written as the newest snapshot.
+
+        Verifies first (checksum, format, hash_bits): on any failure nothing changes.
+        The import is stored at a seq past every journal record, so no older record is
+        replayed over it. This installation's scored counters are kept, not imported.
+        Blocking (fsyncs); the daemon calls it on its loop so no training interleaves.
+        """
+        try:
+            imported = decode_snapshot(data, self.config.model, self.config.store.ledger_max_entries, where)
+        except CorruptStateError as e:
+            raise StoreError(f"import refused, nothing changed: {e}") from None
+        seq = self.trainer.seq + 1
+        encoded = encode_snapshot(imported.model, imported.ledger, seq, self.counters())
+        path = self.store.write_snapshot(encoded, seq)  # StoreError here leaves the live state as it was
+        self.model.counts[:] = imported.model.counts
+        self.model.token_totals[:] = imported.model.token_totals
+        self.model.doc_totals[:] = imported.model.doc_totals
+        self.model.distinct = imported.model.distinct
+        self.trainer.ledger = imported.ledger
+        self.trainer.seq = seq
+        self.store.rotate_journal(seq)
+        self.store.prune()
+        return {
+            "snapshot": str(path),
+            "seq": seq,
+            "trained_ham": int(self.model.doc_totals[Label.HAM]),
+            "trained_spam": int(self.model.doc_totals[Label.SPAM]),
+            "ledger_entries": len(imported.ledger),
+        }
+
     # ------------------------------------------------------------ stats
 
     def stats(self) -> dict[str, object]:
@@ -109,9 +157,17 @@ class Engine:
         for (source, outcome), n in self.trainer.events.items():
             trained[f"{source}:{outcome}"] += n
         snapshot_age = None if store.last_snapshot_time is None else time.time() - store.last_snapshot_time
+        snapshot_path = store.state_dir / f"snapshot-{store.last_snapshot_seq:012d}.spamd"
+        try:
+            snapshot_bytes: int | None = snapshot_path.stat().st_size
+        except OSError:
+            snapshot_bytes = None
+        scored_all_time = self.scored_before + self.scored
         return {
             "messages_scored": sum(self.scored.values()),
             "scored_by_verdict": dict(self.scored),
+            "messages_scored_all_time": sum(scored_all_time.values()),
+            "scored_by_verdict_all_time": dict(scored_all_time),
             "trained_ham": int(model.doc_totals[Label.HAM]),
             "trained_spam": int(model.doc_totals[Label.SPAM]),
             "training_events": dict(trained),
@@ -124,6 +180,7 @@ class Engine:
             "journal_bytes": store.journal_bytes,
             "snapshot_seq": store.last_snapshot_seq,
             "snapshot_age_s": snapshot_age,
+            "snapshot_bytes": snapshot_bytes,
             "uptime_s": time.time() - self.started,
             "recovery_problems": list(self.recovery.problems),
         }
