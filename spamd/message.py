@@ -86,13 +86,16 @@ def split_head_body(raw: bytes) -> tuple[bytes, bytes]:
 _FOLD_RE = re.compile(rb"\r?\n[ \t]+")
 # A field name is printable ASCII but colon (RFC 5322 2.2); lines that are not fields
 # (an mbox "From " line, garbage) simply do not match.
-_FIELD_RE = re.compile(rb"^([!-9;-~]+)[ \t]*:[ \t]*(.*?)[ \t\r]*$", re.MULTILINE)
+# The value runs to the end of the line and is right-stripped in Python: a lazy
+# "(.*?)[ \t\r]*$" is quadratic in a run of blanks (a 40 kB one took 4.6 s).
+_FIELD_RE = re.compile(rb"^([!-9;-~]+)[ \t]*:[ \t]*([^\n]*)", re.MULTILINE)
 
 
 def _raw_header_fields(head: bytes) -> list[tuple[bytes, bytes]]:
     """Unfold header lines into (name, raw value) pairs, at most MAX_HEADERS."""
     # Two regex passes instead of a Python loop per line: 0.46 s -> 0.1 s over trec07p-dev.
-    return _FIELD_RE.findall(_FOLD_RE.sub(b" ", head))[:MAX_HEADERS]
+    found = _FIELD_RE.findall(_FOLD_RE.sub(b" ", head))[:MAX_HEADERS]
+    return [(name, value.rstrip(b" \t\r")) for name, value in found]
 
 
 def _bytes_to_text(data: bytes, charset: str = "") -> str:
