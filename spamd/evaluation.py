@@ -12,11 +12,15 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from spamd.errors import SpamdError
 from spamd.model import Label
+
+if TYPE_CHECKING:
+    from spamd.config import Config
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,3 +183,139 @@ def iter_result_lines(results: list[Result]) -> Iterator[str]:
     """TREC results format: '<path> <gold> <score> <judgement>'."""
     for r in results:
         yield f"{r.name} {r.gold} {r.score:.6f} {'spam' if r.judged_spam else 'ham'}\n"
+
+
+# ---------------------------------------------------------------- spamctl eval
+
+
+def evaluate_index(
+    config: "Config",
+    index: Path,
+    progress: bool = False,
+    on_skip: Callable[[IndexEntry, str], None] = lambda entry, reason: None,
+) -> tuple[list[Result], Report]:
+    """Run the protocol through the real Engine (parse, score, journaled training) on a fresh model.
+
+    The model lives in a temporary data directory that is removed afterwards; the
+    journal is written as in the daemon but not fsynced (durable=False), since a
+    crash mid-evaluation loses nothing of value.
+    """
+    import dataclasses
+    import tempfile
+
+    from spamd.engine import Engine
+    from spamd.model import Verdict
+
+    entries = read_index(index)
+    with tempfile.TemporaryDirectory(prefix="spamd-eval-") as tmp:
+        engine = Engine.open(dataclasses.replace(config, data_dir=Path(tmp)), durable=False)
+        try:
+            last: list = []
+
+            def score(raw: bytes) -> tuple[float, bool, bool]:
+                classified = engine.classify(raw)
+                last[:] = [classified.analyzed]
+                verdict = classified.score.verdict
+                return classified.score.log_odds, verdict == Verdict.SPAM, verdict == Verdict.UNSURE
+
+            def learn(raw: bytes, label: Label) -> None:
+                engine.trainer.train(last[0], label, source="eval")
+
+            bar = _progress_bar(len(entries)) if progress else None
+            try:
+                results, skipped, seconds = run_online(
+                    entries, score, learn, on_skip, bar.update if bar is not None else (lambda n: None)
+                )
+            finally:
+                if bar is not None:
+                    bar.close()
+        finally:
+            engine.close()
+    return results, summarize(results, skipped, seconds)
+
+
+def _progress_bar(total: int):
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="msg", smoothing=0.1, dynamic_ncols=True)
+
+
+def plot_roc(results: list[Result], path: Path, title: str) -> None:
+    """ROC curve on logit axes (hm% across, sm% up), as in the TREC spam track overviews."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        import matplotlib.ticker
+    except ImportError:
+        raise SpamdError("--plot needs matplotlib: pip install 'spamd[plot]'") from None
+    scores = np.array([r.score for r in results], dtype=np.float64)
+    is_spam = np.array([r.gold == Label.SPAM for r in results], dtype=bool)
+    hm, sm = roc_points(scores, is_spam)
+    floor = 0.5 / max(len(results), 1)
+    hm, sm = np.clip(hm, floor, 1 - floor), np.clip(sm, floor, 1 - floor)
+    fig, ax = plt.subplots(figsize=(6, 6))
+    ax.plot(hm, sm, lw=1.5, label=f"spamd, (1-ROCA)% {one_minus_roca(scores, is_spam):.4f}")
+    ax.set_xscale("logit")
+    ax.set_yscale("logit")
+    ticks = [0.0001, 0.001, 0.01, 0.1, 0.5, 0.9]
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_locator(matplotlib.ticker.FixedLocator(ticks))
+        axis.set_major_formatter(matplotlib.ticker.FixedFormatter([f"{100 * t:g}" for t in ticks]))
+        axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.set_xlim(floor, 0.95)
+    ax.set_ylim(floor, 0.95)
+    ax.set_xlabel("% ham misclassification (logit scale)")
+    ax.set_ylabel("% spam misclassification (logit scale)")
+    ax.set_title(title)
+    ax.grid(True, which="major", alpha=0.4)
+    ax.legend(loc="upper right")
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=120)
+    except OSError as e:
+        raise SpamdError(f"{path}: cannot write plot: {e.strerror}") from None
+    finally:
+        plt.close(fig)
+
+
+def format_report(report: Report, index: Path) -> str:
+    rows = [
+        ("index", str(index)),
+        ("messages", f"{report.messages:,} ({report.skipped} skipped)"),
+        ("(1-ROCA)%", f"{report.one_minus_roca_pct:.4f}"),
+        ("hm% at sm%=0.1", f"{report.hm_at_sm01_pct:.2f}"),
+        ("lam%", f"{report.lam_pct:.3f}"),
+        ("hm% / sm% at threshold", f"{report.hm_pct:.2f} / {report.sm_pct:.2f}"),
+        ("unsure", f"{report.unsure_pct:.2f}%"),
+        ("throughput", f"{report.msgs_per_s:,.0f} msgs/s ({report.seconds:.1f} s)"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def eval_command(
+    config: "Config", index: Path, results: Path | None, plot: Path | None, as_json: bool, progress: bool
+) -> int:
+    """`spamctl eval INDEX`: print the report (a table, or JSON as the last line) and write extras."""
+    import json
+    import sys
+
+    def on_skip(entry: IndexEntry, reason: str) -> None:
+        print(f"spamctl eval: skipped {entry.name}: {reason}", file=sys.stderr)
+
+    found, report = evaluate_index(config, index, progress=progress, on_skip=on_skip)
+    if results is not None:
+        try:
+            with open(results, "w", encoding="utf-8") as f:
+                f.writelines(iter_result_lines(found))
+        except OSError as e:
+            raise SpamdError(f"{results}: cannot write results: {e.strerror}") from None
+    if plot is not None:
+        plot_roc(found, plot, f"spamd on {index.parent.name or index}")
+    if as_json:
+        print(json.dumps({**report.as_dict(), "index": str(index)}))
+    else:
+        print(format_report(report, index))
+    return 0
