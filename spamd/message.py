@@ -176,7 +176,11 @@ def parse_content_type(value: str) -> tuple[str, dict[str, str]]:
 def _decode_transfer(body: bytes, encoding: str, defects: list[str]) -> bytes:
     if encoding == "base64":
         compact = re.sub(rb"[^A-Za-z0-9+/]", b"", body)
-        compact = compact[: len(compact) - len(compact) % 4]
+        # The "=" padding was stripped with the junk: restore it, or the last one or
+        # two bytes of every part whose length is not a multiple of 3 are lost.
+        # A lone trailing character (length % 4 == 1) holds no whole byte.
+        extra = len(compact) % 4
+        compact = compact[:-1] if extra == 1 else compact + b"=" * ((4 - extra) % 4)
         try:
             return binascii.a2b_base64(compact)
         except binascii.Error:
