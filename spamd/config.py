@@ -42,9 +42,11 @@ class ModelConfig:
     # Additive (Lidstone) smoothing of P(token | class).
     alpha: float = 0.01
     # Verdict from the spam probability: below ham_threshold is ham, at or above
-    # spam_threshold is spam, between is unsure.
-    ham_threshold: float = 0.2
-    spam_threshold: float = 0.8
+    # spam_threshold is spam, between is unsure (delivered to INBOX, marked Unsure).
+    # At 0.75 (normalized log-odds 0.18), measured online: trec07p-dev hm 0.02% /
+    # sm 2.2%, spamassassin hm 0.4% / sm 4.3%; ham in Junk is the costly error.
+    ham_threshold: float = 0.25
+    spam_threshold: float = 0.75
 
 
 @dataclass(frozen=True)
