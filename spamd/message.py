@@ -72,14 +72,18 @@ class ParsedMessage:
 
 def split_head_body(raw: bytes) -> tuple[bytes, bytes]:
     """Split at the first empty line; a message with none is all header."""
+    # A part that starts with the empty line has no headers (checked first: its body
+    # may hold an empty line of its own, and its first paragraph is not a header).
+    if raw.startswith(b"\r\n"):
+        return b"", raw[2:]
+    if raw.startswith(b"\n"):
+        return b"", raw[1:]
     lf = raw.find(b"\n\n")
     crlf = raw.find(b"\r\n\r\n")
     if crlf != -1 and (lf == -1 or crlf < lf):
         return raw[:crlf], raw[crlf + 4 :]
     if lf != -1:
         return raw[:lf], raw[lf + 2 :]
-    if raw.startswith((b"\n", b"\r\n")):
-        return b"", raw.lstrip(b"\r\n")
     return raw, b""
 
 
