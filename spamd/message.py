@@ -325,6 +325,8 @@ def _walk(parsed: ParsedMessage, top_fields: dict[str, str], body: bytes, limits
             parsed.texts.append(" ".join(v for n, v in inner if n in ("subject", "from")))
             stack.append(({n: v for n, v in inner[::-1]}, inner_body, depth + 1, "text/plain"))
             continue
+        if ctype == "message/rfc822":
+            parsed.defects.append("depth-cap")  # too deep to open: described below, not read
         disposition = fields.get("content-disposition", "")
         _, disposition_params = parse_content_type("x/x;" + disposition.partition(";")[2])
         filename = params.get("name") or disposition_params.get("filename", "")
