@@ -1,0 +1,703 @@
+"""spamctl: inspect and train spamd, through the running daemon's control socket or, without one, directly.
+
+Which way is decided per invocation: if something answers on the control socket
+(`Config.control_socket`) spamctl is a client of that daemon; otherwise it opens
+the model state itself (Engine.open), under the same flock the daemon takes, so
+the two never write at once. Both ways run the same operations (spamd.control).
+
+Every command takes --json (one JSON document on stdout) and prints a readable
+table otherwise. Every error is one line on stderr and exit status 1 (2 for
+usage errors, from argparse). It does not score, learn or store anything itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import mailbox
+import math
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+from spamd.config import Config, load_config
+from spamd.control import (
+    DEFAULT_EXPLAIN_LIMIT,
+    ENGINE_OPERATIONS,
+    MAX_FRAME_BYTES,
+    NOT_A_MESSAGE,
+    ControlClient,
+    ControlError,
+    DaemonNotRunning,
+)
+from spamd.engine import Engine
+from spamd.errors import NotAMessageError, SpamdError, StateLockedError
+from spamd.store import write_atomically
+
+# Training requests carry a few messages each: small enough that the daemon's
+# loop is never held long (each training is an fsync), large enough to amortize
+# the round trip.
+BATCH_MESSAGES = 16
+BATCH_BYTES = 4 * 1024 * 1024
+# A message must fit in one control frame with room for the request around it.
+MAX_MESSAGE_BYTES = MAX_FRAME_BYTES - 64 * 1024
+
+
+# ---------------------------------------------------------------- the two ways to reach the model
+
+
+class Backend(Protocol):
+    mode: str
+
+    def request(self, command: str, **args: Any) -> Any: ...
+    def export_bytes(self) -> bytes: ...
+    def import_bytes(self, data: bytes, name: str) -> dict[str, Any]: ...
+    def close(self) -> None: ...
+
+
+class DaemonBackend:
+    """A running spamd, through its control socket."""
+
+    mode = "daemon"
+
+    def __init__(self, client: ControlClient):
+        self.client = client
+
+    def request(self, command: str, **args: Any) -> Any:
+        return self.client.request(command, **args)
+
+    def export_bytes(self) -> bytes:
+        return self.client.export_bytes()
+
+    def import_bytes(self, data: bytes, name: str) -> dict[str, Any]:
+        return self.client.import_bytes(data, name)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class OfflineBackend:
+    """No daemon: the state directory, opened and locked by this process."""
+
+    mode = "offline"
+
+    def __init__(self, engine: Engine, socket_path: Path):
+        self.engine = engine
+        self.socket_path = socket_path
+
+    def request(self, command: str, **args: Any) -> Any:
+        operation = ENGINE_OPERATIONS.get(command)
+        if operation is not None:
+            return operation(self.engine, args)
+        if command == "stats":
+            # Nothing has been up: uptime and throughput belong to a daemon.
+            return {**self.engine.stats(), "daemon": False, "uptime_s": None, "state_dir": str(self.engine.store.state_dir)}
+        if command == "snapshot":
+            return {"path": str(self.engine.snapshot())}
+        raise DaemonNotRunning(f"no spamd is running (nothing answers on {self.socket_path}); '{command}' needs the daemon")
+
+    def export_bytes(self) -> bytes:
+        return self.engine.export_snapshot()
+
+    def import_bytes(self, data: bytes, name: str) -> dict[str, Any]:
+        return self.engine.import_snapshot(data, name)
+
+    def close(self) -> None:
+        try:
+            # Training done offline is in the journal already; fold it into a snapshot
+            # when the daemon itself would have, so the journal does not grow unbounded.
+            if self.engine.needs_snapshot():
+                self.engine.snapshot()
+        finally:
+            self.engine.close()
+
+
+def open_backend(config: Config, daemon_only: bool = False) -> Backend:
+    """The daemon if one answers on the socket; else the state directory, locked."""
+    client = ControlClient(config.control_socket)
+    try:
+        client.connect()
+        return DaemonBackend(client)
+    except DaemonNotRunning:
+        if daemon_only:
+            raise
+    try:
+        engine = Engine.open(config)
+    except StateLockedError:
+        raise SpamdError(
+            f"{config.state_dir}: the model state is locked by a running spamd or another spamctl, but "
+            f"nothing answers on {config.control_socket}; wait for the other spamctl to finish, or check "
+            "that daemon (stuck, or started with another config or --data-dir?)"
+        ) from None
+    return OfflineBackend(engine, config.control_socket)
+
+
+# ---------------------------------------------------------------- reading messages
+
+
+def read_message(name: str) -> bytes:
+    """A file's bytes, or stdin's for '-'; any bytes at all are a message to score."""
+    if name == "-":
+        return sys.stdin.buffer.read()
+    path = Path(name)
+    if path.is_dir():
+        raise NotAMessageError(f"{path}: is a directory, not a mail message")
+    return _read_file(path)
+
+
+def _read_file(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise SpamdError(f"{path}: no such file") from None
+    except PermissionError:
+        raise SpamdError(f"{path}: permission denied") from None
+    except OSError as e:
+        raise SpamdError(f"{path}: cannot read: {e.strerror}") from None
+
+
+def input_kind(path: Path) -> str:
+    """'maildir' (a Maildir or Maildir++ folder), 'mbox' (a file starting 'From '), or 'file'."""
+    try:
+        if path.is_dir():
+            if (path / "cur").is_dir() or (path / "new").is_dir():
+                return "maildir"
+            raise NotAMessageError(f"{path}: a directory but not a Maildir folder (no cur/ or new/ in it)")
+        with open(path, "rb") as f:
+            start = f.read(5)
+    except FileNotFoundError:
+        raise SpamdError(f"{path}: no such file or directory") from None
+    except PermissionError:
+        raise SpamdError(f"{path}: permission denied") from None
+    except OSError as e:
+        raise SpamdError(f"{path}: cannot read: {e.strerror}") from None
+    return "mbox" if start == b"From " else "file"
+
+
+def maildir_files(folder: Path) -> list[Path]:
+    """Message files in cur/ and new/ (tmp/ holds deliveries in progress); dotfiles are not mail."""
+    found: list[Path] = []
+    for sub in ("cur", "new"):
+        directory = folder / sub
+        try:
+            entries = sorted(directory.iterdir())
+        except FileNotFoundError:
+            continue
+        except PermissionError:
+            raise SpamdError(f"{directory}: permission denied") from None
+        found.extend(p for p in entries if not p.name.startswith(".") and p.is_file())
+    return found
+
+
+class Inputs:
+    """Every message named by the PATH arguments, counted up front (for the progress bar)."""
+
+    def __init__(self, paths: list[str]):
+        self._items: list[tuple[str, Path, str]] = []  # (kind, path, description)
+        self._mboxes: dict[Path, mailbox.mbox] = {}
+        self.total = 0
+        for name in paths:
+            path = Path(name)
+            kind = input_kind(path)
+            if kind == "maildir":
+                files = maildir_files(path)
+                self._items.extend(("file", f, str(f)) for f in files)
+                self.total += len(files)
+            elif kind == "mbox":
+                box = mailbox.mbox(str(path), create=False)
+                self._mboxes[path] = box
+                self._items.append(("mbox", path, str(path)))
+                self.total += len(box)
+            else:
+                self._items.append(("file", path, str(path)))
+                self.total += 1
+
+    def __iter__(self) -> Iterator[tuple[str, bytes | None, str | None]]:
+        """(name, message bytes or None, problem or None), in order."""
+        for kind, path, described in self._items:
+            if kind == "mbox":
+                box = self._mboxes[path]
+                for number, key in enumerate(box.iterkeys(), 1):
+                    yield f"{described} message {number}", box.get_bytes(key), None
+                box.close()
+                continue
+            try:
+                yield described, path.read_bytes(), None
+            except OSError as e:  # a file that vanished (moved by a mail client) or is unreadable
+                yield described, None, e.strerror or str(e)
+
+
+# ---------------------------------------------------------------- output helpers
+
+
+def emit_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, sort_keys=True, default=str))
+
+
+def table(rows: list[tuple[str, ...]], indent: str = "", numbers: bool = True) -> str:
+    """Left-aligned first column; the others right-aligned (numbers) or left-aligned (text)."""
+    if not rows:
+        return ""
+    widths = [max(len(row[i]) for row in rows if i < len(row)) for i in range(max(map(len, rows)))]
+    lines = []
+    for row in rows:
+        align = str.rjust if numbers else str.ljust
+        cells = [row[0].ljust(widths[0])] + [align(cell, widths[i + 1]) for i, cell in enumerate(row[1:])]
+        lines.append(indent + "  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def human_bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def human_duration(seconds: float | None) -> str:
+    if seconds is None or (isinstance(seconds, float) and math.isnan(seconds)):
+        return "-"
+    s = int(seconds)
+    if s < 60:
+        return f"{seconds:.0f} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    if s < 86400:
+        return f"{s // 3600} h {s % 3600 // 60} min"
+    return f"{s // 86400} d {s % 86400 // 3600} h"
+
+
+def _verdicts(counts: dict[str, int] | None) -> str:
+    counts = counts or {}
+    total = sum(counts.values())
+    parts = ", ".join(f"{v} {counts.get(v, 0)}" for v in ("ham", "unsure", "spam"))
+    return f"{total} ({parts})"
+
+
+# ---------------------------------------------------------------- commands
+
+
+def cmd_stats(config: Config, args: argparse.Namespace) -> int:
+    backend = open_backend(config)
+    try:
+        stats = backend.request("stats")
+    finally:
+        backend.close()
+    if args.json:
+        emit_json(stats)
+    else:
+        print(format_stats(stats))
+    return 0
+
+
+# Training outcomes in the order a table shows them.
+_OUTCOME_COLUMNS = ("learned", "corrected", "skipped_repeat", "unlearned", "not_trained", "declined")
+
+
+def format_stats(stats: dict[str, Any]) -> str:
+    if stats.get("daemon"):
+        header = f"spamd running (pid {stats.get('pid', '?')}), up {human_duration(stats.get('uptime_s'))}"
+    else:
+        header = f"no spamd running; read from {stats.get('state_dir', 'the state directory')}"
+    daemon = bool(stats.get("daemon"))
+    rows: list[tuple[str, ...]] = []
+    if daemon:
+        rows.append(("messages scored since start", _verdicts(stats.get("scored_by_verdict"))))
+    rows += [
+        ("messages scored all time", _verdicts(stats.get("scored_by_verdict_all_time"))),
+        ("ham in the model", f"{stats.get('trained_ham', 0):,}"),
+        ("spam in the model", f"{stats.get('trained_spam', 0):,}"),
+        ("distinct tokens", f"{stats.get('tokens', 0):,}"),
+        ("trained messages (ledger)", f"{stats.get('ledger_entries', 0):,}"),
+        ("model memory", human_bytes(stats.get("model_memory_bytes"))),
+        (
+            "snapshot",
+            f"seq {stats.get('snapshot_seq', 0)}, {human_bytes(stats.get('snapshot_bytes'))}, "
+            + (
+                "none written yet"
+                if stats.get("snapshot_age_s") is None
+                else f"{human_duration(stats.get('snapshot_age_s'))} old"
+            ),
+        ),
+        (
+            "journal",
+            f"seq {stats.get('journal_seq', 0)}, {stats.get('journal_records', 0)} records since the snapshot, "
+            f"{human_bytes(stats.get('journal_bytes'))}",
+        ),
+    ]
+    if daemon:
+        p50, p99 = stats.get("latency_ms_p50"), stats.get("latency_ms_p99")
+        rows.append(("scoring throughput (last min)", f"{stats.get('throughput_msgs_per_s', 0)} msgs/s"))
+        rows.append(
+            ("scoring latency p50 / p99", "-" if p50 is None else f"{p50} ms / {p99} ms")
+        )
+    out = [header, "", table(rows, numbers=False)]
+    events: dict[str, int] = stats.get("training_events") or {}
+    by_source: dict[str, Counter[str]] = {}
+    for key, n in events.items():
+        source, _, outcome = key.partition(":")
+        by_source.setdefault(source, Counter())[outcome] += n
+    out.append("")
+    if not daemon:
+        out.append("training events: counted by a running daemon only")
+    elif by_source:
+        columns = [c for c in _OUTCOME_COLUMNS if c in ("learned", "corrected", "skipped_repeat") or any(
+            counts[c] for counts in by_source.values())]
+        names = {"skipped_repeat": "skipped (repeat)"}
+        training_rows = [("training since start",) + tuple(names.get(c, c) for c in columns)]
+        for source in sorted(by_source):
+            training_rows.append((f"  {source}",) + tuple(str(by_source[source][c]) for c in columns))
+        out.append(table(training_rows))
+    else:
+        out.append("training since start: none")
+    problems = list(stats.get("recovery_problems") or [])
+    errors = list(stats.get("recent_errors") or [])
+    if problems or errors:
+        out.append("")
+        out.append("recent errors:")
+        out.extend(f"  recovery: {p}" for p in problems)
+        for e in errors:
+            if isinstance(e, dict):
+                when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.get("time", 0)))
+                details = ", ".join(f"{k}={v}" for k, v in e.items() if k not in ("time", "event"))
+                out.append(f"  {when} {e.get('event', '?')} {details}".rstrip())
+            else:
+                out.append(f"  {e}")
+    return "\n".join(out)
+
+
+def cmd_train(config: Config, args: argparse.Namespace) -> int:
+    label = "spam" if args.spam else "ham"
+    return _train_paths(config, args, "train", label)
+
+
+def cmd_untrain(config: Config, args: argparse.Namespace) -> int:
+    return _train_paths(config, args, "untrain", None)
+
+
+def _train_paths(config: Config, args: argparse.Namespace, command: str, label: str | None) -> int:
+    inputs = Inputs(args.paths)  # resolve every PATH before training any: a typo trains nothing
+    tally: Counter[str] = Counter()
+    problems: list[tuple[str, str]] = []
+    failure: str | None = None
+    backend = open_backend(config)
+    progress = _progress_bar(inputs.total, "training" if command == "train" else "untraining")
+    try:
+        batch: list[bytes] = []
+        names: list[str] = []
+
+        def send() -> str | None:
+            extra = {"label": label} if label else {}
+            result = backend.request(command, messages=batch, **extra)
+            for name, outcome in zip(names, result["outcomes"]):
+                tally[outcome] += 1
+                if outcome == NOT_A_MESSAGE:
+                    problems.append((name, "not a mail message"))
+            progress.update(len(batch))
+            batch.clear()
+            names.clear()
+            return result.get("error")
+
+        size = 0
+        for name, raw, problem in inputs:
+            if raw is not None and len(raw) > MAX_MESSAGE_BYTES:
+                problem = f"too large ({human_bytes(len(raw))}; the limit is {human_bytes(MAX_MESSAGE_BYTES)})"
+            if problem is not None:
+                problems.append((name, problem))
+                tally["unreadable"] += 1
+                progress.update(1)
+                continue
+            assert raw is not None
+            if batch and (len(batch) >= BATCH_MESSAGES or size + len(raw) > BATCH_BYTES):
+                failure = send()
+                size = 0
+                if failure:
+                    break
+            batch.append(raw)
+            names.append(name)
+            size += len(raw)
+        if batch and not failure:
+            failure = send()
+    finally:
+        progress.close()
+        backend.close()
+    for name, problem in problems:
+        print(f"spamctl: {name}: {problem}", file=sys.stderr)
+    report = {
+        "mode": backend.mode,
+        "messages": inputs.total,
+        **{k: tally.get(k, 0) for k in _tally_keys(command)},
+        "problems": [{"path": name, "problem": problem} for name, problem in problems],
+    }
+    if label:
+        report["label"] = label
+    if failure:
+        report["error"] = failure
+    if args.json:
+        emit_json(report)
+    else:
+        title = f"trained as {label}" if label else "untrained"
+        rows = [(_TALLY_NAMES.get(k, k), str(tally.get(k, 0))) for k in _tally_keys(command)]
+        print(f"{title}: {inputs.total} messages ({backend.mode})")
+        print(table(rows, indent="  "))
+    if failure:
+        print(f"spamctl: stopped: {failure}", file=sys.stderr)
+    return 1 if failure or problems else 0
+
+
+_TALLY_NAMES = {
+    "skipped_repeat": "skipped (already trained)",
+    "not_trained": "not in the model",
+    NOT_A_MESSAGE: "not a mail message",
+    "unreadable": "unreadable",
+}
+
+
+def _tally_keys(command: str) -> tuple[str, ...]:
+    if command == "train":
+        return ("learned", "corrected", "skipped_repeat", NOT_A_MESSAGE, "unreadable")
+    return ("unlearned", "not_trained", NOT_A_MESSAGE, "unreadable")
+
+
+class _NoProgress:
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress_bar(total: int, what: str) -> Any:
+    """tqdm on stderr when it is a terminal; nothing otherwise (logs and pipes stay clean)."""
+    if not sys.stderr.isatty():
+        return _NoProgress()
+    from tqdm import tqdm  # only worth importing for a person watching
+
+    return tqdm(total=total, desc=what, unit="msg", file=sys.stderr, leave=False)
+
+
+def cmd_classify(config: Config, args: argparse.Namespace) -> int:
+    raw = read_message(args.file)
+    _check_size(args.file, raw)
+    backend = open_backend(config)
+    try:
+        result = backend.request("classify", raw=raw)
+    finally:
+        backend.close()
+    if args.json:
+        emit_json(result)
+    else:
+        rows = [
+            ("verdict", result["verdict"]),
+            ("probability", f"{result['probability']:.4f}"),
+            ("score", f"{result['score']:+.4f} (log-odds per token)"),
+        ]
+        print(table(rows, numbers=False))
+    return 0
+
+
+def cmd_explain(config: Config, args: argparse.Namespace) -> int:
+    raw = read_message(args.file)
+    _check_size(args.file, raw)
+    backend = open_backend(config)
+    try:
+        result = backend.request("explain", raw=raw, limit=args.limit)
+    finally:
+        backend.close()
+    if args.json:
+        emit_json(result)
+        return 0
+    print(f"verdict {result['verdict']}, probability {result['probability']:.4f}, score {result['score']:+.4f}")
+    for title, key in (("toward spam", "toward_spam"), ("toward ham", "toward_ham")):
+        print()
+        rows = result[key]
+        if not rows:
+            print(f"{title}: no tokens" + (" (the model has not learned both classes yet)" if not result["toward_spam"] and not result["toward_ham"] else ""))
+            continue
+        print(table([(title, "count", "contribution")] + [(r["token"], str(r["count"]), f"{r['weight']:+.4f}") for r in rows]))
+    return 0
+
+
+def _check_size(name: str, raw: bytes) -> None:
+    if len(raw) > MAX_MESSAGE_BYTES:
+        raise SpamdError(f"{name}: message of {human_bytes(len(raw))} is over the {human_bytes(MAX_MESSAGE_BYTES)} limit")
+
+
+def cmd_snapshot(config: Config, args: argparse.Namespace) -> int:
+    backend = open_backend(config)
+    try:
+        result = backend.request("snapshot")
+    finally:
+        backend.close()
+    if args.json:
+        emit_json({**result, "mode": backend.mode})
+    else:
+        print(f"snapshot written: {result['path']}")
+    return 0
+
+
+def cmd_reload(config: Config, args: argparse.Namespace) -> int:
+    try:
+        backend = open_backend(config, daemon_only=True)
+    except DaemonNotRunning:
+        raise DaemonNotRunning(
+            f"no spamd is running (nothing answers on {config.control_socket}); there is no daemon to reload"
+        ) from None
+    try:
+        result = backend.request("reload")
+    finally:
+        backend.close()
+    if args.json:
+        emit_json(result)
+    else:
+        print("configuration reloaded")
+        if isinstance(result, dict) and result:
+            rows = [(str(k), json.dumps(v, default=str)) for k, v in sorted(result.items())]
+            print(table(rows, indent="  ", numbers=False))
+    return 0
+
+
+def cmd_export(config: Config, args: argparse.Namespace) -> int:
+    target = Path(args.file)
+    if target.is_dir():
+        raise SpamdError(f"{target}: is a directory; give a file name to export to")
+    if not target.parent.is_dir():
+        raise SpamdError(f"{target.parent}: no such directory")
+    backend = open_backend(config)
+    try:
+        data = backend.export_bytes()
+    finally:
+        backend.close()
+    try:
+        write_atomically(target, data)
+    except PermissionError:
+        raise SpamdError(f"{target}: permission denied") from None
+    except OSError as e:
+        raise SpamdError(f"{target}: cannot write: {e.strerror}") from None
+    if args.json:
+        emit_json({"path": str(target), "bytes": len(data), "mode": backend.mode})
+    else:
+        print(f"exported {human_bytes(len(data))} to {target}")
+    return 0
+
+
+def cmd_import(config: Config, args: argparse.Namespace) -> int:
+    source = Path(args.file)
+    if source.is_dir():
+        raise SpamdError(f"{source}: is a directory, not a spamd export")
+    data = _read_file(source)
+    if not data:
+        raise SpamdError(f"{source}: empty file, not a spamd export")
+    backend = open_backend(config)
+    try:
+        result = backend.import_bytes(data, str(source))
+    finally:
+        backend.close()
+    if args.json:
+        emit_json({**result, "mode": backend.mode})
+    else:
+        print(
+            f"imported {source}: {result['trained_ham']:,} ham and {result['trained_spam']:,} spam in the model, "
+            f"{result['ledger_entries']:,} trained messages; saved as {result['snapshot']}"
+        )
+    return 0
+
+
+def cmd_eval(config: Config, args: argparse.Namespace) -> int:
+    from spamd.evaluation import eval_command  # heavy (numpy reports, optional matplotlib): only when asked
+
+    return eval_command(
+        config,
+        Path(args.index),
+        Path(args.results) if args.results else None,
+        Path(args.plot) if args.plot else None,
+        args.json,
+        sys.stderr.isatty(),
+    )
+
+
+# ---------------------------------------------------------------- argument parsing
+
+
+def _add_common(parser: argparse.ArgumentParser, top: bool) -> None:
+    # On subcommands the defaults are SUPPRESS so they do not overwrite options given before the command.
+    default = None if top else argparse.SUPPRESS
+    parser.add_argument("--config", metavar="FILE", default=default, help="TOML config (same as spamd's)")
+    parser.add_argument("--data-dir", metavar="DIR", default=default, help="state directory (same as spamd's)")
+    parser.add_argument(
+        "--json", action="store_true", default=False if top else argparse.SUPPRESS, help="print JSON for scripts"
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="spamctl",
+        description="Control spamd: through the running daemon's control socket, or on its state when none runs.",
+    )
+    _add_common(parser, top=True)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help: str, handler: Any) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help, description=help)
+        _add_common(sub, top=False)
+        sub.set_defaults(handler=handler)
+        return sub
+
+    command("stats", "counters, model size, snapshot and journal state, scoring speed", cmd_stats)
+    train = command("train", "train messages: files, Maildir folders, mbox files", cmd_train)
+    which = train.add_mutually_exclusive_group(required=True)
+    which.add_argument("--spam", action="store_true", help="train as spam")
+    which.add_argument("--ham", action="store_true", help="train as ham")
+    train.add_argument("paths", nargs="+", metavar="PATH")
+    untrain = command("untrain", "remove messages from the model", cmd_untrain)
+    untrain.add_argument("paths", nargs="+", metavar="PATH")
+    classify = command("classify", "verdict, score and spam probability of one message", cmd_classify)
+    classify.add_argument("file", metavar="FILE|-")
+    explain = command("explain", "the tokens that moved a message's score most, each way", cmd_explain)
+    explain.add_argument("file", metavar="FILE|-")
+    explain.add_argument("--limit", type=int, default=DEFAULT_EXPLAIN_LIMIT, metavar="N", help="tokens per direction")
+    command("snapshot", "write a snapshot of the model now", cmd_snapshot)
+    command("reload", "make the running daemon re-read its config", cmd_reload)
+    export = command("export", "write a verified, portable backup of model and ledger", cmd_export)
+    export.add_argument("file", metavar="FILE")
+    imported = command("import", "replace model and ledger with an export (verified first)", cmd_import)
+    imported.add_argument("file", metavar="FILE")
+    evaluate = command("eval", "TREC-style online evaluation over an index file", cmd_eval)
+    evaluate.add_argument("index", metavar="INDEX")
+    evaluate.add_argument("--results", metavar="FILE", help="write TREC results lines here")
+    evaluate.add_argument("--plot", metavar="FILE.png", help="draw the ROC curve here")
+    return parser
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Parse, load the config, run one command; every user-caused failure is one line and status 1."""
+    args = build_parser().parse_args(argv)
+    if args.command == "explain" and args.limit < 1:
+        print("spamctl: --limit must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        config = load_config(
+            Path(args.config) if args.config else None,
+            data_dir=Path(args.data_dir) if args.data_dir else None,
+        )
+        return int(args.handler(config, args))
+    except SpamdError as e:
+        print(f"spamctl: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:  # what slipped past the specific checks: name the file and the reason
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"spamctl: {where}{e.strerror or e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("spamctl: interrupted", file=sys.stderr)
+        return 130
+
+
+def main() -> None:
+    sys.exit(run())

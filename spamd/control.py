@@ -1,0 +1,553 @@
+"""The control socket: spamctl's requests to the running daemon, and the operations they run.
+
+Wire format: each frame is `<u32 big-endian length><msgpack map>`, at most
+MAX_FRAME_BYTES. A request is {"command": str, "args": {...}}; the reply is
+{"ok": true, "result": ...} or {"ok": false, "error": "<one line>"}. Messages
+travel as bytes inside requests, never as paths: the daemon opens nothing a
+peer names. Model exports and imports travel in CHUNK_BYTES pieces.
+
+The socket file is owner-only (0600, chmod between bind and listen, before
+anyone can connect), its directory must not be writable by others, and peers
+running as another user (root aside) are refused by SO_PEERCRED. A socket file
+left by a dead daemon is replaced; one a live daemon answers on is never.
+
+The operations on an Engine (classify, explain, train, untrain) are defined
+here once and run by both transports: the daemon's server, and spamctl's
+offline mode on an Engine it opened itself. This module does not parse
+command lines or print; spamd.cli does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import socket
+import stat
+import struct
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import msgpack
+import structlog
+
+from spamd.errors import SpamdError
+from spamd.model import Label
+
+log = structlog.get_logger()
+
+MAX_FRAME_BYTES = 64 * 1024 * 1024
+# Export and import pieces: comfortably under the frame cap with msgpack overhead.
+CHUNK_BYTES = 16 * 1024 * 1024
+# An import larger than this is refused before it is buffered. The largest
+# possible snapshot (hash_bits = 28, every bucket set in both classes, a full
+# ledger) is about 4.1 GiB; that is the bound.
+MAX_IMPORT_BYTES = 5 * 1024**3
+_HEADER = struct.Struct(">I")
+# sockaddr_un.sun_path is 108 bytes on Linux, including the terminating NUL.
+_MAX_SOCKET_PATH = 107
+# Training events from spamctl carry this source tag (folder moves carry the daemon's own).
+TRAIN_SOURCE = "spamctl"
+DEFAULT_EXPLAIN_LIMIT = 15
+
+
+class ControlError(SpamdError):
+    """The control socket cannot be used, or the daemon refused a request."""
+
+
+class DaemonNotRunning(ControlError):
+    """Nothing answers on the control socket (no file, or a stale one)."""
+
+
+def _mib(n: int) -> str:
+    return f"{n / 1024 / 1024:.0f} MiB"
+
+
+# ---------------------------------------------------------------- frames
+
+
+def encode_frame(obj: Any) -> bytes:
+    data = msgpack.packb(obj, use_bin_type=True, default=_to_plain)
+    if len(data) > MAX_FRAME_BYTES:
+        raise ControlError(f"control frame of {len(data)} bytes exceeds the {_mib(MAX_FRAME_BYTES)} limit")
+    return _HEADER.pack(len(data)) + data
+
+
+def decode_frame(data: bytes) -> Any:
+    try:
+        return msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
+    except Exception as e:  # msgpack raises several unrelated types on garbage
+        raise ControlError(f"malformed control frame ({type(e).__name__})") from None
+
+
+def _to_plain(value: Any) -> Any:
+    """msgpack fallback for what stats dicts may hold: paths, enums, numpy scalars."""
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "item"):  # numpy scalar
+        return value.item()
+    if hasattr(value, "value"):  # enum
+        return value.value
+    raise TypeError(f"cannot send {type(value).__name__} over the control socket")
+
+
+# ---------------------------------------------------------------- operations on an Engine
+
+
+class EngineLike(Protocol):
+    """What the operations need: spamd.engine.Engine."""
+
+    def classify(self, raw: bytes) -> Any: ...
+    def explain(self, raw: bytes, limit: int = 20) -> Any: ...
+    def train(self, raw: bytes, label: Label, source: str, user: bool = True) -> Any: ...
+    def untrain(self, raw: bytes, source: str) -> Any: ...
+
+
+# A header field name followed by a colon at the start of a line: "Subject:", "Received:".
+_HEADER_FIELD = re.compile(rb"^[!-9;-~]{1,100}:", re.MULTILINE)
+NOT_A_MESSAGE = "not_a_message"
+
+
+def looks_like_message(raw: bytes) -> bool:
+    """Does this look like mail at all (a header field near the top)? Training refuses what does not.
+
+    Deliberately loose: any one header field in the first 64 KiB. Scoring accepts
+    any bytes; only training is guarded, so a stray JPEG does not teach the model.
+    """
+    return _HEADER_FIELD.search(raw[: 64 * 1024]) is not None
+
+
+def _raw(args: dict[str, Any], name: str = "raw") -> bytes:
+    value = args.get(name)
+    if not isinstance(value, bytes):
+        raise ControlError(f"request argument {name!r} must be the message as bytes")
+    return value
+
+
+def _messages(args: dict[str, Any]) -> list[bytes]:
+    value = args.get("messages")
+    if not isinstance(value, list) or not all(isinstance(m, bytes) for m in value):
+        raise ControlError("request argument 'messages' must be a list of messages as bytes")
+    return value
+
+
+def _safe_text(token: str) -> str:
+    # Tokens may carry lone surrogates (they are hashed with surrogatepass); msgpack wants valid UTF-8.
+    return token.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+
+
+def op_classify(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
+    classified = engine.classify(_raw(args))
+    score = classified.score
+    return {"verdict": score.verdict.value, "score": score.log_odds, "probability": score.probability}
+
+
+def op_explain(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
+    limit = args.get("limit", DEFAULT_EXPLAIN_LIMIT)
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        raise ControlError("request argument 'limit' must be a positive integer")
+    # Ask for every token, then take the strongest of each direction separately.
+    score, rows = engine.explain(_raw(args), limit=1 << 30)
+
+    def side(chosen: list[Any]) -> list[dict[str, Any]]:
+        return [{"token": _safe_text(c.token), "count": c.count, "weight": c.weight} for c in chosen[:limit]]
+
+    return {
+        "verdict": score.verdict.value,
+        "score": score.log_odds,
+        "probability": score.probability,
+        "toward_spam": side([c for c in rows if c.weight > 0]),
+        "toward_ham": side([c for c in rows if c.weight < 0]),
+    }
+
+
+def _train_many(messages: list[bytes], apply: Callable[[bytes], Any]) -> dict[str, Any]:
+    """Outcomes one per message, in order; a failure stops the batch and is reported with what was done."""
+    outcomes: list[str] = []
+    for raw in messages:
+        if not looks_like_message(raw):
+            outcomes.append(NOT_A_MESSAGE)
+            continue
+        try:
+            outcomes.append(apply(raw).value)
+        except SpamdError as e:  # e.g. the journal cannot be written: nothing more is learned
+            return {"outcomes": outcomes, "error": str(e)}
+    return {"outcomes": outcomes}
+
+
+def op_train(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
+    try:
+        label = Label.parse(str(args.get("label")))
+    except KeyError:
+        raise ControlError("request argument 'label' must be 'spam' or 'ham'") from None
+    return _train_many(_messages(args), lambda raw: engine.train(raw, label, TRAIN_SOURCE))
+
+
+def op_untrain(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
+    return _train_many(_messages(args), lambda raw: engine.untrain(raw, TRAIN_SOURCE))
+
+
+ENGINE_OPERATIONS: dict[str, Callable[[EngineLike, dict[str, Any]], dict[str, Any]]] = {
+    "classify": op_classify,
+    "explain": op_explain,
+    "train": op_train,
+    "untrain": op_untrain,
+}
+
+
+# ---------------------------------------------------------------- the server
+
+
+class DaemonLike(Protocol):
+    """What the server needs from spamd.daemon's daemon object."""
+
+    engine: Any
+
+    async def snapshot(self) -> Path: ...
+    async def reload(self) -> dict[str, Any]: ...
+    def stats(self) -> dict[str, Any]: ...
+
+
+@dataclass
+class _Session:
+    """Per-connection state: an export being read out, an import being received."""
+
+    export: bytes | None = None
+    import_size: int | None = None
+    import_buffer: bytearray | None = None
+
+
+def check_socket_directory(path: Path) -> None:
+    """Refuse a socket whose directory others can write (they could swap the socket for their own)."""
+    parent = path.parent
+    try:
+        mode = parent.stat().st_mode
+    except FileNotFoundError:
+        raise ControlError(f"{parent}: directory for the control socket does not exist") from None
+    if mode & stat.S_IWOTH:
+        raise ControlError(
+            f"{parent}: directory is writable by others; refusing to put the control socket {path.name} there "
+            "(chmod o-w it, or set [control] socket to a path in a private directory)"
+        )
+
+
+async def _socket_answers(path: Path) -> bool:
+    """Does a live process accept connections on this socket file?"""
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_unix_connection(str(path)), timeout=2.0)
+    except (ConnectionRefusedError, FileNotFoundError):
+        return False
+    except TimeoutError:
+        return True  # a backlog that full belongs to something alive
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return True
+
+
+class ControlServer:
+    """The daemon's end of the control socket; every handler runs on the daemon's loop."""
+
+    def __init__(self, path: Path, daemon: DaemonLike):
+        self.path = Path(path)
+        self.daemon = daemon
+        self._server: asyncio.AbstractServer | None = None
+        self._inode: tuple[int, int] | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+        self._handlers: dict[str, Callable[[dict[str, Any], _Session], Awaitable[Any]]] = {
+            "ping": self._ping,
+            "stats": self._stats,
+            "snapshot": self._snapshot,
+            "reload": self._reload,
+            "export_begin": self._export_begin,
+            "export_chunk": self._export_chunk,
+            "import_begin": self._import_begin,
+            "import_chunk": self._import_chunk,
+            "import_commit": self._import_commit,
+        }
+
+    async def start(self) -> None:
+        """Bind the socket owner-only and start serving; ControlError if that is not safe or possible."""
+        path = self.path
+        if len(os.fsencode(path)) > _MAX_SOCKET_PATH:
+            raise ControlError(
+                f"{path}: control socket path is {len(os.fsencode(path))} bytes, the limit is "
+                f"{_MAX_SOCKET_PATH}; set [control] socket to a shorter path"
+            )
+        if not path.parent.exists():
+            path.parent.mkdir(parents=True, mode=0o700)
+        check_socket_directory(path)
+        await self._remove_stale(path)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(str(path))
+            # Nobody can connect before listen(); tighten the mode in between.
+            os.chmod(path, 0o600)
+            st = os.stat(path)
+            self._inode = (st.st_dev, st.st_ino)
+            self._server = await asyncio.start_unix_server(self._accept, sock=sock)
+        except OSError as e:
+            sock.close()
+            raise ControlError(f"{path}: cannot listen on the control socket: {e.strerror}") from None
+        log.info("control_socket_listening", path=str(path))
+
+    async def _remove_stale(self, path: Path) -> None:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return
+        if not stat.S_ISSOCK(st.st_mode):
+            raise ControlError(f"{path}: exists and is not a socket; move it away or set [control] socket")
+        if await _socket_answers(path):
+            raise ControlError(f"{path}: another spamd is answering on this control socket; stop it first")
+        path.unlink()
+        log.warning("control_socket_stale_removed", path=str(path))
+
+    async def close(self) -> None:
+        """Stop accepting, end open connections, remove the socket file (if it is still ours)."""
+        if self._server is None:
+            return
+        self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        for task in list(self._connections):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self._server.wait_closed()
+        self._server = None
+        try:
+            st = os.stat(self.path)
+            if (st.st_dev, st.st_ino) == self._inode:
+                self.path.unlink()
+        except FileNotFoundError:
+            pass
+
+    # ------------------------------------------------------------ connections
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        try:
+            if self._peer_allowed(writer):
+                await self._serve(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass  # the peer went away mid-frame; nothing to answer
+        finally:
+            self._connections.discard(task)
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+
+    def _peer_allowed(self, writer: asyncio.StreamWriter) -> bool:
+        sock = writer.get_extra_info("socket")
+        creds = getattr(socket, "SO_PEERCRED", None)
+        if sock is None or creds is None:
+            return True  # not Linux: the 0600 socket mode is the guard
+        pid, uid, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, creds, struct.calcsize("3i")))
+        if uid in (os.getuid(), 0):
+            return True
+        log.warning("control_peer_refused", peer_pid=pid, peer_uid=uid)
+        writer.write(encode_frame({"ok": False, "error": f"user {uid} may not control this spamd"}))
+        return False
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        session = _Session()
+        while True:
+            try:
+                header = await reader.readexactly(_HEADER.size)
+            except asyncio.IncompleteReadError as e:
+                if e.partial:
+                    raise
+                return  # clean end of the conversation
+            (length,) = _HEADER.unpack(header)
+            if length > MAX_FRAME_BYTES:
+                error = f"request of {length} bytes exceeds the {_mib(MAX_FRAME_BYTES)} control frame limit"
+                writer.write(encode_frame({"ok": False, "error": error}))
+                await writer.drain()
+                return  # the rest of the stream is that frame: no way to resync but to hang up
+            reply = await self._dispatch(await reader.readexactly(length), session)
+            try:
+                frame = encode_frame(reply)
+            except (ControlError, TypeError) as e:
+                frame = encode_frame({"ok": False, "error": f"reply cannot be sent: {e}"})
+            writer.write(frame)
+            await writer.drain()
+
+    async def _dispatch(self, data: bytes, session: _Session) -> dict[str, Any]:
+        command = "?"
+        try:
+            request = decode_frame(data)
+            if not isinstance(request, dict) or not isinstance(request.get("command"), str):
+                raise ControlError("malformed request: expected a map with a 'command' string")
+            command = request["command"]
+            args = request.get("args") or {}
+            if not isinstance(args, dict):
+                raise ControlError("malformed request: 'args' must be a map")
+            operation = ENGINE_OPERATIONS.get(command)
+            if operation is not None:
+                result = operation(self.daemon.engine, args)
+            elif command in self._handlers:
+                result = await self._handlers[command](args, session)
+            else:
+                raise ControlError(f"unknown command {command!r}")
+            return {"ok": True, "result": result}
+        except SpamdError as e:
+            log.warning("control_request_failed", command=command, error=str(e))
+            return {"ok": False, "error": str(e)}
+        except Exception as e:  # a bug must not take the daemon down with one request
+            log.exception("control_request_crashed", command=command)
+            return {"ok": False, "error": f"spamd failed on {command!r} ({type(e).__name__}: {e}); see its log"}
+
+    # ------------------------------------------------------------ daemon commands
+
+    async def _ping(self, args: dict[str, Any], session: _Session) -> dict[str, Any]:
+        return {"pid": os.getpid()}
+
+    async def _stats(self, args: dict[str, Any], session: _Session) -> dict[str, Any]:
+        return {**self.daemon.stats(), "daemon": True, "pid": os.getpid()}
+
+    async def _snapshot(self, args: dict[str, Any], session: _Session) -> dict[str, Any]:
+        return {"path": str(await self.daemon.snapshot())}
+
+    async def _reload(self, args: dict[str, Any], session: _Session) -> dict[str, Any]:
+        return await self.daemon.reload()
+
+    async def _export_begin(self, args: dict[str, Any], session: _Session) -> dict[str, Any]:
+        session.export = self.daemon.engine.export_snapshot()
+        return {"size": len(session.export)}
+
+    async def _export_chunk(self, args: dict[str, Any], session: _Session) -> dict[str, Any]:
+        offset = args.get("offset")
+        if session.export is None:
+            raise ControlError("export_chunk without export_begin on this connection")
+        if not isinstance(offset, int) or not 0 <= offset <= len(session.export):
+            raise ControlError("request argument 'offset' is out of range")
+        data = session.export[offset : offset + CHUNK_BYTES]
+        if offset + len(data) >= len(session.export):
+            session.export = None
+        return {"data": data}
+
+    async def _import_begin(self, args: dict[str, Any], session: _Session) -> dict[str, Any]:
+        size = args.get("size")
+        if not isinstance(size, int) or not 0 < size <= MAX_IMPORT_BYTES:
+            raise ControlError(f"import size must be between 1 byte and {MAX_IMPORT_BYTES} bytes")
+        session.import_size, session.import_buffer = size, bytearray()
+        return {}
+
+    async def _import_chunk(self, args: dict[str, Any], session: _Session) -> dict[str, Any]:
+        data = _raw(args, "data")
+        if session.import_buffer is None or session.import_size is None:
+            raise ControlError("import_chunk without import_begin on this connection")
+        if len(session.import_buffer) + len(data) > session.import_size:
+            session.import_buffer = session.import_size = None
+            raise ControlError("import sent more bytes than announced; nothing was imported")
+        session.import_buffer += data
+        return {"received": len(session.import_buffer)}
+
+    async def _import_commit(self, args: dict[str, Any], session: _Session) -> dict[str, Any]:
+        buffer, size = session.import_buffer, session.import_size
+        session.import_buffer = session.import_size = None
+        if buffer is None or len(buffer) != size:
+            raise ControlError("import incomplete (fewer bytes than announced); nothing was imported")
+        where = str(args.get("name") or "import")
+        # On the loop, with no await: no training can interleave between verify and install.
+        return self.daemon.engine.import_snapshot(bytes(buffer), where)
+
+
+# ---------------------------------------------------------------- the client
+
+
+class ControlClient:
+    """spamctl's end: blocking, one connection reused for every request."""
+
+    def __init__(self, path: Path, timeout: float = 300.0):
+        self.path = Path(path)
+        self.timeout = timeout
+        self._sock: socket.socket | None = None
+
+    def connect(self) -> None:
+        """Connect, or raise DaemonNotRunning (no socket, or a stale one) / ControlError."""
+        if self._sock is not None:
+            return
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(str(self.path))
+        except (FileNotFoundError, ConnectionRefusedError):
+            sock.close()
+            raise DaemonNotRunning(f"no spamd is running (nothing answers on {self.path})") from None
+        except PermissionError:
+            sock.close()
+            raise ControlError(f"{self.path}: permission denied connecting to the control socket") from None
+        except OSError as e:
+            sock.close()
+            raise ControlError(f"{self.path}: cannot connect to the control socket: {e.strerror or e}") from None
+        self._sock = sock
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def __enter__(self) -> "ControlClient":
+        self.connect()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def request(self, command: str, **args: Any) -> Any:
+        """Send one request and return its result; ControlError carries the daemon's refusal."""
+        self.connect()
+        assert self._sock is not None
+        frame = encode_frame({"command": command, "args": args})
+        try:
+            self._sock.sendall(frame)
+            (length,) = _HEADER.unpack(self._receive(_HEADER.size))
+            if length > MAX_FRAME_BYTES:
+                raise ControlError(f"reply of {length} bytes exceeds the {_mib(MAX_FRAME_BYTES)} control frame limit")
+            reply = decode_frame(self._receive(length))
+        except TimeoutError:
+            self.close()
+            raise ControlError(f"{self.path}: no reply from spamd within {self.timeout:.0f} s") from None
+        except (BrokenPipeError, ConnectionResetError):
+            self.close()
+            raise ControlError(f"{self.path}: spamd closed the connection") from None
+        if not isinstance(reply, dict) or "ok" not in reply:
+            raise ControlError(f"{self.path}: malformed reply from spamd")
+        if not reply["ok"]:
+            raise ControlError(str(reply.get("error")))
+        return reply.get("result")
+
+    def _receive(self, n: int) -> bytes:
+        assert self._sock is not None
+        chunks, remaining = [], n
+        while remaining:
+            chunk = self._sock.recv(min(remaining, 1 << 20))
+            if not chunk:
+                # A reply sent just before hanging up (e.g. "frame too large") may be all there is.
+                raise ConnectionResetError
+            chunks.append(chunk)
+            remaining -= len(chunk)
+        return b"".join(chunks)
+
+    def export_bytes(self) -> bytes:
+        size = self.request("export_begin")["size"]
+        parts, offset = [], 0
+        while offset < size:
+            data = self.request("export_chunk", offset=offset)["data"]
+            if not data:
+                raise ControlError(f"{self.path}: export ended early at byte {offset} of {size}")
+            parts.append(data)
+            offset += len(data)
+        return b"".join(parts)
+
+    def import_bytes(self, data: bytes, name: str) -> dict[str, Any]:
+        self.request("import_begin", size=len(data))
+        for offset in range(0, len(data), CHUNK_BYTES):
+            self.request("import_chunk", data=data[offset : offset + CHUNK_BYTES])
+        return self.request("import_commit", name=name)
