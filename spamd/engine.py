@@ -59,6 +59,16 @@ class Engine:
     def close(self) -> None:
         self.store.close()
 
+    def reconfigure(self, config: Config) -> None:
+        """Apply a reloaded config's live settings: thresholds, smoothing, parser caps, snapshot policy.
+
+        Does not resize the model or move the state: the caller keeps `hash_bits`,
+        `data_dir` and the store settings unchanged (they need a restart).
+        """
+        self.config = config
+        self.classifier.config = config
+        self.model.config = config.model
+
     # ------------------------------------------------------------ per message
 
     def classify(self, raw: bytes) -> Classified:
