@@ -1,0 +1,268 @@
+"""spamctl as a subprocess with no daemon running: it opens the state itself, under the lock."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import tempfile
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from spamd.config import load_config
+from spamd.engine import Engine
+from spamd.model import Label
+from tests.cli_helpers import HAM, SMALL_CONFIG, SPAM, run_spamctl, write_maildir, write_mbox
+
+
+@pytest.fixture
+def home() -> Iterator[Path]:
+    """A short private directory (socket paths are limited to 107 bytes) with a small-model config."""
+    path = Path(tempfile.mkdtemp(prefix="spamctl-", dir="/tmp"))
+    (path / "spamd.toml").write_text(SMALL_CONFIG)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def ctl(home: Path, *args: str | Path, input: bytes | None = None):
+    return run_spamctl("--config", home / "spamd.toml", "--data-dir", home / "data", *args, input=input)
+
+
+def open_engine(home: Path) -> Engine:
+    return Engine.open(load_config(home / "spamd.toml", data_dir=home / "data"), durable=False)
+
+
+def test_stats_on_a_fresh_state_directory(home: Path) -> None:
+    result = ctl(home, "stats", "--json")
+    assert result.returncode == 0, result.stderr
+    stats = result.json()
+    for key in ("messages_scored", "trained_ham", "trained_spam", "tokens", "uptime_s"):
+        assert key in stats
+    assert stats["trained_ham"] == stats["trained_spam"] == stats["tokens"] == 0
+    assert stats["daemon"] is False and stats["uptime_s"] is None
+    table = ctl(home, "stats")
+    assert table.returncode == 0
+    assert "no spamd running" in table.stdout and "spam in the model" in table.stdout
+
+
+def test_options_before_and_after_the_command_agree(home: Path) -> None:
+    after = run_spamctl("stats", "--json", "--data-dir", home / "data", "--config", home / "spamd.toml")
+    assert after.returncode == 0, after.stderr
+    assert after.json()["state_dir"] == str(home / "data" / "state")
+
+
+def test_classify_works_on_an_empty_model_and_on_any_bytes(home: Path) -> None:
+    result = ctl(home, "classify", "-", "--json", input=SPAM[0])
+    assert result.returncode == 0, result.stderr
+    assert result.json()["verdict"] == "unsure"
+    for junk in (b"", b"\x00\xff\xfe" * 1000, b"\n\n\n", bytes(range(256))):
+        result = ctl(home, "classify", "-", "--json", input=junk)
+        assert result.returncode == 0, result.stderr
+        assert set(result.json()) >= {"verdict", "score", "probability"}
+    table = ctl(home, "classify", "-", input=SPAM[0])
+    assert "verdict" in table.stdout and "unsure" in table.stdout
+
+
+def test_train_a_maildir_twice_skips_the_repeats(home: Path) -> None:
+    junk = write_maildir(home / "Maildir" / ".Junk", SPAM)
+    first = ctl(home, "train", "--spam", junk, "--json")
+    assert first.returncode == 0, first.stderr
+    assert first.json()["learned"] == len(SPAM) and first.json()["mode"] == "offline"
+    again = ctl(home, "train", "--spam", junk, "--json")
+    assert again.json()["learned"] == 0 and again.json()["skipped_repeat"] == len(SPAM)
+    stats = ctl(home, "stats", "--json").json()
+    assert stats["trained_spam"] == len(SPAM) and stats["trained_ham"] == 0
+    text = ctl(home, "train", "--spam", junk)
+    assert "skipped (already trained)" in text.stdout and "learned" in text.stdout
+
+
+def test_train_mbox_and_single_files_then_classify_and_explain(home: Path) -> None:
+    box = write_mbox(home / "ham.mbox", HAM)
+    assert ctl(home, "train", "--ham", box, "--json").json()["learned"] == len(HAM)
+    files = []
+    for i, raw in enumerate(SPAM):
+        files.append(home / f"spam{i}.eml")
+        files[-1].write_bytes(raw)
+    assert ctl(home, "train", "--spam", *files, "--json").json()["learned"] == len(SPAM)
+    probe = b"From: x@y.example\nSubject: free cash prize\n\nclick now for free money\n"
+    verdict = ctl(home, "classify", "-", "--json", input=probe).json()
+    assert verdict["verdict"] == "spam" and verdict["probability"] > 0.8
+    explained = ctl(home, "explain", "-", "--json", "--limit", "3", input=probe).json()
+    assert len(explained["toward_spam"]) == 3
+    assert all(row["weight"] > 0 for row in explained["toward_spam"])
+    assert all(row["weight"] < 0 for row in explained["toward_ham"])
+    table = ctl(home, "explain", "-", input=probe)
+    assert table.returncode == 0 and "toward spam" in table.stdout and "contribution" in table.stdout
+
+
+def test_training_with_the_other_label_corrects_and_untrain_removes(home: Path) -> None:
+    message = home / "one.eml"
+    message.write_bytes(HAM[0])
+    assert ctl(home, "train", "--spam", message, "--json").json()["learned"] == 1
+    assert ctl(home, "train", "--ham", message, "--json").json()["corrected"] == 1
+    stats = ctl(home, "stats", "--json").json()
+    assert (stats["trained_ham"], stats["trained_spam"]) == (1, 0)
+    untrained = ctl(home, "untrain", message, "--json").json()
+    assert untrained["unlearned"] == 1
+    assert ctl(home, "untrain", message, "--json").json()["not_trained"] == 1
+    stats = ctl(home, "stats", "--json").json()
+    assert (stats["trained_ham"], stats["trained_spam"], stats["tokens"]) == (0, 0, 0)
+
+
+def test_files_that_are_not_mail_are_reported_and_not_learned(home: Path) -> None:
+    folder = write_maildir(home / "Maildir", [SPAM[0], b"", b"\x89PNG\r\n\x1a\n\x00\x00binary"])
+    result = ctl(home, "train", "--spam", folder, "--json")
+    assert result.returncode == 1
+    report = result.json()
+    assert report["learned"] == 1 and report["not_a_message"] == 2
+    assert result.stderr.count("not a mail message") == 2
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (("classify", "/nonexistent/message"), "/nonexistent/message: no such file"),
+        (("train", "--spam", "/nonexistent/folder"), "/nonexistent/folder: no such file or directory"),
+        (("import", "/nonexistent/backup"), "/nonexistent/backup: no such file"),
+        (("reload",), "no daemon to reload"),
+    ],
+)
+def test_errors_are_one_line_and_a_nonzero_status(home: Path, args: tuple[str, ...], expected: str) -> None:
+    result = ctl(home, *args)
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1 and expected in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_directory_that_is_not_a_maildir_is_refused_before_training_anything(home: Path) -> None:
+    (home / "plain").mkdir()
+    message = home / "one.eml"
+    message.write_bytes(SPAM[0])
+    result = ctl(home, "train", "--spam", message, home / "plain")
+    assert result.returncode == 1 and "not a Maildir folder" in result.stderr
+    assert ctl(home, "stats", "--json").json()["trained_spam"] == 0
+    assert "is a directory" in ctl(home, "classify", home / "plain").stderr
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
+def test_permission_denied_is_one_line(home: Path) -> None:
+    message = home / "secret.eml"
+    message.write_bytes(SPAM[0])
+    message.chmod(0)
+    result = ctl(home, "classify", message)
+    assert result.returncode == 1 and "permission denied" in result.stderr
+
+
+def test_bad_config_is_one_line(home: Path) -> None:
+    (home / "bad.toml").write_text("[model]\nhash_bits = 'many'\n")
+    result = run_spamctl("--config", home / "bad.toml", "stats")
+    assert result.returncode == 1 and "hash_bits" in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_a_held_lock_with_no_socket_answering_is_explained(home: Path) -> None:
+    engine = open_engine(home)  # stands where a hung daemon would: holding the state lock
+    try:
+        # A socket file that nobody listens on, as a killed daemon leaves it.
+        stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        stale.bind(str(home / "data" / "control.sock"))
+        stale.close()
+        result = ctl(home, "stats")
+    finally:
+        engine.close()
+    assert result.returncode == 1
+    assert "locked by a running spamd" in result.stderr and "nothing answers" in result.stderr
+    assert ctl(home, "stats").returncode == 0  # stale socket, lock free: offline works
+
+
+def test_snapshot_persists_and_journal_is_folded(home: Path) -> None:
+    write_maildir(home / "Junk", SPAM)
+    ctl(home, "train", "--spam", home / "Junk")
+    result = ctl(home, "snapshot", "--json")
+    assert result.returncode == 0, result.stderr
+    path = Path(result.json()["path"])
+    assert path.exists() and path.parent == home / "data" / "state"
+    stats = ctl(home, "stats", "--json").json()
+    assert stats["snapshot_seq"] == stats["journal_seq"] == len(SPAM)
+    assert stats["journal_records"] == 0 and stats["snapshot_bytes"] == path.stat().st_size
+
+
+def test_export_then_import_into_another_state_directory(home: Path) -> None:
+    write_maildir(home / "Junk", SPAM)
+    write_maildir(home / "Inbox", HAM)
+    ctl(home, "train", "--spam", home / "Junk")
+    ctl(home, "train", "--ham", home / "Inbox")
+    exported = ctl(home, "export", home / "backup.spamd", "--json")
+    assert exported.returncode == 0, exported.stderr
+    assert exported.json()["bytes"] == (home / "backup.spamd").stat().st_size
+
+    other = ["--config", home / "spamd.toml", "--data-dir", home / "other"]
+    # The target has its own history: a longer journal than the export's seq.
+    for raw in HAM + SPAM:
+        (home / "x.eml").write_bytes(raw + b"\nlocal\n")
+        run_spamctl(*other, "train", "--ham", home / "x.eml")
+    imported = run_spamctl(*other, "import", home / "backup.spamd", "--json")
+    assert imported.returncode == 0, imported.stderr
+    result = imported.json()
+    assert (result["trained_ham"], result["trained_spam"]) == (len(HAM), len(SPAM))
+    assert result["seq"] > len(HAM + SPAM)  # past the target's own journal
+    # Nothing older is replayed over it on the next open, and training carries on from it.
+    again = run_spamctl(*other, "train", "--spam", home / "Junk", "--json").json()
+    assert again["skipped_repeat"] == len(SPAM)
+    source, target = open_engine(home), Engine.open(
+        load_config(home / "spamd.toml", data_dir=home / "other"), durable=False
+    )
+    try:
+        assert source.model.state_equals(target.model)
+        assert source.trainer.ledger.equals(target.trainer.ledger)
+    finally:
+        source.close()
+        target.close()
+
+
+def test_import_is_verified_before_anything_changes(home: Path) -> None:
+    write_maildir(home / "Junk", SPAM)
+    ctl(home, "train", "--spam", home / "Junk")
+    ctl(home, "export", home / "backup.spamd")
+    damaged = bytearray((home / "backup.spamd").read_bytes())
+    damaged[len(damaged) // 2] ^= 0xFF
+    (home / "damaged.spamd").write_bytes(bytes(damaged))
+    before = ctl(home, "stats", "--json").json()
+    for name, expected in (("damaged.spamd", "nothing changed"), ("spam0.eml", "nothing changed")):
+        if name == "spam0.eml":
+            (home / name).write_bytes(SPAM[0])
+        result = ctl(home, "import", home / name)
+        assert result.returncode == 1 and expected in result.stderr and result.stderr.count("\n") == 1
+    after = ctl(home, "stats", "--json").json()
+    assert (after["trained_spam"], after["journal_seq"]) == (before["trained_spam"], before["journal_seq"])
+
+
+def test_import_with_other_hash_bits_is_refused(home: Path) -> None:
+    write_maildir(home / "Junk", SPAM)
+    ctl(home, "train", "--spam", home / "Junk")
+    ctl(home, "export", home / "backup.spamd")
+    (home / "wide.toml").write_text("[model]\nhash_bits = 17\n")
+    result = run_spamctl("--config", home / "wide.toml", "--data-dir", home / "wide", "import", home / "backup.spamd")
+    assert result.returncode == 1
+    assert "hash_bits = 16" in result.stderr and "17" in result.stderr and "nothing changed" in result.stderr
+
+
+def test_all_time_scored_counts_survive_a_snapshot(home: Path) -> None:
+    config = load_config(home / "spamd.toml", data_dir=home / "data")
+    engine = Engine.open(replace(config), durable=False)
+    engine.train(SPAM[0], Label.SPAM, "test")
+    engine.train(HAM[0], Label.HAM, "test")
+    engine.classify(SPAM[1])
+    engine.classify(HAM[1])
+    engine.snapshot()
+    engine.close()
+    stats = ctl(home, "stats", "--json").json()
+    assert stats["messages_scored_all_time"] == 2
+
+
+def test_eval_is_registered() -> None:
+    result = run_spamctl("eval", "--help")
+    assert result.returncode == 0
+    assert "--results" in result.stdout and "--plot" in result.stdout
