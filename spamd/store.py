@@ -489,6 +489,13 @@ class Store:
                         f"{path}: journal jumps from record {seq} to {record.seq}; records are missing. "
                         "Restore the state directory from a backup, or move it aside and retrain"
                     )
+                ids = record.features.ids
+                if len(ids) and int(ids[-1]) >= snapshot.model.n_buckets:  # ids are sorted
+                    raise CorruptStateError(
+                        f"{path}: record {record.seq} holds bucket ids beyond model.hash_bits = "
+                        f"{self.model_config.hash_bits}; it was written with a larger hash_bits. "
+                        "Set it back, or move the state directory aside and retrain"
+                    )
                 apply_record(snapshot.model, snapshot.ledger, record)
                 seq = record.seq
                 recovery.replayed += 1
