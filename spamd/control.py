@@ -502,9 +502,9 @@ class ControlClient:
 
     def request(self, command: str, **args: Any) -> Any:
         """Send one request and return its result; ControlError carries the daemon's refusal."""
+        frame = encode_frame({"command": command, "args": args})  # too large: refused before connecting
         self.connect()
         assert self._sock is not None
-        frame = encode_frame({"command": command, "args": args})
         try:
             self._sock.sendall(frame)
             (length,) = _HEADER.unpack(self._receive(_HEADER.size))
