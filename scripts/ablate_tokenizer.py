@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""Rerun the tokenizer measurements: the TREC protocol with one token family removed at a time.
+
+Each tokenizer rule emits tokens with its own prefix, so removing a rule is a
+filter on the tokenizer's output; everything else (parser, model, thresholds) is
+the real code path. Prints (1-ROCA)% and hm% at sm%=0.1 per corpus, full
+tokenizer first. This is how the figures in spamd/tokenize.py were obtained.
+
+    python scripts/ablate_tokenizer.py                  # both corpora
+    python scripts/ablate_tokenizer.py --corpus spamassassin
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from spamd.config import Config
+from spamd.evaluation import hm_at_sm, one_minus_roca, read_index
+from spamd.message import parse_message, strip_own_headers
+from spamd.model import Label, MultinomialNB, featurize
+from spamd.tokenize import tokenize
+
+CORPORA = Path(__file__).resolve().parents[2] / "shared" / "corpora"
+INDEXES = {"trec07p-dev": CORPORA / "trec07p-dev/full/index", "spamassassin": CORPORA / "spamassassin/index"}
+
+_HEADER_TOKEN_RE = re.compile(
+    r"(header|subject|x-mailer|content-type|org|from|to|cc|reply-to|sender|return-path|received|message-id)[:@]"
+)
+
+# Token families by how their tokens look.
+FAMILIES: dict[str, Callable[[str], bool]] = {
+    "header presence (header:)": lambda t: t.startswith("header:"),
+    "subject word pairs": lambda t: t.startswith("subject:") and " " in t,
+    "url path words (urlpath:)": lambda t: t.startswith("urlpath:"),
+    "url hosts (url:)": lambda t: t.startswith("url:"),
+    "non-ASCII runs (nonascii:)": lambda t: t.startswith("nonascii:"),
+    "MIME structure (part:, filename-ext:, defect:)": lambda t: t.startswith(("part:", "filename-ext:", "defect:")),
+    "Received hosts (received:)": lambda t: t.startswith("received:"),
+    "Message-ID domain": lambda t: t.startswith("message-id@"),
+    "all header-tagged tokens": lambda t: _HEADER_TOKEN_RE.match(t) is not None,
+}
+
+
+def online(tokens_per_message: list[tuple[Label, list[str]]], config: Config) -> tuple[float, float]:
+    model = MultinomialNB(config.model)
+    scores = np.empty(len(tokens_per_message))
+    is_spam = np.empty(len(tokens_per_message), dtype=bool)
+    for i, (label, tokens) in enumerate(tokens_per_message):
+        features = featurize(tokens, config.model.hash_bits)
+        scores[i] = model.score(features).log_odds
+        is_spam[i] = label == Label.SPAM
+        model.learn_one(features, label)
+    return one_minus_roca(scores, is_spam), hm_at_sm(scores, is_spam)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus", choices=sorted(INDEXES), action="append")
+    args = parser.parse_args()
+    config = Config()
+    names = args.corpus or list(INDEXES)
+    if not all(INDEXES[n].exists() for n in names):
+        print(f"corpora not found under {CORPORA}", file=sys.stderr)
+        return 2
+    tokenized = {}
+    for name in names:
+        tokenized[name] = [
+            (entry.label, tokenize(parse_message(strip_own_headers(entry.path.read_bytes()), config.parser)))
+            for entry in read_index(INDEXES[name])
+        ]
+    print(f"{'tokens removed':<48}" + "".join(f"{n:>28}" for n in names))
+    rows = [("none (full tokenizer)", lambda t: False), *FAMILIES.items()]
+    for label, drop in rows:
+        cells = []
+        for name in names:
+            data = [(lab, [t for t in toks if not drop(t)]) for lab, toks in tokenized[name]]
+            roca, hm = online(data, config)
+            cells.append(f"{roca:.4f} / hm {hm:5.2f}")
+        print(f"{label:<48}" + "".join(f"{c:>28}" for c in cells), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
