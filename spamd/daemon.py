@@ -1,0 +1,332 @@
+"""spamd: wiring, the startup -> serve -> shutdown phases, signals, the snapshot timer.
+
+Startup opens the Engine (lock, snapshot, journal replay), catches the Maildirs
+up with moves made while spamd was down, then listens. Serve waits on an Event
+that SIGTERM/SIGINT set; SIGHUP reloads the config. Shutdown stops accepting,
+lets messages in flight finish, handles queued Maildir events, writes a
+snapshot and releases the state. Business logic lives in smtp.py, maildir.py
+and scoring.py; the model in the Engine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import importlib.util
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from spamd.config import Config, load_config
+from spamd.engine import Engine
+from spamd.errors import SpamdError
+from spamd.logs import configure_logging, set_level
+from spamd.maildir import Mailbox, MaildirWatcher, export_indexes, load_indexes, save_indexes, user_of
+from spamd.model import Label
+from spamd.scoring import Metrics, Scorer
+from spamd.smtp import FilterSMTP, SmtpHandler
+
+log = structlog.get_logger()
+
+INDEX_FILE = "maildir-index.msgpack"
+DRAIN_TIMEOUT_S = 30.0
+TIMER_TICK_S = 5.0
+
+# Settings a reload applies at once; every other change is logged as needing a restart.
+LIVE_SETTINGS = {
+    "parser": {"max_bytes", "max_parts", "max_depth", "max_text_chars"},
+    "model": {"alpha", "ham_threshold", "spam_threshold"},
+    "store": {"snapshot_interval_s", "journal_max_bytes"},
+    "smtp": {
+        "mode", "next_hop_host", "next_hop_port", "next_hop_timeout_s", "max_message_bytes",
+        "max_recipients", "idle_timeout_s", "data_timeout_s", "allowed_peers",
+    },
+    "maildir": {"watch_inbox", "autolearn", "fsync"},
+    "log": {"level"},
+}  # fmt: skip
+
+
+class Daemon:
+    """One running spamd. `engine`, `snapshot()`, `reload()` and `stats()` are what the control socket uses."""
+
+    def __init__(
+        self,
+        config_path: Path | None = None,
+        *,
+        data_dir: Path | None = None,
+        smtp_listen: str | None = None,
+        config: Config | None = None,
+        install_signals: bool = True,
+    ):
+        self.config_path = config_path
+        self.overrides = {"data_dir": data_dir, "smtp_listen": smtp_listen}
+        self.config = config if config is not None else load_config(config_path, **self.overrides)
+        self.install_signals = install_signals
+        self.engine: Engine | None = None  # type: ignore[assignment]
+        self.metrics = Metrics()
+        self.scorer: Scorer | None = None
+        self.mailboxes: list[Mailbox] = []
+        self.watcher: MaildirWatcher | None = None
+        self.smtp: SmtpHandler | None = None
+        self.server: asyncio.AbstractServer | None = None
+        self.control: Any = None
+        self.smtp_address: tuple[str, int] | None = None
+        self.started = False
+        self.should_exit: asyncio.Event | None = None
+        self._snapshot_lock: asyncio.Lock | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._signals: list[int] = []
+
+    @property
+    def index_path(self) -> Path:
+        return self.config.data_dir / INDEX_FILE
+
+    # ------------------------------------------------------------ phases
+
+    async def run(self) -> None:
+        try:
+            await self.startup()
+            await self.serve()
+        finally:
+            await self.shutdown()
+
+    async def startup(self) -> None:
+        config = self.config
+        self.should_exit = asyncio.Event()
+        self._snapshot_lock = asyncio.Lock()
+        try:
+            config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as e:
+            raise SpamdError(f"{config.data_dir}: cannot create the data directory: {e.strerror}") from None
+        self.engine = await asyncio.to_thread(Engine.open, config)
+        self.scorer = Scorer(self.engine, self.metrics)
+
+        indexes = await asyncio.to_thread(load_indexes, self.index_path)
+        for root in config.maildirs():
+            mailbox = Mailbox(root, config.maildir, user_of(root), indexes.get(str(root)))
+            mailbox.ensure_layout()
+            self.mailboxes.append(mailbox)
+        self.watcher = MaildirWatcher(
+            self.mailboxes,
+            config.maildir,
+            score=self.scorer.score,
+            delivered=self.scorer.scored,
+            learn=self.scorer.learn,
+            ledger_label=self.engine.trainer.ledger.get,
+            on_error=self.metrics.error,
+        )
+        # Watch before the catch-up scan so nothing falls between the two; queued
+        # events for files the scan already handled are no-ops (same folder in the index).
+        self.watcher.start_watching()
+        for mailbox in self.mailboxes:
+            await self.watcher.catch_up(mailbox)
+        await asyncio.to_thread(save_indexes, self.index_path, export_indexes(self.mailboxes))
+        self.watcher.start_consuming()
+
+        loop = asyncio.get_running_loop()
+        self.smtp = SmtpHandler(lambda: self.config, self.scorer, self.mailboxes, self.metrics.error)
+        s = config.smtp
+        try:
+            self.server = await loop.create_server(lambda: FilterSMTP(self.smtp, self.config, loop), s.host, s.port)
+        except OSError as e:
+            raise SpamdError(f"cannot listen for SMTP on {s.host}:{s.port}: {e.strerror} (smtp.host / smtp.port, or --smtp)") from None
+        self.smtp_address = self.server.sockets[0].getsockname()[:2]
+
+        if importlib.util.find_spec("spamd.control") is not None:
+            from spamd.control import ControlServer
+
+            self.control = ControlServer(config.control_socket, self)
+            await self.control.start()
+        else:
+            log.warning("control_socket_unavailable", reason="spamd.control is not installed")
+
+        if self.install_signals:
+            for sig, handler in (
+                (signal.SIGTERM, self.request_exit),
+                (signal.SIGINT, self.request_exit),
+                (signal.SIGHUP, lambda: self._spawn(self.reload(), "reload")),
+            ):
+                loop.add_signal_handler(sig, handler)
+                self._signals.append(sig)
+        self._spawn(self._snapshot_timer(), "snapshot-timer")
+        self.started = True
+        log.info(
+            "daemon_started",
+            pid=os.getpid(),
+            smtp_host=self.smtp_address[0],
+            smtp_port=self.smtp_address[1],
+            mode=s.mode,
+            maildirs=[str(m.root) for m in self.mailboxes],
+            data_dir=str(config.data_dir),
+            trained_ham=int(self.engine.model.doc_totals[Label.HAM]),
+            trained_spam=int(self.engine.model.doc_totals[Label.SPAM]),
+            recovery_problems=list(self.engine.recovery.problems),
+        )
+
+    async def serve(self) -> None:
+        assert self.should_exit is not None
+        await self.should_exit.wait()
+
+    async def shutdown(self) -> None:
+        log.info("daemon_stopping")
+        if self.server is not None:
+            self.server.close()  # stop accepting
+        if self.smtp is not None:
+            await self.smtp.drain(DRAIN_TIMEOUT_S)
+        if self.control is not None:
+            await self.control.close()
+        if self.watcher is not None:
+            await self.watcher.stop()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        loop = asyncio.get_running_loop()
+        for sig in self._signals:
+            loop.remove_signal_handler(sig)
+        self._signals.clear()
+        if self.engine is not None:
+            try:
+                store = self.engine.store
+                if self.engine.trainer.seq != store.last_snapshot_seq or (self.started and store.last_snapshot_time is None):
+                    await self.snapshot()
+                elif self.mailboxes:
+                    await asyncio.to_thread(save_indexes, self.index_path, export_indexes(self.mailboxes))
+            finally:
+                self.engine.close()
+                self.engine = None
+        log.info("daemon_stopped")
+
+    def request_exit(self) -> None:
+        if self.should_exit is not None:
+            self.should_exit.set()
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ------------------------------------------------------------ snapshots
+
+    async def snapshot(self) -> Path:
+        """Write a snapshot now (the encode on the loop, the fsyncs in a thread); also saves the Maildir index."""
+        assert self.engine is not None and self._snapshot_lock is not None
+        async with self._snapshot_lock:
+            started = time.perf_counter()
+            encoded, seq = self.engine.begin_snapshot()
+            rows = export_indexes(self.mailboxes)
+            path = await asyncio.to_thread(self.engine.finish_snapshot, encoded, seq)
+            await asyncio.to_thread(save_indexes, self.index_path, rows)
+            log.info("snapshot_written", path=str(path), seq=seq, bytes=len(encoded),
+                     elapsed_ms=round((time.perf_counter() - started) * 1000, 1))  # fmt: skip
+            return path
+
+    async def _snapshot_timer(self) -> None:
+        tick = min(TIMER_TICK_S, max(0.05, self.config.store.snapshot_interval_s))
+        while True:
+            await asyncio.sleep(tick)
+            if self.engine is not None and self.engine.needs_snapshot():
+                try:
+                    await self.snapshot()
+                except SpamdError as e:
+                    log.error("snapshot_failed", error=str(e))
+                    self.metrics.error("snapshot_failed", error=str(e))
+
+    # ------------------------------------------------------------ reload
+
+    async def reload(self) -> dict[str, Any]:
+        """Re-read the config file; apply what can change live, report what needs a restart."""
+        try:
+            new = await asyncio.to_thread(load_config, self.config_path, **self.overrides)
+        except SpamdError as e:
+            log.error("config_reload_failed", error=str(e), action="keeping the running config")
+            self.metrics.error("config_reload_failed", error=str(e))
+            return {"ok": False, "error": str(e), "applied": {}, "needs_restart": []}
+        old = self.config
+        applied: dict[str, list[Any]] = {}
+        needs_restart: list[str] = []
+        sections: dict[str, Any] = {}
+        for f in dataclasses.fields(Config):
+            before, after = getattr(old, f.name), getattr(new, f.name)
+            if f.name == "data_dir":
+                if before != after:
+                    needs_restart.append("data_dir")
+                continue
+            live = LIVE_SETTINGS.get(f.name, set())
+            keep: dict[str, Any] = {}
+            for item in dataclasses.fields(before):
+                a, b = getattr(before, item.name), getattr(after, item.name)
+                if a == b:
+                    continue
+                if item.name in live:
+                    applied[f"{f.name}.{item.name}"] = [a, b]
+                else:
+                    needs_restart.append(f"{f.name}.{item.name}")
+                    keep[item.name] = a
+            sections[f.name] = dataclasses.replace(after, **keep)
+        self.config = dataclasses.replace(old, **sections)
+        if self.engine is not None:
+            self.engine.reconfigure(self.config)
+        if self.watcher is not None:
+            self.watcher.config = self.config.maildir
+        for mailbox in self.mailboxes:
+            mailbox.config = self.config.maildir
+        set_level(self.config.log.level)
+        log.info("config_reloaded", source=str(self.config_path or "embedded defaults"), applied=applied)
+        if needs_restart:
+            log.warning("config_change_needs_restart", keys=needs_restart)
+        return {"ok": True, "applied": applied, "needs_restart": needs_restart}
+
+    # ------------------------------------------------------------ stats
+
+    def stats(self) -> dict[str, Any]:
+        """Engine.stats() plus a "daemon" section: throughput, latency, errors, sessions, Maildirs."""
+        assert self.engine is not None
+        stats: dict[str, Any] = dict(self.engine.stats())
+        daemon: dict[str, Any] = self.metrics.snapshot()
+        daemon.update(
+            pid=os.getpid(),
+            smtp_listen=None if self.smtp_address is None else f"{self.smtp_address[0]}:{self.smtp_address[1]}",
+            smtp_mode=self.config.smtp.mode,
+            smtp_sessions=0 if self.smtp is None else len(self.smtp.sessions),
+            smtp_in_flight=0 if self.smtp is None else self.smtp.in_flight,
+            smtp_accepted=0 if self.smtp is None else self.smtp.accepted,
+            maildirs=[{"path": str(m.root), "user": m.user, "indexed_messages": len(m.index)} for m in self.mailboxes],
+            maildir_events_queued=0 if self.watcher is None else self.watcher.queue.qsize(),
+        )
+        stats["daemon"] = daemon
+        return stats
+
+
+# ---------------------------------------------------------------- entry point
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="spamd", description="Online spam filter daemon (SMTP content filter, Maildir watcher).")
+    parser.add_argument("--config", type=Path, help="TOML config file (default: embedded defaults; see config/spamd.toml)")
+    parser.add_argument("--data-dir", type=Path, help="data directory: model state and the default Maildir (overrides data_dir)")
+    parser.add_argument("--smtp", metavar="HOST:PORT", help="SMTP listen address (overrides [smtp] host and port)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        daemon = Daemon(args.config, data_dir=args.data_dir, smtp_listen=args.smtp)
+        configure_logging(daemon.config.log)
+        asyncio.run(daemon.run())
+    except SpamdError as e:
+        print(f"spamd: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

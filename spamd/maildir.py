@@ -1,0 +1,573 @@
+"""Maildir++: delivery, the watchdog bridge, and folder moves turned into training decisions.
+
+Layout (Dovecot and Courier): the Maildir root is the INBOX (`cur/ new/ tmp/`),
+each other folder a dot-directory beside them (`.Junk/`, `.Trash/`, `.Work.2024/`).
+A message file is named `<base>[:2,<flags>]`: the base is unique in the Maildir
+and survives flag changes (`cur/` renames) and `new/` -> `cur/`; IMAP servers keep
+it, or make a new one, when they move a message between folders.
+
+Move detection. Each Maildir has a `SeenIndex`: base name -> (folder, message key)
+for every file spamd has seen, and message key -> folder. When a file appears
+in a folder (inotify create / moved-to, or found by the start-up scan):
+  - base known, same folder: a flag change or new/ -> cur/: nothing.
+  - base known, other folder: a move from there.
+  - base unknown: read the file (the only time a file is read); its key known
+    to the index at another folder is a move under a new name (Dovecot's
+    hard-link copy + expunge); otherwise the ledger decides (below).
+A move into Junk from any other folder is spam; out of Junk into any folder but
+Trash is ham; anything else (Junk -> Trash, between ordinary folders) is not a
+training event. An unknown file in Junk is spam unless it carries spamd's own
+spam flag (then a delivery agent filed it by spamd's verdict, no person did); an
+unknown file elsewhere (not Trash) is ham if the ledger holds its key as spam
+(a person moved it out of Junk while spamd was not looking). spamd records its
+own deliveries in the index before renaming them into place, so they never
+look like moves.
+
+The start-up catch-up runs exactly that over a directory listing: O(files)
+`readdir` entries, but only files whose base is not in the index are read, so
+after the first start it costs a listing plus the messages that arrived or were
+renamed while spamd was down. The index is persisted (msgpack) with snapshots and
+at shutdown. A stale or lost index is safe: a message re-decided from an older
+index, or from the ledger alone, gets the label it already holds, and training
+the same label twice is a ledger no-op.
+
+This module decides; it does not score or learn. It calls the `score` and
+`learn` functions the daemon gives it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import itertools
+import os
+import re
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import structlog
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
+
+from spamd.config import MaildirConfig
+from spamd.errors import StoreError
+from spamd.message import message_key
+from spamd.model import Label, Verdict
+from spamd.scoring import Scored, has_spam_status, spam_flagged
+from spamd.store import fsync_directory, write_atomically
+
+log = structlog.get_logger()
+
+INBOX = ""  # the Maildir root's own cur/new/tmp
+INDEX_FORMAT = "spamd-maildir-index"
+INDEX_VERSION = 1
+_SIZE_FIELDS_RE = re.compile(r",[SW]=\d+")
+# Suffix of the name spamd gives the scored copy of a message it files: derived
+# from the original's base, so a filing interrupted between rename and unlink is
+# recognised at the next start (the original is then removed, not scored twice).
+FILED_MARK = ".spamd"
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    folder: str  # INBOX ("") or a Maildir++ folder name such as ".Junk"
+    sub: str  # "new" or "cur"
+    name: str
+    path: Path
+
+    @property
+    def base(self) -> str:
+        return base_of(self.name)
+
+
+def base_of(name: str) -> str:
+    """The unique part of a Maildir file name, before the ':2,<flags>' info."""
+    return name.split(":", 1)[0]
+
+
+def filed_base(base: str, size: int) -> str:
+    """Name of spamd's scored copy of `base`: size fields replaced (Dovecot trusts ,S=)."""
+    return f"{_SIZE_FIELDS_RE.sub('', base)}{FILED_MARK},S={size}"
+
+
+# ---------------------------------------------------------------- the seen index
+
+
+class SeenIndex:
+    """Where spamd last saw each message of one Maildir, by base name and by message key."""
+
+    def __init__(self) -> None:
+        self.by_base: dict[str, tuple[str, bytes]] = {}
+        self.by_key: dict[bytes, str] = {}
+
+    def __len__(self) -> int:
+        return len(self.by_base)
+
+    def record(self, base: str, folder: str, key: bytes) -> None:
+        self.by_base[base] = (folder, key)
+        self.by_key[key] = folder
+
+    def forget(self, base: str, folder: str | None = None) -> None:
+        """Drop `base` (only if it was last seen in `folder`, when given)."""
+        entry = self.by_base.get(base)
+        if entry is None or (folder is not None and entry[0] != folder):
+            return
+        del self.by_base[base]
+        if self.by_key.get(entry[1]) == entry[0]:
+            del self.by_key[entry[1]]
+
+    def keep_only(self, bases: set[str]) -> int:
+        """Forget every base not in `bases` (deleted while spamd was down); rebuild by_key."""
+        gone = [b for b in self.by_base if b not in bases]
+        for base in gone:
+            del self.by_base[base]
+        self.by_key = {key: folder for folder, key in self.by_base.values()}
+        return len(gone)
+
+    def export(self) -> list[list[Any]]:
+        return [[base, folder, key] for base, (folder, key) in self.by_base.items()]
+
+    @classmethod
+    def restore(cls, rows: list[list[Any]]) -> "SeenIndex":
+        index = cls()
+        for base, folder, key in rows:
+            index.record(base, folder, key)
+        return index
+
+
+def encode_indexes(rows: dict[str, list[list[Any]]]) -> bytes:
+    return msgpack.packb({"format": INDEX_FORMAT, "version": INDEX_VERSION, "maildirs": rows}, use_bin_type=True)
+
+
+def load_indexes(path: Path) -> dict[str, SeenIndex]:
+    """The persisted indexes, or none if missing or unreadable (catch-up then rebuilds them)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return {}
+    try:
+        payload = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
+        if payload.get("format") != INDEX_FORMAT or payload.get("version") != INDEX_VERSION:
+            raise ValueError(f"unknown format {payload.get('format')!r} version {payload.get('version')!r}")
+        return {root: SeenIndex.restore(rows) for root, rows in payload["maildirs"].items()}
+    except (ValueError, TypeError, KeyError, AttributeError, msgpack.UnpackException) as e:
+        log.warning("maildir_index_unreadable", path=str(path), error=str(e), action="rebuilding from the folders")
+        return {}
+
+
+# ---------------------------------------------------------------- one Maildir
+
+
+_counter = itertools.count()
+_HOSTNAME = socket.gethostname().replace("/", r"\057").replace(":", r"\072") or "localhost"
+
+
+def unique_name() -> str:
+    now = time.time()
+    return f"{int(now)}.M{int(now % 1 * 1e6)}P{os.getpid()}Q{next(_counter)}.{_HOSTNAME}"
+
+
+class Mailbox:
+    """One user's Maildir++: its folders, delivery into them, and its seen index."""
+
+    def __init__(self, root: Path, config: MaildirConfig, user: str, index: SeenIndex | None = None):
+        self.root = Path(root)
+        self.config = config
+        self.user = user
+        self.index = index if index is not None else SeenIndex()
+
+    @property
+    def junk(self) -> str:
+        return self.config.junk_folder
+
+    @property
+    def trash(self) -> str:
+        return self.config.trash_folder
+
+    def folder_dir(self, folder: str) -> Path:
+        return self.root / folder if folder else self.root
+
+    def ensure_layout(self) -> None:
+        """Create INBOX, Junk and Trash (cur/new/tmp) where missing, as Maildir++ has them."""
+        try:
+            for folder in (INBOX, self.junk, self.trash):
+                base = self.folder_dir(folder)
+                for sub in ("cur", "new", "tmp"):
+                    (base / sub).mkdir(parents=True, exist_ok=True, mode=0o700)
+                if folder:
+                    (base / "maildirfolder").touch(exist_ok=True)
+        except OSError as e:
+            raise StoreError(f"{self.root}: cannot create the Maildir folders: {e.strerror}") from None
+
+    def locate(self, path: str | Path) -> Location | None:
+        """The folder and sub-directory of a message file path, or None for anything else."""
+        try:
+            parts = Path(path).relative_to(self.root).parts
+        except ValueError:
+            return None
+        if len(parts) == 2:
+            folder, (sub, name) = INBOX, parts
+        elif len(parts) == 3 and parts[0].startswith(".") and parts[0] not in (".", ".."):
+            folder, sub, name = parts
+        else:
+            return None
+        if sub not in ("new", "cur") or not name or name.startswith("."):
+            return None
+        return Location(folder, sub, name, Path(path))
+
+    def scan(self) -> list[Location]:
+        """Every message file in every folder (a listing only: nothing is read)."""
+        folders = [INBOX]
+        try:
+            with os.scandir(self.root) as entries:
+                folders += sorted(e.name for e in entries if e.name.startswith(".") and e.name not in (".", "..") and e.is_dir())
+        except FileNotFoundError:
+            return []
+        found = []
+        for folder in folders:
+            for sub in ("new", "cur"):
+                directory = self.folder_dir(folder) / sub
+                try:
+                    with os.scandir(directory) as entries:
+                        for e in entries:
+                            if not e.name.startswith(".") and e.is_file(follow_symlinks=False):
+                                found.append(Location(folder, sub, e.name, directory / e.name))
+                except (FileNotFoundError, NotADirectoryError):
+                    continue
+        return found
+
+    def classify_move(self, before: str, after: str) -> Label | None:
+        """Into Junk: spam. Out of Junk to anything but Trash: ham. Anything else: not training."""
+        if after == before:
+            return None
+        if after == self.junk:
+            return Label.SPAM
+        if before == self.junk and after != self.trash:
+            return Label.HAM
+        return None
+
+
+def write_message(folder_dir: Path, name: str, data: bytes, fsync: bool, replaces: Path | None = None) -> Path:
+    """tmp/ write, fsync, rename into new/, fsync new/; then unlink `replaces` (blocking).
+
+    The message is in new/ whole before the original is removed: a crash leaves
+    the original, a copy, or both, never a half-written file and never neither.
+    """
+    tmp = folder_dir / "tmp" / name
+    target = folder_dir / "new" / name
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        if fsync:
+            os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
+    os.close(fd)
+    try:
+        os.rename(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    if fsync:
+        fsync_directory(target.parent)
+    if replaces is not None:
+        replaces.unlink(missing_ok=True)
+    return target
+
+
+# ---------------------------------------------------------------- the watcher
+
+
+Learn = Callable[..., object]  # (raw, label, source, user=..., **context)
+LedgerLookup = Callable[[bytes], "tuple[Label, bool] | None"]
+
+
+class _Bridge(FileSystemEventHandler):
+    """Runs on watchdog's thread: only hands events to the loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, mailbox: Mailbox, queue: asyncio.Queue):
+        self.loop, self.mailbox, self.queue = loop, mailbox, queue
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        if event.is_directory or event.event_type not in ("created", "moved", "deleted"):
+            return
+        src = os.fsdecode(event.src_path)
+        dest = os.fsdecode(event.dest_path) if event.event_type == "moved" else ""
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, (self.mailbox, event.event_type, src, dest))
+        except RuntimeError:
+            pass  # the loop is closed: spamd is exiting and catch-up covers the rest at next start
+
+
+class MaildirWatcher:
+    """Watches every served Maildir; files unscored INBOX mail and turns moves into training calls."""
+
+    def __init__(
+        self,
+        mailboxes: list[Mailbox],
+        config: MaildirConfig,
+        score: Callable[[bytes], Scored],
+        delivered: Callable[..., None],
+        learn: Learn,
+        ledger_label: LedgerLookup,
+        on_error: Callable[..., None],
+    ):
+        self.mailboxes = mailboxes
+        self.config = config
+        self.score = score  # classify through the Engine, headers added
+        self.delivered = delivered  # (scored, raw, started, **context): the message_scored line
+        self.learn = learn
+        self.ledger_label = ledger_label
+        self.on_error = on_error
+        self.queue: asyncio.Queue[tuple[Mailbox, str, str, str]] = asyncio.Queue()
+        self.observer: Any = None
+        self._consumer: asyncio.Task[None] | None = None
+        self.files_read = 0
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start_watching(self) -> None:
+        """Start inotify watches; events queue up until `start_consuming` (after catch-up)."""
+        loop = asyncio.get_running_loop()
+        self.observer = Observer()
+        for mailbox in self.mailboxes:
+            self.observer.schedule(_Bridge(loop, mailbox, self.queue), str(mailbox.root), recursive=True)
+        self.observer.start()
+
+    def start_consuming(self) -> None:
+        self._consumer = asyncio.create_task(self._consume(), name="maildir-events")
+
+    async def stop(self) -> None:
+        """Stop watching, then handle what was already queued."""
+        if self.observer is not None:
+            await asyncio.to_thread(self._stop_observer)
+        if self._consumer is not None:
+            await self.queue.join()
+            self._consumer.cancel()
+            try:
+                await self._consumer
+            except asyncio.CancelledError:
+                pass
+
+    def _stop_observer(self) -> None:
+        self.observer.stop()
+        self.observer.join(timeout=10)
+
+    async def drained(self) -> None:
+        await self.queue.join()
+
+    # ------------------------------------------------------------ catch-up
+
+    async def catch_up(self, mailbox: Mailbox) -> dict[str, int]:
+        """Apply what happened while spamd was down: the same decisions as live, over a listing."""
+        started = time.perf_counter()
+        locations = await asyncio.to_thread(mailbox.scan)
+        by_base: dict[str, list[Location]] = {}
+        for loc in locations:
+            by_base.setdefault(loc.base, []).append(loc)
+        filed_originals = {b[: b.rindex(FILED_MARK)] for b in by_base if FILED_MARK in b}
+        read_before = self.files_read
+        for base, locs in by_base.items():
+            entry = mailbox.index.by_base.get(base)
+            if len(locs) > 1 and entry is not None:
+                # Mid-move (linked into the new folder, not yet unlinked from the old):
+                # the copies outside the folder it was last seen in are the move.
+                locs = [loc for loc in locs if loc.folder != entry[0]] or locs[:1]
+            for loc in locs:
+                if entry is None and loc.folder == INBOX and loc.sub == "new" and _SIZE_FIELDS_RE.sub("", base) in filed_originals:
+                    # A filing interrupted after its copy was renamed into place.
+                    loc.path.unlink(missing_ok=True)
+                    continue
+                await self._appeared(mailbox, loc, None, context="catch_up")
+        dropped = mailbox.index.keep_only(set(by_base))
+        summary = {
+            "files": len(locations),
+            "read": self.files_read - read_before,
+            "forgotten": dropped,
+        }
+        log.info(
+            "maildir_caught_up",
+            maildir=str(mailbox.root),
+            elapsed_ms=round((time.perf_counter() - started) * 1000, 1),
+            **summary,
+        )
+        return summary
+
+    # ------------------------------------------------------------ live events
+
+    async def _consume(self) -> None:
+        while True:
+            mailbox, kind, src, dest = await self.queue.get()
+            try:
+                await self._handle(mailbox, kind, src, dest)
+            except Exception as e:  # one bad file must not stop the watcher
+                log.exception("maildir_event_failed", maildir=str(mailbox.root), path=dest or src)
+                self.on_error("maildir_event_failed", path=dest or src, error=f"{type(e).__name__}: {e}")
+            finally:
+                self.queue.task_done()
+
+    async def _handle(self, mailbox: Mailbox, kind: str, src: str, dest: str) -> None:
+        if kind == "deleted":
+            loc = mailbox.locate(src)
+            if loc is not None:
+                mailbox.index.forget(loc.base, loc.folder)
+            return
+        previous = None
+        if kind == "moved":
+            before = mailbox.locate(src)
+            after = mailbox.locate(dest)
+            if before is not None and after is not None and before.base != after.base:
+                previous = mailbox.index.by_base.get(before.base)
+                mailbox.index.forget(before.base)
+        else:
+            after = mailbox.locate(src)
+        if after is not None:
+            await self._appeared(mailbox, after, previous, context="live")
+
+    async def _appeared(self, mailbox: Mailbox, loc: Location, previous: tuple[str, bytes] | None, context: str) -> None:
+        entry = previous or mailbox.index.by_base.get(loc.base)
+        if entry is not None:
+            before, key = entry
+            if before == loc.folder:
+                return  # flags changed, new/ -> cur/, or our own delivery
+            mailbox.index.record(loc.base, loc.folder, key)
+            label = mailbox.classify_move(before, loc.folder)
+            if label is not None:
+                await self._learn(mailbox, loc, label, how="moved", before=before, context=context)
+            return
+
+        raw = await self._read(loc)
+        if raw is None:
+            return
+        self.files_read += 1
+        key = message_key(raw)
+        if loc.folder == INBOX and loc.sub == "new" and self.config.watch_inbox and not has_spam_status(raw):
+            await self._file(mailbox, loc, raw, key)
+            return
+        before = mailbox.index.by_key.get(key)
+        mailbox.index.record(loc.base, loc.folder, key)
+        if before is not None:
+            label = mailbox.classify_move(before, loc.folder)
+            if label is not None:
+                await self._learn(mailbox, loc, label, how="moved_renamed", before=before, context=context, raw=raw)
+            return
+        known = self.ledger_label(key)
+        if loc.folder == mailbox.junk:
+            if spam_flagged(raw):
+                return  # filed into Junk by a delivery agent following spamd's verdict
+            if known != (Label.SPAM, True):
+                await self._learn(mailbox, loc, Label.SPAM, how="found_in_junk", before=None, context=context, raw=raw)
+        elif loc.folder != mailbox.trash and known is not None and known[0] == Label.SPAM:
+            await self._learn(mailbox, loc, Label.HAM, how="found_out_of_junk", before=None, context=context, raw=raw)
+
+    async def _read(self, loc: Location) -> bytes | None:
+        try:
+            return await asyncio.to_thread(loc.path.read_bytes)
+        except FileNotFoundError:
+            # Renamed again before we got to it (new/ -> cur/, or moved): its own event follows.
+            return None
+        except IsADirectoryError:
+            return None
+
+    async def _learn(
+        self, mailbox: Mailbox, loc: Location, label: Label, how: str, before: str | None, context: str, raw: bytes | None = None
+    ) -> None:
+        if raw is None:
+            raw = await self._read(loc)
+            if raw is None:
+                # Gone before we read it: find it by name where it went next (flags changed).
+                for sub in ("cur", "new"):
+                    directory = mailbox.folder_dir(loc.folder) / sub
+                    try:
+                        names = [n for n in os.listdir(directory) if base_of(n) == loc.base]
+                    except FileNotFoundError:
+                        names = []
+                    if names:
+                        raw = await self._read(Location(loc.folder, sub, names[0], directory / names[0]))
+                        break
+                if raw is None:
+                    log.warning("training_source_vanished", maildir=str(mailbox.root), folder=loc.folder, name=loc.name)
+                    return
+        self.learn(
+            raw, label, "maildir", user=True,
+            user_name=mailbox.user, folder=loc.folder or "INBOX", previous_folder=before, how=how, phase=context,
+        )  # fmt: skip
+
+    async def _file(self, mailbox: Mailbox, loc: Location, raw: bytes, key: bytes) -> None:
+        """Score an unscored INBOX message and put the scored copy in INBOX or Junk."""
+        started = time.perf_counter()
+        scored = self.score(raw)
+        spam = scored.score.verdict is Verdict.SPAM
+        folder = mailbox.junk if spam else INBOX
+        name = filed_base(loc.base, len(scored.data))
+        # Recorded before the rename: the watcher must see spamd's own filing as no move.
+        mailbox.index.record(name, folder, key)
+        try:
+            await asyncio.to_thread(
+                write_message, mailbox.folder_dir(folder), name, scored.data, self.config.fsync, loc.path
+            )
+        except FileExistsError:
+            pass  # a scored copy from an interrupted filing is being written again; keep it
+        except OSError as e:
+            mailbox.index.forget(name)
+            what = "disk full" if e.errno == errno.ENOSPC else e.strerror
+            log.error("maildir_filing_failed", maildir=str(mailbox.root), name=loc.name, error=what)
+            self.on_error("maildir_filing_failed", path=str(loc.path), error=what)
+            return
+        self.delivered(scored, raw, started, user_name=mailbox.user, folder=folder or "INBOX", via="maildir")
+        if self.config.autolearn and scored.score.verdict is not Verdict.UNSURE:
+            self.learn(raw, Label.SPAM if spam else Label.HAM, "autolearn", user=False, user_name=mailbox.user)
+
+
+async def deliver(mailbox: Mailbox, scored: Scored, fsync: bool) -> Path:
+    """SMTP delivery: into Junk/new if spam, else INBOX/new; recorded in the index first."""
+    folder = mailbox.junk if scored.score.verdict is Verdict.SPAM else INBOX
+    name = unique_name()
+    mailbox.index.record(name, folder, scored.key)
+    try:
+        data = scored.data.replace(b"\r\n", b"\n")  # Maildir files use LF, as Dovecot and Courier write them
+        return await asyncio.to_thread(write_message, mailbox.folder_dir(folder), name, data, fsync)
+    except BaseException:
+        mailbox.index.forget(name)
+        raise
+
+
+def export_indexes(mailboxes: list[Mailbox]) -> dict[str, list[list[Any]]]:
+    """A copy of every Maildir's seen index, taken on the loop (cheap: one list per entry)."""
+    return {str(m.root): m.index.export() for m in mailboxes}
+
+
+def save_indexes(path: Path, rows: dict[str, list[list[Any]]]) -> None:
+    """Persist exported indexes (blocking: run in a thread). Not fsync-critical: see the module docstring."""
+    write_atomically(path, encode_indexes(rows), durable=False)
+
+
+_USER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
+
+
+def mailbox_for(recipient: str, mailboxes: list[Mailbox]) -> Mailbox:
+    """The Maildir whose user is the recipient's local part, else the first one.
+
+    Never builds a path from the address: it only picks among the Maildirs served.
+    """
+    local = recipient.rpartition("@")[0] if "@" in recipient else recipient
+    local = local.split("+", 1)[0]
+    if _USER_RE.match(local) and ".." not in local:
+        for mailbox in mailboxes:
+            if mailbox.user == local or mailbox.user == local.lower():
+                return mailbox
+    return mailboxes[0]
+
+
+def user_of(root: Path) -> str:
+    """A Maildir's user: its directory name, or its parent's for '<user>/Maildir'."""
+    return root.parent.name if root.name == "Maildir" else root.name

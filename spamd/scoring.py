@@ -1,0 +1,154 @@
+"""Score one message for delivery and apply one training event, through the Engine, with their log lines.
+
+The SMTP handler and the Maildir watcher both come here, so a message gets the
+same X-Spam-* headers and the same `message_scored` line whichever way it
+arrived, and every training event the same `training_applied` line. The model
+itself is the Engine's: nothing here computes a score or touches counts.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import Counter, deque
+from dataclasses import dataclass
+
+import structlog
+
+from spamd.engine import Classified, Engine
+from spamd.message import split_head_body, with_own_headers
+from spamd.model import Label, Score, Verdict
+from spamd.training import Outcome
+
+log = structlog.get_logger()
+
+_MESSAGE_ID_RE = re.compile(rb"^message-id:[ \t]*(.*?)[ \t\r]*$", re.IGNORECASE | re.MULTILINE)
+_STATUS_RE = re.compile(rb"^x-spam-status:", re.IGNORECASE | re.MULTILINE)
+
+
+@dataclass(frozen=True, slots=True)
+class Scored:
+    data: bytes  # the message with spamd's headers
+    classified: Classified
+
+    @property
+    def score(self) -> Score:
+        return self.classified.score
+
+    @property
+    def key(self) -> bytes:
+        return self.classified.analyzed.key
+
+
+def spam_headers(score: Score, ham_threshold: float, spam_threshold: float) -> list[tuple[str, str]]:
+    """X-Spam-Status (Yes / No / Unsure with score and thresholds), X-Spam-Score, X-Spam-Flag."""
+    status = {Verdict.SPAM: "Yes", Verdict.HAM: "No", Verdict.UNSURE: "Unsure"}[score.verdict]
+    return [
+        (
+            "X-Spam-Status",
+            f"{status}, score={score.probability:.4f} ham_threshold={ham_threshold:.2f} "
+            f"spam_threshold={spam_threshold:.2f} log_odds={score.log_odds:.3f}",
+        ),
+        ("X-Spam-Score", f"{score.probability:.4f}"),
+        ("X-Spam-Flag", "YES" if score.verdict is Verdict.SPAM else "NO"),
+    ]
+
+
+def message_id(raw: bytes) -> str:
+    head = split_head_body(raw)[0][:65536]
+    m = _MESSAGE_ID_RE.search(head)
+    return m.group(1)[:200].decode("ascii", "replace") if m else ""
+
+
+def has_spam_status(raw: bytes) -> bool:
+    """Whether a message already carries a verdict (spamd's, or an earlier run's)."""
+    return _STATUS_RE.search(split_head_body(raw)[0][:65536]) is not None
+
+
+def spam_flagged(raw: bytes) -> bool:
+    """Whether spamd (or a filter run before) marked this message as spam."""
+    head = split_head_body(raw)[0][:65536].lower()
+    return re.search(rb"^x-spam-flag:[ \t]*yes", head, re.MULTILINE) is not None
+
+
+class Metrics:
+    """Counters for `spamctl stats`: verdicts, a one-minute window of latencies, recent errors."""
+
+    WINDOW_S = 60.0
+
+    def __init__(self) -> None:
+        self.by_verdict: Counter[str] = Counter()
+        self.latencies: deque[tuple[float, float]] = deque()  # (monotonic time, ms)
+        self.errors: deque[dict[str, object]] = deque(maxlen=20)
+
+    def record(self, verdict: Verdict, elapsed_ms: float) -> None:
+        now = time.monotonic()
+        self.by_verdict[verdict.value] += 1
+        self.latencies.append((now, elapsed_ms))
+        self._trim(now)
+
+    def error(self, event: str, **details: object) -> None:
+        self.errors.append({"time": time.time(), "event": event, **details})
+
+    def _trim(self, now: float) -> None:
+        while self.latencies and now - self.latencies[0][0] > self.WINDOW_S:
+            self.latencies.popleft()
+
+    def snapshot(self) -> dict[str, object]:
+        now = time.monotonic()
+        self._trim(now)
+        values = sorted(ms for _, ms in self.latencies)
+
+        def pct(p: float) -> float | None:
+            return None if not values else round(values[min(len(values) - 1, int(p * len(values)))], 2)
+
+        span = min(self.WINDOW_S, now - self.latencies[0][0]) if self.latencies else 0.0
+        return {
+            "scored_by_verdict": dict(self.by_verdict),
+            "throughput_msgs_per_s": round(len(values) / max(span, 1.0), 2),
+            "latency_ms_p50": pct(0.50),
+            "latency_ms_p99": pct(0.99),
+            "recent_errors": list(self.errors),
+        }
+
+
+class Scorer:
+    """Classify through the Engine and build the scored copy; learn through the Engine and log it."""
+
+    def __init__(self, engine: Engine, metrics: Metrics):
+        self.engine = engine
+        self.metrics = metrics
+
+    def score(self, raw: bytes) -> Scored:
+        classified = self.engine.classify(raw)
+        model = self.engine.config.model
+        headers = spam_headers(classified.score, model.ham_threshold, model.spam_threshold)
+        return Scored(with_own_headers(raw, headers), classified)
+
+    def scored(self, scored: Scored, raw: bytes, started: float, **context: object) -> None:
+        """The canonical line for one message, once it is delivered (or failed)."""
+        elapsed_ms = (time.perf_counter() - started) * 1000.0
+        self.metrics.record(scored.score.verdict, elapsed_ms)
+        log.info(
+            "message_scored",
+            message_id=message_id(raw),
+            key=scored.key.hex(),
+            verdict=scored.score.verdict.value,
+            score=round(scored.score.probability, 4),
+            elapsed_ms=round(elapsed_ms, 2),
+            **context,
+        )
+
+    def learn(self, raw: bytes, label: Label, source: str, user: bool = True, **context: object) -> Outcome:
+        """Train (journaled and fsynced by the Engine before it returns), then log it."""
+        outcome = self.engine.train(raw, label, source, user=user)
+        log.info(
+            "training_applied",
+            message_id=message_id(raw),
+            label=str(label),
+            source=source,
+            user=user,
+            outcome=outcome.value,
+            **context,
+        )
+        return outcome

@@ -1,0 +1,228 @@
+"""The SMTP listener: receive, score, add headers, then deliver into a Maildir or relay to the next hop.
+
+Answers 250 only once the message is durably in a Maildir (tmp/, fsync, rename
+into new/, fsync the directory) or the next hop has answered 250 for it. A disk
+or next-hop failure answers 4xx, and so does any bug of spamd's own
+(`451 4.3.0`): the sending MTA keeps the message and retries, nothing is lost.
+Mail only ever goes to the configured next hop or into the served Maildirs.
+It holds no model logic: scoring is the Scorer's (the Engine's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import re
+import smtplib
+import socket
+import time
+from collections.abc import Callable
+
+import structlog
+from aiosmtpd.smtp import SMTP, Envelope, Session
+
+from spamd.config import Config
+from spamd.maildir import Mailbox, deliver, mailbox_for
+from spamd.model import Label, Verdict
+from spamd.scoring import Scored, Scorer
+
+log = structlog.get_logger()
+
+HOSTNAME = socket.gethostname() or "localhost"
+_BARE_LF_RE = re.compile(rb"(?<!\r)\n")
+
+
+class FilterSMTP(SMTP):
+    """aiosmtpd's protocol with a peer allow-list and a separate DATA timeout."""
+
+    def __init__(self, handler: "SmtpHandler", config: Config, loop: asyncio.AbstractEventLoop):
+        s = config.smtp
+        self.allowed_peers = frozenset(s.allowed_peers)
+        self.data_timeout_s = s.data_timeout_s
+        self.refused = False
+        super().__init__(
+            handler,
+            data_size_limit=s.max_message_bytes,
+            enable_SMTPUTF8=True,
+            decode_data=False,
+            hostname=HOSTNAME,  # not socket.getfqdn(): a DNS lookup per connection
+            ident="spamd",
+            timeout=s.idle_timeout_s,
+            loop=loop,
+        )
+        self.filter = handler
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        peer = transport.get_extra_info("peername")
+        host = peer[0] if isinstance(peer, tuple) and peer else str(peer)
+        super().connection_made(transport)
+        if host not in self.allowed_peers:
+            # Refused before the greeting: the session task never runs.
+            self.refused = True
+            assert self._handler_coroutine is not None
+            self._handler_coroutine.cancel()
+            log.warning("smtp_peer_refused", peer=host)
+            transport.write(b"554 5.7.1 spamd: connections from this address are not accepted\r\n")
+            transport.close()
+            return
+        self.filter.sessions.add(self)
+
+    def connection_lost(self, error: Exception | None) -> None:
+        self.filter.sessions.discard(self)
+        super().connection_lost(error)
+
+    async def smtp_DATA(self, arg: str) -> None:
+        # The idle timeout is reset per command; a DATA transfer (and its scoring and
+        # delivery) gets its own, longer bound.
+        self._reset_timeout(self.data_timeout_s)
+        try:
+            await super().smtp_DATA(arg)
+        finally:
+            if self.transport is not None:
+                self._reset_timeout()
+
+
+class RelayRefused(Exception):
+    """The next hop answered the message with a permanent (5xx) rejection."""
+
+    def __init__(self, code: int, text: str):
+        super().__init__(code, text)
+        self.code, self.text = code, text
+
+
+def relay_message(config: Config, envelope: Envelope, data: bytes) -> dict[str, tuple[int, bytes]]:
+    """Hand the message to the configured next hop (blocking; run in a thread).
+
+    Returns the recipients the next hop refused while it accepted others.
+    Raises RelayRefused for a permanent rejection, OSError/SMTPException otherwise.
+    """
+    s = config.smtp
+    data = _BARE_LF_RE.sub(b"\r\n", data)  # smtplib sends bytes as they are; SMTP wants CRLF
+    options = [o for o in envelope.mail_options if o.upper().startswith(("BODY=", "SMTPUTF8"))]
+    with smtplib.SMTP(s.next_hop_host, s.next_hop_port, local_hostname=HOSTNAME, timeout=s.next_hop_timeout_s) as client:
+        try:
+            return client.sendmail(envelope.mail_from or "", envelope.rcpt_tos, data, mail_options=options)
+        except smtplib.SMTPRecipientsRefused as e:
+            codes = [code for code, _ in e.recipients.values()]
+            if codes and all(code >= 500 for code in codes):
+                code, text = next(iter(e.recipients.values()))
+                raise RelayRefused(code, text.decode("ascii", "replace")) from None
+            raise
+        except (smtplib.SMTPSenderRefused, smtplib.SMTPDataError) as e:
+            if e.smtp_code >= 500:
+                raise RelayRefused(e.smtp_code, e.smtp_error.decode("ascii", "replace")) from None
+            raise
+
+
+class SmtpHandler:
+    """aiosmtpd handler hooks. `config` is read per call, so a reload applies to the next message."""
+
+    def __init__(
+        self,
+        config: Callable[[], Config],
+        scorer: Scorer,
+        mailboxes: list[Mailbox],
+        on_error: Callable[..., None],
+    ):
+        self.config = config
+        self.scorer = scorer
+        self.mailboxes = mailboxes
+        self.on_error = on_error
+        self.sessions: set[FilterSMTP] = set()
+        self.in_flight = 0
+        self.idle = asyncio.Event()
+        self.idle.set()
+        self.accepted = 0
+
+    async def handle_RCPT(self, server: SMTP, session: Session, envelope: Envelope, address: str, options: list[str]) -> str:
+        if len(envelope.rcpt_tos) >= self.config().smtp.max_recipients:
+            return "452 4.5.3 Too many recipients"
+        envelope.rcpt_tos.append(address)
+        envelope.rcpt_options.extend(options)
+        return "250 2.1.5 OK"
+
+    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
+        self.in_flight += 1
+        self.idle.clear()
+        try:
+            return await self._filter(session, envelope)
+        finally:
+            self.in_flight -= 1
+            if self.in_flight == 0:
+                self.idle.set()
+
+    async def _filter(self, session: Session, envelope: Envelope) -> str:
+        started = time.perf_counter()
+        config = self.config()
+        raw = envelope.original_content or b""
+        peer = session.peer[0] if isinstance(session.peer, tuple) else str(session.peer)
+        scored = self.scorer.score(raw)
+        if config.smtp.mode == "relay":
+            status = await self._relay(config, envelope, scored, peer)
+            where: dict[str, object] = {"via": "relay"}
+        else:
+            status, folders = await self._deliver(config, envelope, scored, peer)
+            where = {"via": "maildir", "delivered_to": folders}
+        if status.startswith("250"):
+            self.accepted += 1
+            self.scorer.scored(scored, raw, started, peer=peer, **where)
+            if config.smtp.mode == "deliver" and config.maildir.autolearn and scored.score.verdict is not Verdict.UNSURE:
+                label = Label.SPAM if scored.score.verdict is Verdict.SPAM else Label.HAM
+                self.scorer.learn(raw, label, "autolearn", user=False, peer=peer)
+        return status
+
+    async def _deliver(self, config: Config, envelope: Envelope, scored: Scored, peer: str) -> tuple[str, list[str]]:
+        targets: list[Mailbox] = []
+        for rcpt in envelope.rcpt_tos:
+            mailbox = mailbox_for(rcpt, self.mailboxes)
+            if mailbox not in targets:
+                targets.append(mailbox)
+        delivered = []
+        for mailbox in targets:
+            try:
+                path = await deliver(mailbox, scored, config.maildir.fsync)
+            except OSError as e:
+                # Copies already written stay: a retry duplicates them rather than losing any.
+                what = "disk full" if e.errno == errno.ENOSPC else e.strerror
+                log.error("smtp_delivery_failed", peer=peer, maildir=str(mailbox.root), error=what)
+                self.on_error("smtp_delivery_failed", maildir=str(mailbox.root), error=what)
+                if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                    return "452 4.3.1 Insufficient system storage, try again later", delivered
+                return "451 4.3.0 Local delivery failed, try again later", delivered
+            delivered.append(str(path.relative_to(mailbox.root.parent)))
+        return "250 2.0.0 OK delivered", delivered
+
+    async def _relay(self, config: Config, envelope: Envelope, scored: Scored, peer: str) -> str:
+        next_hop = f"{config.smtp.next_hop_host}:{config.smtp.next_hop_port}"
+        try:
+            refused = await asyncio.to_thread(relay_message, config, envelope, scored.data)
+        except RelayRefused as e:
+            log.warning("smtp_relay_refused", peer=peer, next_hop=next_hop, code=e.code, reply=e.text)
+            return f"{e.code} 5.0.0 Next hop refused the message: {e.text}"[:500]
+        except (OSError, smtplib.SMTPException) as e:
+            log.error("smtp_relay_failed", peer=peer, next_hop=next_hop, error=f"{type(e).__name__}: {e}")
+            self.on_error("smtp_relay_failed", next_hop=next_hop, error=f"{type(e).__name__}: {e}")
+            return "451 4.4.1 Next hop unavailable, try again later"
+        if refused:
+            # Accepted for the others; these bounce at the next hop's discretion, not ours.
+            log.error("smtp_relay_partly_refused", peer=peer, next_hop=next_hop, refused=sorted(refused))
+            self.on_error("smtp_relay_partly_refused", refused=sorted(refused))
+        return "250 2.0.0 OK relayed"
+
+    async def handle_exception(self, error: Exception) -> str:
+        # aiosmtpd's default answers 500 with the exception text: a filter's own failure
+        # must make the sender retry, and must not show internals.
+        log.error("smtp_session_failed", error=f"{type(error).__name__}: {error}", exc_info=error)
+        self.on_error("smtp_session_failed", error=f"{type(error).__name__}: {error}")
+        return "451 4.3.0 Internal error, try again later"
+
+    async def drain(self, timeout: float) -> None:
+        """Wait for messages in flight, then close every session (idle ones get 421)."""
+        try:
+            await asyncio.wait_for(self.idle.wait(), timeout)
+        except TimeoutError:
+            log.warning("smtp_drain_timeout", in_flight=self.in_flight)
+        for session in list(self.sessions):
+            if session.transport is not None and not session.transport.is_closing():
+                session.transport.write(b"421 4.3.2 spamd shutting down, try again later\r\n")
+                session.transport.close()

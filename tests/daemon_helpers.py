@@ -1,0 +1,146 @@
+"""Shared helpers for the daemon tests (SMTP, Maildir, subprocess): configs, messages, waits, moves.
+
+Not a conftest: nothing here applies itself. Everything is real: aiosmtpd on
+127.0.0.1 port 0, smtplib, Maildirs in tmp_path, os.rename moves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import random
+import smtplib
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+from spamd.config import Config, MaildirConfig, ModelConfig, SmtpConfig, StoreConfig
+from spamd.daemon import Daemon
+from spamd.maildir import unique_name
+from spamd.model import Label
+
+SPAM_WORDS = "viagra casino winner prize claim cheap pills offer unsubscribe bitcoin lottery free money urgent".split()
+HAM_WORDS = "meeting agenda minutes project review deadline lunch report schedule budget draft notes team".split()
+
+
+def wait_until_sync(predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.02) -> object:
+    """Poll `predicate` until it is truthy; fail the test after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s: {getattr(predicate, '__name__', predicate)}")
+        time.sleep(interval)
+
+
+async def wait_until(predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.01) -> object:
+    """The same, without blocking the event loop the daemon under test runs on."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s: {getattr(predicate, '__name__', predicate)}")
+        await asyncio.sleep(interval)
+
+
+def daemon_config(data_dir: Path, **sections: dict) -> Config:
+    """Small model (fast snapshots), ephemeral SMTP port, timers out of the way; `sections` override."""
+    config = Config(
+        data_dir=data_dir,
+        model=ModelConfig(hash_bits=16),
+        store=StoreConfig(snapshot_interval_s=3600.0),
+        smtp=SmtpConfig(port=0),
+        maildir=MaildirConfig(fsync=False),
+    )
+    changes = {name: dataclasses.replace(getattr(config, name), **values) for name, values in sections.items()}
+    return dataclasses.replace(config, **changes)
+
+
+def make_message(label: Label, n: int, seed: int = 0) -> bytes:
+    """A distinct message (its own Message-ID and a unique token) in the label's vocabulary."""
+    rng = random.Random(f"{label}-{n}-{seed}")
+    words = SPAM_WORDS if label == Label.SPAM else HAM_WORDS
+    body = " ".join(rng.choice(words) for _ in range(40))
+    subject = " ".join(rng.choice(words) for _ in range(4))
+    return (
+        f"From: sender{n}@example.org\n"
+        f"To: user@example.com\n"
+        f"Subject: {subject}\n"
+        f"Message-ID: <{label}-{n}-{seed}@example.org>\n"
+        f"\n{body}\nserial{label}{n}x{seed}\n"
+    ).encode()
+
+
+def train(daemon: Daemon, count: int = 20) -> None:
+    """Give the model enough of each class for confident verdicts on the vocabularies above."""
+    for i in range(count):
+        daemon.engine.train(make_message(Label.SPAM, i, seed=999), Label.SPAM, "test")
+        daemon.engine.train(make_message(Label.HAM, i, seed=999), Label.HAM, "test")
+
+
+@contextlib.asynccontextmanager
+async def running(config: Config) -> AsyncIterator[Daemon]:
+    """A Daemon started on this test's loop (no signal handlers), shut down after."""
+    daemon = Daemon(config=config, install_signals=False)
+    try:
+        await daemon.startup()
+        yield daemon
+    finally:
+        daemon.request_exit()
+        await daemon.shutdown()
+
+
+def send(port: int, data: bytes, rcpts: list[str] | None = None, sender: str = "sender@example.org") -> dict:
+    """One message over SMTP with smtplib (blocking: call via asyncio.to_thread in async tests)."""
+    with smtplib.SMTP("127.0.0.1", port, timeout=10) as client:
+        return client.sendmail(sender, rcpts or ["user@example.com"], crlf(data))
+
+
+def crlf(data: bytes) -> bytes:
+    """SMTP line endings (smtplib sends bytes as given; a real MTA sends CRLF)."""
+    return data.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n")
+
+
+def files(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.iterdir() if p.is_file()) if directory.is_dir() else []
+
+
+def folder_files(maildir: Path, folder: str = "") -> list[Path]:
+    """Message files of a folder ("" is INBOX), new/ and cur/."""
+    base = maildir / folder if folder else maildir
+    return files(base / "new") + files(base / "cur")
+
+
+def drop(maildir: Path, data: bytes, folder: str = "", sub: str = "new") -> Path:
+    """Deliver as an MDA does: write in tmp/, rename into new/ (or cur/ with empty flags)."""
+    base = maildir / folder if folder else maildir
+    for d in ("tmp", "new", "cur"):
+        (base / d).mkdir(parents=True, exist_ok=True)
+    name = unique_name()
+    tmp = base / "tmp" / name
+    tmp.write_bytes(data)
+    target = base / sub / (name if sub == "new" else f"{name}:2,")
+    os.rename(tmp, target)
+    return target
+
+
+def imap_move(path: Path, maildir: Path, folder: str, flags: str = "S") -> Path:
+    """Move a message as an IMAP server does: rename into the other folder's cur/, keeping the base name."""
+    base = maildir / folder if folder else maildir
+    (base / "cur").mkdir(parents=True, exist_ok=True)
+    target = base / "cur" / f"{path.name.split(':', 1)[0]}:2,{flags}"
+    os.rename(path, target)
+    return target
+
+
+def set_flags(path: Path, flags: str) -> Path:
+    """A flag change: rename inside cur/ (from new/ that is also the new/ -> cur/ move)."""
+    target = path.parent.parent / "cur" / f"{path.name.split(':', 1)[0]}:2,{flags}"
+    os.rename(path, target)
+    return target
