@@ -161,6 +161,11 @@ class Ledger:
         ledger._entries = {keys[16 * i : 16 * i + 16]: v for i, v in enumerate(values)}
         return ledger
 
+    def replace_with(self, other: "Ledger") -> None:
+        """Take over another ledger's entries in place (for import: holders of this object see them)."""
+        self._entries = other._entries
+        other._entries = {}
+
     def equals(self, other: "Ledger") -> bool:
         return self._entries == other._entries
 
