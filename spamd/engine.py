@@ -147,7 +147,7 @@ class Engine:
         self.model.token_totals[:] = imported.model.token_totals
         self.model.doc_totals[:] = imported.model.doc_totals
         self.model.distinct = imported.model.distinct
-        self.trainer.ledger = imported.ledger
+        self.trainer.ledger.replace_with(imported.ledger)  # in place: the daemon's watcher holds ledger.get
         self.trainer.seq = seq
         self.store.rotate_journal(seq)
         self.store.prune()
@@ -156,7 +156,7 @@ class Engine:
             "seq": seq,
             "trained_ham": int(self.model.doc_totals[Label.HAM]),
             "trained_spam": int(self.model.doc_totals[Label.SPAM]),
-            "ledger_entries": len(imported.ledger),
+            "ledger_entries": len(self.trainer.ledger),
         }
 
     # ------------------------------------------------------------ stats
