@@ -94,7 +94,8 @@ class OfflineBackend:
             return operation(self.engine, args)
         if command == "stats":
             # Nothing has been up: uptime and throughput belong to a daemon.
-            return {**self.engine.stats(), "daemon": False, "uptime_s": None, "state_dir": str(self.engine.store.state_dir)}
+            state_dir = str(self.engine.store.state_dir)
+            return {**self.engine.stats(), "mode": "offline", "uptime_s": None, "state_dir": state_dir}
         if command == "snapshot":
             return {"path": str(self.engine.snapshot())}
         raise DaemonNotRunning(f"no spamd is running (nothing answers on {self.socket_path}); '{command}' needs the daemon")
@@ -301,11 +302,13 @@ _OUTCOME_COLUMNS = ("learned", "corrected", "skipped_repeat", "unlearned", "not_
 
 
 def format_stats(stats: dict[str, Any]) -> str:
-    if stats.get("daemon"):
-        header = f"spamd running (pid {stats.get('pid', '?')}), up {human_duration(stats.get('uptime_s'))}"
+    daemon = stats.get("mode") == "daemon"
+    # The daemon's own figures (throughput, latency, errors) sit in a "daemon" section.
+    extra: dict[str, Any] = stats["daemon"] if isinstance(stats.get("daemon"), dict) else stats
+    if daemon:
+        header = f"spamd running (pid {extra.get('pid', '?')}), up {human_duration(stats.get('uptime_s'))}"
     else:
         header = f"no spamd running; read from {stats.get('state_dir', 'the state directory')}"
-    daemon = bool(stats.get("daemon"))
     rows: list[tuple[str, ...]] = []
     if daemon:
         rows.append(("messages scored since start", _verdicts(stats.get("scored_by_verdict"))))
@@ -332,11 +335,14 @@ def format_stats(stats: dict[str, Any]) -> str:
         ),
     ]
     if daemon:
-        p50, p99 = stats.get("latency_ms_p50"), stats.get("latency_ms_p99")
-        rows.append(("scoring throughput (last min)", f"{stats.get('throughput_msgs_per_s', 0)} msgs/s"))
-        rows.append(
-            ("scoring latency p50 / p99", "-" if p50 is None else f"{p50} ms / {p99} ms")
-        )
+        p50, p99 = extra.get("latency_ms_p50"), extra.get("latency_ms_p99")
+        rows.append(("scoring throughput (last min)", f"{extra.get('throughput_msgs_per_s', 0)} msgs/s"))
+        rows.append(("scoring latency p50 / p99", "-" if p50 is None else f"{p50} ms / {p99} ms"))
+        if extra.get("smtp_listen"):
+            rows.append(("smtp", f"{extra['smtp_listen']} ({extra.get('smtp_mode', '?')}), "
+                                 f"{extra.get('smtp_sessions', 0)} sessions open"))
+        for mailbox in extra.get("maildirs") or []:
+            rows.append(("maildir", f"{mailbox.get('path')} ({mailbox.get('indexed_messages', 0)} messages indexed)"))
     out = [header, "", table(rows, numbers=False)]
     events: dict[str, int] = stats.get("training_events") or {}
     by_source: dict[str, Counter[str]] = {}
@@ -357,7 +363,7 @@ def format_stats(stats: dict[str, Any]) -> str:
     else:
         out.append("training since start: none")
     problems = list(stats.get("recovery_problems") or [])
-    errors = list(stats.get("recent_errors") or [])
+    errors = list(extra.get("recent_errors") or [])
     if problems or errors:
         out.append("")
         out.append("recent errors:")

@@ -408,7 +408,7 @@ class ControlServer:
         return {"pid": os.getpid()}
 
     async def _stats(self, args: dict[str, Any], session: _Session) -> dict[str, Any]:
-        return {**self.daemon.stats(), "daemon": True, "pid": os.getpid()}
+        return {**self.daemon.stats(), "mode": "daemon"}
 
     async def _snapshot(self, args: dict[str, Any], session: _Session) -> dict[str, Any]:
         return {"path": str(await self.daemon.snapshot())}

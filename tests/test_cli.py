@@ -42,7 +42,7 @@ def test_stats_on_a_fresh_state_directory(home: Path) -> None:
     for key in ("messages_scored", "trained_ham", "trained_spam", "tokens", "uptime_s"):
         assert key in stats
     assert stats["trained_ham"] == stats["trained_spam"] == stats["tokens"] == 0
-    assert stats["daemon"] is False and stats["uptime_s"] is None
+    assert stats["mode"] == "offline" and stats["uptime_s"] is None
     table = ctl(home, "stats")
     assert table.returncode == 0
     assert "no spamd running" in table.stdout and "spam in the model" in table.stdout

@@ -43,7 +43,8 @@ class StandInDaemon:
         return {"reloaded": True}
 
     def stats(self) -> dict[str, Any]:
-        return {**self.engine.stats(), "throughput_msgs_per_s": 0.0, "latency_ms_p50": None, "recent_errors": []}
+        daemon = {"pid": os.getpid(), "throughput_msgs_per_s": 0.0, "latency_ms_p50": None, "recent_errors": []}
+        return {**self.engine.stats(), "daemon": daemon}
 
 
 @pytest.fixture
@@ -97,7 +98,7 @@ async def test_requests_run_on_the_engine(served: tuple[ControlServer, StandInDa
     again = await ask(server.path, "train", messages=[SPAM[0], b"", HAM[0]], label="spam")
     assert again["outcomes"] == ["skipped_repeat", "not_a_message", "corrected"]
     stats = await ask(server.path, "stats")
-    assert stats["daemon"] is True and stats["trained_spam"] == len(SPAM) + 1
+    assert stats["mode"] == "daemon" and stats["trained_spam"] == len(SPAM) + 1
     assert (await ask(server.path, "classify", raw=SPAM[1]))["verdict"] == "spam"
     snapshot = Path((await ask(server.path, "snapshot"))["path"])
     assert snapshot.exists() and daemon.engine.store.last_snapshot_seq == daemon.engine.trainer.seq
