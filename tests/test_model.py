@@ -78,8 +78,19 @@ def test_unlearn_of_what_was_never_learned_clamps_and_says_so():
     assert not model.unlearn_one(featurize(["a", "a", "zzz"], 10), Label.HAM)
     assert not model.unlearn_one(featurize(["a"], 10), Label.SPAM)
     check_invariants(model)
-    assert model.counts.max() <= 1  # clamped at zero, no uint32 wrap-around
+    assert model.counts.max() <= stored(1)  # clamped at zero, no uint32 wrap-around
     assert list(model.doc_totals) == [0, 0]
+
+
+def stored(tf: int) -> int:
+    return int(MultinomialNB.stored_counts(np.array([tf], dtype=np.uint32))[0])
+
+
+def test_stored_counts_are_positive_integers_and_monotone():
+    tf = np.arange(1, 5000, dtype=np.uint32)
+    values = MultinomialNB.stored_counts(tf)
+    assert values.dtype == np.uint32 and values.min() >= 1
+    assert np.all(np.diff(values.astype(np.int64)) >= 0)
 
 
 def test_counts_and_totals_after_learning():
@@ -87,9 +98,10 @@ def test_counts_and_totals_after_learning():
     model.learn_one(featurize(["cheap", "cheap", "pills"], 16), Label.SPAM)
     model.learn_one(featurize(["meeting", "cheap"], 16), Label.HAM)
     mask = model.n_buckets - 1
-    assert model.counts[Label.SPAM, token_id("cheap", mask)] == 2
-    assert model.counts[Label.HAM, token_id("cheap", mask)] == 1
-    assert list(model.token_totals) == [2, 3]
+    # The arrays hold what stored_counts makes of each message's term frequencies.
+    assert model.counts[Label.SPAM, token_id("cheap", mask)] == stored(2)
+    assert model.counts[Label.HAM, token_id("cheap", mask)] == stored(1)
+    assert list(model.token_totals) == [2 * stored(1), stored(2) + stored(1)]
     assert list(model.doc_totals) == [1, 1]
     assert model.distinct == 3
     assert model.memory_bytes == 2 * (1 << 16) * 4 + 2 * 8 + 2 * 8
