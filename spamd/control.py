@@ -100,7 +100,8 @@ def _to_plain(value: Any) -> Any:
 class EngineLike(Protocol):
     """What the operations need: spamd.engine.Engine."""
 
-    def classify(self, raw: bytes) -> Any: ...
+    classifier: Any
+
     def explain(self, raw: bytes, limit: int = 20) -> Any: ...
     def train(self, raw: bytes, label: Label, source: str, user: bool = True) -> Any: ...
     def untrain(self, raw: bytes, source: str) -> Any: ...
@@ -140,8 +141,10 @@ def _safe_text(token: str) -> str:
 
 
 def op_classify(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
-    classified = engine.classify(_raw(args))
-    score = classified.score
+    # Through the classifier, not Engine.classify: a question from spamctl is not mail
+    # scored, and must not show up in the scored-by-verdict counters.
+    classifier = engine.classifier
+    score = classifier.score(classifier.analyze(_raw(args)))
     return {"verdict": score.verdict.value, "score": score.log_odds, "probability": score.probability}
 
 
