@@ -276,10 +276,11 @@ class Daemon:
             self.watcher.config = self.config.maildir
         for mailbox in self.mailboxes:
             mailbox.config = self.config.maildir
-        set_level(self.config.log.level)
+        # Logged before the new level applies, so raising the level does not hide its own record.
         log.info("config_reloaded", source=str(self.config_path or "embedded defaults"), applied=applied)
         if needs_restart:
             log.warning("config_change_needs_restart", keys=needs_restart)
+        set_level(self.config.log.level)
         return {"ok": True, "applied": applied, "needs_restart": needs_restart}
 
     # ------------------------------------------------------------ stats

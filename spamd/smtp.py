@@ -75,9 +75,11 @@ class FilterSMTP(SMTP):
         # The idle timeout is reset per command; a DATA transfer (and its scoring and
         # delivery) gets its own, longer bound.
         self._reset_timeout(self.data_timeout_s)
+        self.filter.transaction_started()
         try:
             await super().smtp_DATA(arg)
         finally:
+            self.filter.transaction_ended()
             if self.transport is not None:
                 self._reset_timeout()
 
@@ -141,17 +143,17 @@ class SmtpHandler:
         envelope.rcpt_options.extend(options)
         return "250 2.1.5 OK"
 
-    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
+    def transaction_started(self) -> None:
+        """DATA began: shutdown waits for it (transfer, scoring, delivery) to finish."""
         self.in_flight += 1
         self.idle.clear()
-        try:
-            return await self._filter(session, envelope)
-        finally:
-            self.in_flight -= 1
-            if self.in_flight == 0:
-                self.idle.set()
 
-    async def _filter(self, session: Session, envelope: Envelope) -> str:
+    def transaction_ended(self) -> None:
+        self.in_flight -= 1
+        if self.in_flight == 0:
+            self.idle.set()
+
+    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
         started = time.perf_counter()
         config = self.config()
         raw = envelope.original_content or b""

@@ -144,3 +144,75 @@ def set_flags(path: Path, flags: str) -> Path:
     target = path.parent.parent / "cur" / f"{path.name.split(':', 1)[0]}:2,{flags}"
     os.rename(path, target)
     return target
+
+
+# ---------------------------------------------------------------- the daemon as a subprocess
+
+
+class DaemonProcess:
+    """`python -m spamd` with its JSON log lines collected by a reader thread."""
+
+    def __init__(self, *args: str | Path):
+        import subprocess
+        import sys
+        import threading
+
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "spamd", *map(str, args)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+        )  # fmt: skip
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        with self.proc.stderr:
+            for raw in self.proc.stderr:
+                self.lines.append(raw.decode("utf-8", "replace").rstrip("\n"))
+
+    def events(self, name: str) -> list[dict]:
+        import json
+
+        found = []
+        for line in list(self.lines):
+            if line.startswith("{"):
+                record = json.loads(line)
+                if record.get("event") == name:
+                    found.append(record)
+        return found
+
+    def wait_for(self, name: str, count: int = 1, timeout: float = 20.0) -> dict:
+        def seen() -> list[dict]:
+            if self.proc.poll() is not None and len(self.events(name)) < count:
+                self._reader.join(timeout=2)
+                if len(self.events(name)) < count:
+                    raise AssertionError(f"spamd exited ({self.proc.returncode}) before {name}:\n" + "\n".join(self.lines))
+            return self.events(name)[count - 1 :]
+
+        return wait_until_sync(seen, timeout)[0]  # type: ignore[index]
+
+    @property
+    def port(self) -> int:
+        return self.wait_for("daemon_started")["smtp_port"]
+
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def wait(self, timeout: float = 30.0) -> int:
+        code = self.proc.wait(timeout)
+        self._reader.join(timeout=5)
+        return code
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self._reader.join(timeout=5)
+
+
+def write_config(path: Path, text: str = "") -> Path:
+    """A TOML config for subprocess tests: small model, JSON logs, plus `text`."""
+    path.write_text('[model]\nhash_bits = 16\n[log]\nformat = "json"\n' + text)
+    return path
