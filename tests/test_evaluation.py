@@ -1,0 +1,133 @@
+"""TREC measures on hand-computable inputs, and `spamctl eval` end to end on a small hand-made corpus."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spamd.errors import SpamdError
+from spamd.evaluation import hm_at_sm, lam, one_minus_roca, read_index, roc_points
+
+SPAM_WORDS = "viagra cheap pills casino winner prize offer bitcoin loan refinance".split()
+HAM_WORDS = "meeting agenda patch review kernel thanks lunch budget draft minutes".split()
+
+
+def _message(words: list[str], i: int, spam: bool) -> bytes:
+    sender = "promo@deals.example" if spam else "colleague@work.example"
+    body = " ".join(words[(i + k) % len(words)] for k in range(30))
+    return f"From: {sender}\nTo: me@work.example\nSubject: note {i}\nMessage-ID: <{i}@x>\n\n{body}\n".encode()
+
+
+@pytest.fixture
+def small_corpus(tmp_path: Path) -> Path:
+    """40 messages alternating spam/ham, plus an index line whose file is missing."""
+    data = tmp_path / "data"
+    data.mkdir()
+    lines = []
+    for i in range(40):
+        spam = i % 2 == 0
+        (data / f"m{i}").write_bytes(_message(SPAM_WORDS if spam else HAM_WORDS, i, spam))
+        lines.append(f"{'spam' if spam else 'ham'} ../data/m{i}")
+    lines.insert(10, "spam ../data/missing")
+    (tmp_path / "full").mkdir()
+    index = tmp_path / "full" / "index"
+    index.write_text("\n".join(lines) + "\n")
+    return index
+
+
+# ---------------------------------------------------------------- measures
+
+
+def test_roca_perfect_reversed_and_tied():
+    spam = np.array([True, True, False, False])
+    assert one_minus_roca(np.array([0.9, 0.8, 0.1, 0.2]), spam) == 0.0
+    assert one_minus_roca(np.array([0.1, 0.2, 0.9, 0.8]), spam) == 100.0
+    assert one_minus_roca(np.array([0.5, 0.5, 0.5, 0.5]), spam) == 50.0
+    # one ham above one of two spam: 1 misordered pair of 4 -> 25%
+    assert one_minus_roca(np.array([0.9, 0.3, 0.5, 0.1]), spam) == 25.0
+
+
+def test_hm_at_sm_and_roc_endpoints():
+    scores = np.array([0.9, 0.8, 0.7, 0.1, 0.2, 0.75])
+    spam = np.array([True, True, True, False, False, False])
+    hm, sm = roc_points(scores, spam)
+    assert (hm[0], sm[0]) == (0.0, 1.0) and (hm[-1], sm[-1]) == (1.0, 0.0)
+    # To let no spam through, the threshold must sit at 0.7, above which one ham of three lies.
+    assert hm_at_sm(scores, spam, target_sm=0.0) == pytest.approx(100 / 3)
+
+
+def test_lam_is_symmetric_and_bounded():
+    assert lam(0.01, 0.01, 1000, 1000) == pytest.approx(1.0)
+    assert lam(0.2, 0.01, 100, 100) == pytest.approx(lam(0.01, 0.2, 100, 100))
+    assert 0 < lam(0.0, 0.0, 100, 100) < 1  # zero rates count as half an error, never -inf
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.floats(-5, 5), st.booleans()), min_size=2, max_size=60))
+def test_roca_matches_pairwise_count(pairs):
+    scores = np.array([s for s, _ in pairs])
+    spam = np.array([y for _, y in pairs])
+    if spam.all() or not spam.any():
+        return
+    wrong = sum((h > s) + 0.5 * (h == s) for s in scores[spam] for h in scores[~spam])
+    expected = 100.0 * wrong / (spam.sum() * (~spam).sum())
+    assert one_minus_roca(scores, spam) == pytest.approx(expected)
+
+
+def test_read_index_rejects_bad_lines_naming_them(tmp_path):
+    index = tmp_path / "index"
+    index.write_text("spam a\nmaybe b\n")
+    with pytest.raises(SpamdError, match=r"index:2"):
+        read_index(index)
+    with pytest.raises(SpamdError, match="cannot read index"):
+        read_index(tmp_path / "absent")
+
+
+# ---------------------------------------------------------------- spamctl eval
+
+
+def _spamctl(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", "from spamd.cli import main; main()", *args], capture_output=True, text=True, timeout=120, cwd=cwd, stdin=subprocess.DEVNULL
+    )
+
+
+def test_spamctl_eval_json_results_plot_and_missing_message(small_corpus, tmp_path):
+    results = tmp_path / "results.txt"
+    plot = tmp_path / "roc.png"
+    run = _spamctl(
+        "--data-dir", str(tmp_path / "d"), "eval", str(small_corpus), "--json", "--results", str(results), "--plot", str(plot),
+        cwd=tmp_path,
+    )
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout.strip().splitlines()[-1])
+    for key in ("one_minus_roca_pct", "hm_at_sm01_pct", "lam_pct", "msgs_per_s"):
+        assert key in report
+    assert report["messages"] == 40 and report["skipped"] == 1
+    assert "missing" in run.stderr  # reported, not a crash
+    # Separable mail: after a few messages every spam outranks every ham.
+    assert report["one_minus_roca_pct"] < 10
+    lines = results.read_text().splitlines()
+    assert len(lines) == 40
+    name, gold, score, judged = lines[2].split()
+    assert name == "../data/m2" and gold == "spam" and judged in ("spam", "ham")
+    float(score)
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The evaluation never touches the data directory's model: it runs on a fresh one.
+    assert not (tmp_path / "d" / "state").exists()
+
+
+def test_spamctl_eval_table_and_unreadable_index(small_corpus, tmp_path):
+    run = _spamctl("--data-dir", str(tmp_path / "d"), "eval", str(small_corpus), cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "(1-ROCA)%" in run.stdout and "msgs/s" in run.stdout
+    bad = _spamctl("--data-dir", str(tmp_path / "d"), "eval", str(tmp_path / "nope"), cwd=tmp_path)
+    assert bad.returncode != 0
+    assert "cannot read index" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
