@@ -42,6 +42,7 @@ class Engine:
         self.scored_before: Counter[str] = Counter(
             {k.removeprefix("scored:"): v for k, v in (counters or {}).items() if k.startswith("scored:")}
         )
+        self._saved_counters = self.counters()  # as the newest snapshot holds them
 
     @classmethod
     def open(cls, config: Config, durable: bool = True) -> "Engine":
@@ -105,7 +106,8 @@ class Engine:
         Follow with `finish_snapshot` (blocking fsyncs: run it in a thread).
         """
         seq = self.trainer.seq
-        encoded = encode_snapshot(self.model, self.trainer.ledger, seq, self.counters())
+        self._saved_counters = self.counters()
+        encoded = encode_snapshot(self.model, self.trainer.ledger, seq, self._saved_counters)
         self.store.rotate_journal(seq)
         return encoded, seq
 
@@ -117,6 +119,14 @@ class Engine:
     def snapshot(self) -> Path:
         """Write a snapshot now (blocking)."""
         return self.finish_snapshot(*self.begin_snapshot())
+
+    def has_unsaved_state(self) -> bool:
+        """Training or scored counts that no snapshot holds yet: worth a snapshot at shutdown.
+
+        Training is safe in the journal regardless; only the all-time scored counts
+        are lost without one.
+        """
+        return self.trainer.seq != self.store.last_snapshot_seq or self.counters() != self._saved_counters
 
     def counters(self) -> dict[str, int]:
         """Running totals persisted in snapshots: messages scored by verdict, all time."""
@@ -141,7 +151,8 @@ class Engine:
         except CorruptStateError as e:
             raise StoreError(f"import refused, nothing changed: {e}") from None
         seq = self.trainer.seq + 1
-        encoded = encode_snapshot(imported.model, imported.ledger, seq, self.counters())
+        counters = self.counters()
+        encoded = encode_snapshot(imported.model, imported.ledger, seq, counters)
         path = self.store.write_snapshot(encoded, seq)  # StoreError here leaves the live state as it was
         self.model.counts[:] = imported.model.counts
         self.model.token_totals[:] = imported.model.token_totals
@@ -149,6 +160,7 @@ class Engine:
         self.model.distinct = imported.model.distinct
         self.trainer.ledger.replace_with(imported.ledger)  # in place: the daemon's watcher holds ledger.get
         self.trainer.seq = seq
+        self._saved_counters = counters
         self.store.rotate_journal(seq)
         self.store.prune()
         return {
