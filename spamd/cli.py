@@ -161,7 +161,10 @@ def _read_file(path: Path) -> bytes:
 
 
 def input_kind(path: Path) -> str:
-    """'maildir' (a Maildir or Maildir++ folder), 'mbox' (a file starting 'From '), or 'file'."""
+    """'maildir' (a Maildir or Maildir++ folder), 'mbox' (a file starting 'From '), or 'file'.
+
+    A 'mbox' holding a single message is trained as a file (see Inputs).
+    """
     try:
         if path.is_dir():
             if (path / "cur").is_dir() or (path / "new").is_dir():
@@ -207,14 +210,19 @@ class Inputs:
                 files = maildir_files(path)
                 self._items.extend(("file", f, str(f)) for f in files)
                 self.total += len(files)
-            elif kind == "mbox":
+                continue
+            if kind == "mbox":
                 box = mailbox.mbox(str(path), create=False)
-                self._mboxes[path] = box
-                self._items.append(("mbox", path, str(path)))
-                self.total += len(box)
-            else:
-                self._items.append(("file", path, str(path)))
-                self.total += 1
+                if len(box) > 1:
+                    self._mboxes[path] = box
+                    self._items.append(("mbox", path, str(path)))
+                    self.total += len(box)
+                    continue
+                box.close()
+            # One message, even with an mbox "From " line (TREC files, some MDAs): its bytes
+            # as they are, so its key is the one the daemon computes for the same file.
+            self._items.append(("file", path, str(path)))
+            self.total += 1
 
     def __iter__(self) -> Iterator[tuple[str, bytes | None, str | None]]:
         """(name, message bytes or None, problem or None), in order."""

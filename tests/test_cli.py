@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
+import pty
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
+import termios
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -19,7 +23,7 @@ from spamd.config import load_config
 from spamd.control import ControlClient, ControlError
 from spamd.engine import Engine
 from spamd.model import Label
-from tests.cli_helpers import HAM, SMALL_CONFIG, SPAM, run_spamctl, wait_until, write_maildir, write_mbox
+from tests.cli_helpers import HAM, SMALL_CONFIG, SPAM, SPAMCTL, run_spamctl, wait_until, write_maildir, write_mbox
 
 
 @pytest.fixture
@@ -100,6 +104,46 @@ def test_train_mbox_and_single_files_then_classify_and_explain(home: Path) -> No
     assert all(row["weight"] < 0 for row in explained["toward_ham"])
     table = ctl(home, "explain", "-", input=probe)
     assert table.returncode == 0 and "toward spam" in table.stdout and "contribution" in table.stdout
+
+
+def test_a_single_file_with_an_mbox_from_line_is_one_message_keyed_as_the_daemon_keys_it(home: Path) -> None:
+    trec_style = b"From nobody@example  Fri Apr 13 14:36:03 2007\n" + SPAM[0]
+    (home / "inmail.1").write_bytes(trec_style)
+    assert ctl(home, "train", "--spam", home / "inmail.1", "--json").json()["learned"] == 1
+    # The same bytes as a file in a Maildir (as the watcher would see them): a repeat.
+    folder = write_maildir(home / "Junk", [trec_style])
+    assert ctl(home, "train", "--spam", folder, "--json").json()["skipped_repeat"] == 1
+
+
+def test_progress_bar_only_on_a_terminal(home: Path) -> None:
+    folder = write_maildir(home / "Junk", SPAM)
+    quiet = ctl(home, "train", "--spam", folder)
+    assert "msg" not in quiet.stderr and quiet.stderr == ""
+    main, other = pty.openpty()
+    # A fresh pty is 0 columns wide, which tqdm honours by drawing nothing: size it like a terminal.
+    fcntl.ioctl(other, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    try:
+        done = subprocess.run(
+            [*SPAMCTL, "--config", str(home / "spamd.toml"), "--data-dir", str(home / "data"), "untrain", str(folder)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=other, timeout=60,
+        )
+        os.close(other)
+        other = -1
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(main, 65536)
+            except OSError:  # EIO: the terminal's other end is closed and drained
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(main)
+        if other != -1:
+            os.close(other)
+    assert done.returncode == 0
+    assert b"untraining" in shown and b"/3 " in shown
 
 
 def test_training_with_the_other_label_corrects_and_untrain_removes(home: Path) -> None:
@@ -258,9 +302,13 @@ def test_all_time_scored_counts_survive_a_snapshot(home: Path) -> None:
     engine = Engine.open(replace(config), durable=False)
     engine.train(SPAM[0], Label.SPAM, "test")
     engine.train(HAM[0], Label.HAM, "test")
+    engine.snapshot()
+    assert not engine.has_unsaved_state()
     engine.classify(SPAM[1])
     engine.classify(HAM[1])
+    assert engine.has_unsaved_state()  # only the scored counts: still worth a snapshot at shutdown
     engine.snapshot()
+    assert not engine.has_unsaved_state()
     engine.close()
     stats = ctl(home, "stats", "--json").json()
     assert stats["messages_scored_all_time"] == 2
