@@ -132,7 +132,7 @@ class MultinomialNB:
         ids, counts = features.ids, self.stored_counts(features.counts)
         row = self.counts[label]
         present = row[ids]
-        exact = bool(np.all(present >= counts)) and self.doc_totals[label] > 0
+        exact = bool(np.all(present >= counts)) and bool(self.doc_totals[label] > 0)
         removed = np.minimum(present, counts)
         row[ids] = present - removed
         other = self.counts[1 - label]
@@ -172,11 +172,16 @@ class MultinomialNB:
         if len(features) == 0 or self.doc_totals.min() == 0:
             return score, []
         weights = self._weights(features.counts)
-        shares = weights * self._token_log_odds(features.ids) / weights.sum()
-        by_id = {int(i): float(s) for i, s in zip(features.ids, shares)}
+        bucket_shares = weights * self._token_log_odds(features.ids) / weights.sum()
+        # Tokens that share a bucket (a hash collision) split its share by their counts.
         counter = Counter(tokens)
         mask = self.n_buckets - 1
-        rows = [Contribution(t, n, by_id[token_id(t, mask)]) for t, n in counter.items()]
+        token_bucket = {t: token_id(t, mask) for t in counter}
+        bucket_count = Counter()
+        for t, n in counter.items():
+            bucket_count[token_bucket[t]] += n
+        by_id = {int(i): float(s) for i, s in zip(features.ids, bucket_shares)}
+        rows = [Contribution(t, n, by_id[token_bucket[t]] * n / bucket_count[token_bucket[t]]) for t, n in counter.items()]
         rows.sort(key=lambda c: abs(c.weight), reverse=True)
         return score, rows[:limit]
 

@@ -65,6 +65,8 @@ class TrainingRecord:
     source: str
     features: Features
     time: float
+    # The bucket space the ids live in; replay into another one is refused.
+    hash_bits: int
 
     def to_msgpack(self) -> bytes:
         return msgpack.packb(
@@ -78,6 +80,7 @@ class TrainingRecord:
                 "ids": self.features.ids.astype("<u4").tobytes(),
                 "counts": self.features.counts.astype("<u4").tobytes(),
                 "time": self.time,
+                "hash_bits": self.hash_bits,
             },
             use_bin_type=True,
         )
@@ -98,6 +101,7 @@ class TrainingRecord:
             source=str(d["source"]),
             features=Features(ids, counts),
             time=float(d["time"]),
+            hash_bits=int(d["hash_bits"]),
         )
 
 
@@ -494,12 +498,11 @@ class Store:
                         f"{path}: journal jumps from record {seq} to {record.seq}; records are missing. "
                         "Restore the state directory from a backup, or move it aside and retrain"
                     )
-                ids = record.features.ids
-                if len(ids) and int(ids[-1]) >= snapshot.model.n_buckets:  # ids are sorted
+                if record.hash_bits != self.model_config.hash_bits:
                     raise CorruptStateError(
-                        f"{path}: record {record.seq} holds bucket ids beyond model.hash_bits = "
-                        f"{self.model_config.hash_bits}; it was written with a larger hash_bits. "
-                        "Set it back, or move the state directory aside and retrain"
+                        f"{path}: record {record.seq} was written with model.hash_bits = {record.hash_bits}, "
+                        f"the config says {self.model_config.hash_bits}. Set it back, or move the state "
+                        "directory aside and retrain"
                     )
                 apply_record(snapshot.model, snapshot.ledger, record)
                 seq = record.seq

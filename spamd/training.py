@@ -64,7 +64,10 @@ class Trainer:
         return None if known is None else known[0]
 
     def _commit(self, analyzed: Analyzed, label: Label | None, previous: Label | None, user: bool, source: str) -> None:
-        record = TrainingRecord(self.seq + 1, analyzed.key, label, previous, user, source, analyzed.features, time.time())
+        record = TrainingRecord(
+            self.seq + 1, analyzed.key, label, previous, user, source, analyzed.features, time.time(),
+            self.model.config.hash_bits,
+        )
         if self.store is not None:
             self.store.append(record)  # raises StoreError and changes nothing if the disk refuses
         self.seq = record.seq

@@ -231,11 +231,6 @@ def colliding_pair(bits: int) -> tuple[str, str]:
     raise AssertionError("no collision found")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="model.explain gives every token of a shared bucket the whole bucket's share, "
-    "so with collisions the shares no longer sum to log_odds (reported, model.py not ours to edit)",
-)
 def test_explain_shares_sum_to_the_score_with_collisions():
     model = trained_model(TINY)
     a, b = colliding_pair(10)

@@ -42,7 +42,7 @@ STORE = StoreConfig()
 
 def record(seq: int, tokens: list[str], label: Label | None, previous: Label | None = None, key: bytes | None = None) -> TrainingRecord:
     key = key if key is not None else seq.to_bytes(16, "big")
-    return TrainingRecord(seq, key, label, previous, True, "test", featurize(tokens, BITS), 1000.0 + seq)
+    return TrainingRecord(seq, key, label, previous, True, "test", featurize(tokens, BITS), 1000.0 + seq, BITS)
 
 
 def replayed(records: list[TrainingRecord]) -> tuple[MultinomialNB, Ledger]:
@@ -450,12 +450,14 @@ def test_journal_append_past_the_file_size_limit(tmp_path):
     assert int(engine.model.doc_totals.sum()) == 5
 
 
-def test_journal_only_state_with_a_smaller_hash_bits_is_refused(tmp_path):
-    # Before the first snapshot only the journal holds the state, and its records
-    # carry bucket ids, not hash_bits: ids past the smaller model were an IndexError.
-    engine = Engine.open(h.small_config(tmp_path, hash_bits=14))
+@pytest.mark.parametrize("written, configured", [(14, 10), (10, 14)])
+def test_journal_only_state_with_another_hash_bits_is_refused(tmp_path, written, configured):
+    # Before the first snapshot only the journal holds the state; its records name
+    # their hash_bits, so replay into a smaller (IndexError) or larger (silently wrong
+    # buckets) model is refused, naming the file and the setting.
+    engine = Engine.open(h.small_config(tmp_path, hash_bits=written))
     for i in range(3):
         engine.train(h.numbered_message(i), Label.SPAM, "test")
     engine.close()
-    with pytest.raises(CorruptStateError, match="journal-000000000000.log: record 1 .*hash_bits = 10"):
-        Engine.open(h.small_config(tmp_path, hash_bits=10))
+    with pytest.raises(CorruptStateError, match=f"journal-000000000000.log: record 1 .*hash_bits = {written}, the config says {configured}"):
+        Engine.open(h.small_config(tmp_path, hash_bits=configured))
