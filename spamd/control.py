@@ -107,18 +107,20 @@ class EngineLike(Protocol):
     def untrain(self, raw: bytes, source: str) -> Any: ...
 
 
-# A header field name followed by a colon at the start of a line: "Subject:", "Received:".
-_HEADER_FIELD = re.compile(rb"^[!-9;-~]{1,100}:", re.MULTILINE)
+# A header field name and its colon: "Subject:", "Received:", "X-Original-To:".
+_HEADER_FIELD = re.compile(rb"[!-9;-~]{1,100}:")
 NOT_A_MESSAGE = "not_a_message"
 
 
 def looks_like_message(raw: bytes) -> bool:
-    """Does this look like mail at all (a header field near the top)? Training refuses what does not.
+    """Does this start like mail (a header field first, after an mbox "From " line if any)?
 
-    Deliberately loose: any one header field in the first 64 KiB. Scoring accepts
-    any bytes; only training is guarded, so a stray JPEG does not teach the model.
+    Only training is guarded, so a stray JPEG or an empty file does not teach the
+    model; scoring accepts any bytes. It does not check anything past the first field.
     """
-    return _HEADER_FIELD.search(raw[: 64 * 1024]) is not None
+    lines = raw[:4096].split(b"\n", 2)
+    first = lines[1] if lines[0].startswith(b"From ") and len(lines) > 1 else lines[0]
+    return _HEADER_FIELD.match(first) is not None
 
 
 def _raw(args: dict[str, Any], name: str = "raw") -> bytes:

@@ -20,10 +20,23 @@ from typing import Any
 import msgpack
 import pytest
 import pytest_asyncio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from spamd.config import load_config
-from spamd.control import MAX_FRAME_BYTES, ControlClient, ControlError, ControlServer, DaemonNotRunning
+from spamd.control import (
+    MAX_FRAME_BYTES,
+    ControlClient,
+    ControlError,
+    ControlServer,
+    DaemonNotRunning,
+    encode_frame,
+    looks_like_message,
+    op_classify,
+    op_explain,
+)
 from spamd.engine import Engine
+from spamd.model import Label
 from tests.cli_helpers import HAM, SMALL_CONFIG, SPAM, run_spamctl_async, write_maildir
 
 
@@ -248,3 +261,38 @@ async def test_spamctl_uses_the_daemon_when_one_answers(home: Path, served: tupl
     assert exported.returncode == 0, exported.stderr
     imported = await run_spamctl_async(*base, "import", home / "backup.spamd", "--json")
     assert imported.returncode == 0 and imported.json()["mode"] == "daemon"
+
+
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        (HAM[0], True),
+        (b"From nobody@example  Fri Apr 13 14:36:03 2007\nReturn-Path: <a@b>\n\nbody", True),
+        (b"", False),
+        (b"\n\n", False),
+        (b"\x89PNG\r\n\x1a\nKey: value", False),
+        (b"just some text\nSubject: later\n", False),
+    ],
+)
+def test_what_training_accepts_as_mail(raw: bytes, expected: bool) -> None:
+    assert looks_like_message(raw) is expected
+
+
+def test_classify_and_explain_answer_any_bytes(home: Path) -> None:
+    engine = Engine.open(load_config(home / "spamd.toml", data_dir=home / "data"), durable=False)
+    try:
+        engine.train(SPAM[0], Label.SPAM, "test")
+        engine.train(HAM[0], Label.HAM, "test")
+
+        @settings(max_examples=150, deadline=None)
+        @given(st.binary(max_size=4096))
+        def check(raw: bytes) -> None:
+            verdict = op_classify(engine, {"raw": raw})
+            assert verdict["verdict"] in ("ham", "unsure", "spam") and 0.0 <= verdict["probability"] <= 1.0
+            explained = op_explain(engine, {"raw": raw, "limit": 5})
+            encode_frame({"ok": True, "result": explained})  # every token survives the wire
+
+        check()
+        assert sum(engine.scored.values()) == 0  # questions from spamctl are not mail scored
+    finally:
+        engine.close()
