@@ -30,7 +30,6 @@ from spamd.control import (
     MAX_FRAME_BYTES,
     NOT_A_MESSAGE,
     ControlClient,
-    ControlError,
     DaemonNotRunning,
 )
 from spamd.engine import Engine
@@ -98,7 +97,9 @@ class OfflineBackend:
             return {**self.engine.stats(), "mode": "offline", "uptime_s": None, "state_dir": state_dir}
         if command == "snapshot":
             return {"path": str(self.engine.snapshot())}
-        raise DaemonNotRunning(f"no spamd is running (nothing answers on {self.socket_path}); '{command}' needs the daemon")
+        raise DaemonNotRunning(
+            f"no spamd is running (nothing answers on {self.socket_path}); '{command}' needs the daemon"
+        )
 
     def export_bytes(self) -> bytes:
         return self.engine.export_snapshot()
@@ -528,19 +529,21 @@ def cmd_explain(config: Config, args: argparse.Namespace) -> int:
         emit_json(result)
         return 0
     print(f"verdict {result['verdict']}, probability {result['probability']:.4f}, score {result['score']:+.4f}")
+    if not result["toward_spam"] and not result["toward_ham"]:
+        print("\nno token moved the score (an empty message, or the model has not learned both classes yet)")
+        return 0
     for title, key in (("toward spam", "toward_spam"), ("toward ham", "toward_ham")):
         print()
-        rows = result[key]
-        if not rows:
-            print(f"{title}: no tokens" + (" (the model has not learned both classes yet)" if not result["toward_spam"] and not result["toward_ham"] else ""))
-            continue
-        print(table([(title, "count", "contribution")] + [(r["token"], str(r["count"]), f"{r['weight']:+.4f}") for r in rows]))
+        rows = [(title, "count", "contribution")]
+        rows += [(r["token"], str(r["count"]), f"{r['weight']:+.4f}") for r in result[key]]
+        print(table(rows) if len(rows) > 1 else f"{title}: no tokens")
     return 0
 
 
 def _check_size(name: str, raw: bytes) -> None:
     if len(raw) > MAX_MESSAGE_BYTES:
-        raise SpamdError(f"{name}: message of {human_bytes(len(raw))} is over the {human_bytes(MAX_MESSAGE_BYTES)} limit")
+        size, limit = human_bytes(len(raw)), human_bytes(MAX_MESSAGE_BYTES)
+        raise SpamdError(f"{name}: message of {size} is over the {limit} limit of the control socket")
 
 
 def cmd_snapshot(config: Config, args: argparse.Namespace) -> int:
