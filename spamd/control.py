@@ -26,6 +26,8 @@ import re
 import socket
 import stat
 import struct
+import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -253,6 +255,10 @@ async def _socket_answers(path: Path) -> bool:
     return True
 
 
+# Requests too frequent or too small to deserve a log line each.
+_QUIET_COMMANDS = frozenset({"ping", "stats", "export_chunk", "import_chunk"})
+
+
 class ControlServer:
     """The daemon's end of the control socket; every handler runs on the daemon's loop."""
 
@@ -297,7 +303,7 @@ class ControlServer:
         except OSError as e:
             sock.close()
             raise ControlError(f"{path}: cannot listen on the control socket: {e.strerror}") from None
-        log.info("control_socket_listening", path=str(path))
+        log.info("control_socket_opened", path=str(path))
 
     async def _remove_stale(self, path: Path) -> None:
         try:
@@ -392,6 +398,7 @@ class ControlServer:
             args = request.get("args") or {}
             if not isinstance(args, dict):
                 raise ControlError("malformed request: 'args' must be a map")
+            started = time.perf_counter()
             operation = ENGINE_OPERATIONS.get(command)
             if operation is not None:
                 result = operation(self.daemon.engine, args)
@@ -399,6 +406,10 @@ class ControlServer:
                 result = await self._handlers[command](args, session)
             else:
                 raise ControlError(f"unknown command {command!r}")
+            if command not in _QUIET_COMMANDS:
+                details = dict(Counter(result["outcomes"])) if command in ("train", "untrain") else {}
+                elapsed_ms = round((time.perf_counter() - started) * 1000, 2)
+                log.info("control_request_handled", command=command, elapsed_ms=elapsed_ms, **details)
             return {"ok": True, "result": result}
         except SpamdError as e:
             log.warning("control_request_failed", command=command, error=str(e))
