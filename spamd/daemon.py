@@ -100,6 +100,17 @@ class Daemon:
         config = self.config
         self.should_exit = asyncio.Event()
         self._snapshot_lock = asyncio.Lock()
+        if self.install_signals:
+            # First thing: a SIGTERM during a long start-up (a big catch-up) then ends it
+            # cleanly at the end of start-up instead of killing it mid-way.
+            loop = asyncio.get_running_loop()
+            for sig, handler in (
+                (signal.SIGTERM, self.request_exit),
+                (signal.SIGINT, self.request_exit),
+                (signal.SIGHUP, lambda: self._spawn(self.reload(), "reload")),
+            ):
+                loop.add_signal_handler(sig, handler)
+                self._signals.append(sig)
         try:
             config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         except OSError as e:
@@ -146,14 +157,6 @@ class Daemon:
         else:
             log.warning("control_socket_unavailable", reason="spamd.control is not installed")
 
-        if self.install_signals:
-            for sig, handler in (
-                (signal.SIGTERM, self.request_exit),
-                (signal.SIGINT, self.request_exit),
-                (signal.SIGHUP, lambda: self._spawn(self.reload(), "reload")),
-            ):
-                loop.add_signal_handler(sig, handler)
-                self._signals.append(sig)
         self._spawn(self._snapshot_timer(), "snapshot-timer")
         self.started = True
         log.info(

@@ -51,7 +51,15 @@ from typing import Any
 
 import msgpack
 import structlog
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.events import (
+    DirCreatedEvent,
+    DirMovedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
 from watchdog.observers import Observer
 
 from spamd.config import MaildirConfig
@@ -291,6 +299,11 @@ Learn = Callable[..., object]  # (raw, label, source, user=..., **context)
 LedgerLookup = Callable[[bytes], "tuple[Label, bool] | None"]
 
 
+# Only what moves mean: the inotify mask then leaves out IN_MODIFY, IN_CLOSE_WRITE,
+# IN_OPEN and IN_ATTRIB, which every write into tmp/ would otherwise raise.
+_WATCHED_EVENTS = [FileCreatedEvent, FileMovedEvent, FileDeletedEvent, DirCreatedEvent, DirMovedEvent]
+
+
 class _Bridge(FileSystemEventHandler):
     """Runs on watchdog's thread: only hands events to the loop."""
 
@@ -340,7 +353,9 @@ class MaildirWatcher:
         loop = asyncio.get_running_loop()
         self.observer = Observer()
         for mailbox in self.mailboxes:
-            self.observer.schedule(_Bridge(loop, mailbox, self.queue), str(mailbox.root), recursive=True)
+            self.observer.schedule(
+                _Bridge(loop, mailbox, self.queue), str(mailbox.root), recursive=True, event_filter=_WATCHED_EVENTS
+            )
         self.observer.start()
 
     def start_consuming(self) -> None:

@@ -35,6 +35,12 @@ _BARE_LF_RE = re.compile(rb"(?<!\r)\n")
 class FilterSMTP(SMTP):
     """aiosmtpd's protocol with a peer allow-list and a separate DATA timeout."""
 
+    # RFC 5321 caps lines at 1000 octets and aiosmtpd answers a longer one with a
+    # permanent 500, which would bounce real mail: 65 of trec07p-dev's first 3,000
+    # messages have longer lines. A filter on loopback takes what its MTA hands it;
+    # max_message_bytes still bounds the whole message.
+    line_length_limit = 1024 * 1024
+
     def __init__(self, handler: "SmtpHandler", config: Config, loop: asyncio.AbstractEventLoop):
         s = config.smtp
         self.allowed_peers = frozenset(s.allowed_peers)
@@ -71,17 +77,65 @@ class FilterSMTP(SMTP):
         self.filter.sessions.discard(self)
         super().connection_lost(error)
 
-    async def smtp_DATA(self, arg: str) -> None:
+    async def smtp_DATA(self, arg: str | None) -> None:
+        # aiosmtpd's DATA reads line by line (a readuntil, a log call and a list append
+        # per line: ~0.5 ms of the event loop for an average trec07p message, as much as
+        # scoring it). This reads in 64 KiB chunks up to <CRLF>.<CRLF>; the rest of the
+        # command (checks, the hook, the reply) is as aiosmtpd does it.
+        if await self.check_helo_needed() or await self.check_auth_needed("DATA"):
+            return
+        assert self.envelope is not None
+        if not self.envelope.rcpt_tos:
+            await self.push("503 Error: need RCPT command")
+            return
+        if arg:
+            await self.push("501 Syntax: DATA")
+            return
         # The idle timeout is reset per command; a DATA transfer (and its scoring and
-        # delivery) gets its own, longer bound.
+        # delivery) gets its own, longer bound. Shutdown waits for it to finish.
         self._reset_timeout(self.data_timeout_s)
         self.filter.transaction_started()
         try:
-            await super().smtp_DATA(arg)
+            await self.push("354 End data with <CR><LF>.<CR><LF>")
+            content = await self._read_data()
+            if content is None:
+                self._set_post_data_state()
+                await self.push("552 5.3.4 Error: Too much mail data")
+                return
+            self.envelope.content = self.envelope.original_content = content
+            status = await self._call_handler_hook("DATA")
+            self._set_post_data_state()
+            await self.push(status)
         finally:
             self.filter.transaction_ended()
             if self.transport is not None:
                 self._reset_timeout()
+
+    async def _read_data(self) -> bytes | None:
+        """The message up to <CRLF>.<CRLF>, dot-stuffing undone; None if over the size limit (read all the same)."""
+        reader = self._reader
+        limit = self.data_size_limit or 0
+        buf = bytearray(b"\r\n")  # so that an empty message (".\r\n" at once) ends like any other
+        dropped = 0
+        while True:
+            end = buf.find(b"\r\n.\r\n", max(0, len(buf) - 65536 - 4))
+            if end != -1:
+                break
+            if limit and len(buf) + dropped > limit + 2:
+                dropped += len(buf) - 4  # over the limit: keep reading to the end, keep nothing
+                del buf[:-4]
+            chunk = await reader.read(65536)
+            if not chunk:
+                raise ConnectionResetError("connection closed during DATA")
+            buf += chunk
+        extra = bytes(buf[end + 5 :])
+        if extra:
+            # Only a client pipelining without PIPELINING sends more; hand it back to the
+            # command loop (aiosmtpd itself reaches into the reader's buffer for STARTTLS).
+            reader._buffer[:0] = extra  # type: ignore[attr-defined]
+        if dropped or (limit and end - 2 > limit):
+            return None
+        return bytes(buf[: end + 2]).replace(b"\r\n.", b"\r\n")[2:]
 
 
 class RelayRefused(Exception):

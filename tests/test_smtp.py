@@ -234,3 +234,30 @@ async def test_config_limits_apply_to_new_sessions_after_reload(tmp_path):
     finally:
         daemon.request_exit()
         await daemon.shutdown()
+
+
+async def test_dot_stuffing_and_tiny_messages_survive_the_data_reader(tmp_path):
+    async with running(daemon_config(tmp_path)) as daemon:
+        body = b"Subject: dots\n\n.\n..\n.leading dot\nend\n"
+        await asyncio.to_thread(send, port_of(daemon), body)
+        await asyncio.to_thread(send, port_of(daemon), b"Subject: one line")
+
+        def raw_data(payload: bytes) -> tuple[int, bytes]:
+            with smtplib.SMTP("127.0.0.1", port_of(daemon), timeout=10) as client:
+                client.ehlo("test")
+                client.mail("a@example.org")
+                client.rcpt("user@example.com")
+                client.putcmd("data")
+                assert client.getreply()[0] == 354
+                client.send(payload)
+                return client.getreply()
+
+        assert (await asyncio.to_thread(raw_data, b".\r\n"))[0] == 250  # empty message
+        # Several 64 KiB reads; a dot line that lands on a read boundary is still unstuffed.
+        big = b"Subject: big\r\n\r\n" + b"".join(b"..%05d " % i + b"y" * 90 + b"\r\n" for i in range(2500))
+        assert (await asyncio.to_thread(raw_data, big + b".\r\n"))[0] == 250
+        bodies = sorted(p.read_bytes().split(b"X-Spam-Flag: NO\n", 1)[1] for p in files(tmp_path / "Maildir" / "new"))
+        assert b"Subject: dots\n\n.\n..\n.leading dot\nend\n" in bodies
+        assert b"Subject: one line\n" in bodies and b"" in bodies
+        [big_body] = [b for b in bodies if b.startswith(b"Subject: big")]
+        assert big_body == big.replace(b"\r\n..", b"\r\n.").replace(b"\r\n", b"\n")

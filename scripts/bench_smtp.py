@@ -1,0 +1,171 @@
+"""Replay trec07p-dev over SMTP against a real spamd and report messages/s and latency.
+
+Starts `python -m spamd` itself (temp data dir, ephemeral loopback port, deliver
+mode, fsync on), after training its model on the first --train messages so
+scoring does real work (an empty model short-cuts). N client threads, each
+with one smtplib connection reused across its messages (as Postfix's connection
+cache does for a content filter), send the rest. Latency is per message, from
+MAIL FROM to the 250 after DATA: scoring, the Maildir write and both fsyncs.
+
+    /work/venv/bin/python scripts/bench_smtp.py            # 16 clients, 9,000 messages
+    /work/venv/bin/python scripts/bench_smtp.py --clients 4 --limit 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import smtplib
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_INDEX = ROOT.parent / "shared" / "corpora" / "trec07p-dev" / "full" / "index"
+
+
+def read_corpus(index: Path) -> list[tuple[str, bytes]]:
+    rows = []
+    for line in index.read_text().splitlines():
+        label, _, rel = line.partition(" ")
+        if rel:
+            rows.append((label, (index.parent / rel).read_bytes()))
+    return rows
+
+
+def crlf(data: bytes) -> bytes:
+    return data.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n")
+
+
+def pretrain(data_dir: Path, config_file: Path, rows: list[tuple[str, bytes]]) -> None:
+    sys.path.insert(0, str(ROOT))
+    from spamd.config import load_config
+    from spamd.engine import Engine
+    from spamd.model import Label
+
+    engine = Engine.open(load_config(config_file, data_dir=data_dir))
+    try:
+        for label, raw in rows:
+            engine.train(raw, Label.SPAM if label == "spam" else Label.HAM, "bench")
+        engine.snapshot()
+    finally:
+        engine.close()
+
+
+def start_daemon(data_dir: Path, config_file: Path, log_file: Path, profile: Path | None) -> tuple[subprocess.Popen, int]:
+    log = open(log_file, "wb")
+    runner = ["-m", "cProfile", "-o", str(profile)] if profile else []
+    proc = subprocess.Popen(
+        [sys.executable, *runner, "-m", "spamd", "--config", str(config_file), "--data-dir", str(data_dir), "--smtp", "127.0.0.1:0"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, cwd=ROOT,
+    )  # fmt: skip
+    log.close()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for line in log_file.read_text(errors="replace").splitlines():
+            if '"daemon_started"' in line:
+                return proc, json.loads(line)["smtp_port"]
+        if proc.poll() is not None:
+            raise SystemExit(f"spamd exited with {proc.returncode}:\n{log_file.read_text(errors='replace')}")
+        time.sleep(0.05)
+    proc.kill()
+    raise SystemExit("spamd did not start within 60 s")
+
+
+def client(port: int, messages: list[bytes], latencies: list[float], errors: list[str]) -> None:
+    smtp = smtplib.SMTP("127.0.0.1", port, timeout=60)
+    try:
+        smtp.ehlo("bench")
+        for data in messages:
+            started = time.perf_counter()
+            try:
+                smtp.sendmail("bench@example.org", ["user@example.com"], data)
+            except smtplib.SMTPException as e:
+                errors.append(f"{type(e).__name__}: {e}")
+                smtp.close()
+                smtp = smtplib.SMTP("127.0.0.1", port, timeout=60)
+                smtp.ehlo("bench")
+                continue
+            latencies.append((time.perf_counter() - started) * 1000.0)
+    finally:
+        smtp.close()
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--index", type=Path, default=DEFAULT_INDEX)
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--train", type=int, default=1000, help="messages trained before the replay")
+    parser.add_argument("--limit", type=int, default=0, help="messages replayed (0: all after --train)")
+    parser.add_argument("--no-fsync", action="store_true")
+    parser.add_argument("--keep", action="store_true", help="keep the temp data dir")
+    parser.add_argument("--profile", type=Path, help="run spamd under cProfile, stats to this file")
+    args = parser.parse_args()
+
+    if not args.index.is_file():
+        print(f"corpus index not found: {args.index}", file=sys.stderr)
+        return 2
+    rows = read_corpus(args.index)
+    replay = [crlf(raw) for _, raw in rows[args.train :]]
+    if args.limit:
+        replay = replay[: args.limit]
+
+    work = Path(tempfile.mkdtemp(prefix="spamd-bench-"))
+    try:
+        config_file = work / "spamd.toml"
+        fsync = "false" if args.no_fsync else "true"
+        config_file.write_text(f'[log]\nformat = "json"\n[maildir]\nfsync = {fsync}\n[smtp]\nmax_recipients = 10\n')
+        data_dir = work / "data"
+        t = time.perf_counter()
+        pretrain(data_dir, config_file, rows[: args.train])
+        print(f"trained {args.train} messages in {time.perf_counter() - t:.1f} s")
+        proc, port = start_daemon(data_dir, config_file, work / "spamd.log", args.profile)
+        try:
+            shares = [replay[i :: args.clients] for i in range(args.clients)]
+            latencies: list[float] = []
+            errors: list[str] = []
+            threads = [threading.Thread(target=client, args=(port, share, latencies, errors)) for share in shares]
+            started = time.perf_counter()
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            elapsed = time.perf_counter() - started
+        finally:
+            proc.terminate()
+            _, status, usage = os.wait4(proc.pid, 0)
+            code = os.waitstatus_to_exitcode(status)
+            proc.returncode = code
+            cpu = usage.ru_utime + usage.ru_stime
+            print(f"spamd user {usage.ru_utime:.1f} s, system {usage.ru_stime:.1f} s, voluntary switches {usage.ru_nvcsw}, involuntary {usage.ru_nivcsw}")
+        delivered = sum(len(os.listdir(data_dir / "Maildir" / d / "new")) for d in ("", ".Junk"))
+        print(
+            f"{len(latencies)} messages, {args.clients} clients, fsync {'off' if args.no_fsync else 'on'}: "
+            f"{len(latencies) / elapsed:.0f} msgs/s, latency p50 {statistics.median(latencies):.1f} ms, "
+            f"p99 {percentile(latencies, 0.99):.1f} ms, max {max(latencies):.1f} ms; "
+            f"errors {len(errors)}; delivered {delivered}; spamd exit {code}, "
+            f"spamd CPU {cpu:.1f} s ({cpu / max(1, len(latencies)) * 1000:.2f} ms/msg incl. start-up and shutdown)"
+        )
+        for error in errors[:5]:
+            print("  error:", error)
+        return 0 if not errors and delivered == len(replay) and code == 0 else 1
+    finally:
+        if args.keep:
+            print(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
