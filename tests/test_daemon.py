@@ -191,3 +191,24 @@ def test_port_in_use_is_one_clear_line(tmp_path):
 def test_wait_until_sync_fails_loudly():
     with pytest.raises(AssertionError, match="not met"):
         wait_until_sync(lambda: False, timeout=0.05)
+
+
+def test_shipped_config_documents_every_key_with_its_default(tmp_path):
+    import dataclasses
+    import tomllib
+    from pathlib import Path
+
+    from spamd.config import Config
+
+    shipped = Path(__file__).resolve().parents[1] / "config" / "spamd.toml"
+    lines = [line[2:] if line.startswith("# ") and " = " in line and not line.startswith("#  ") else line
+             for line in shipped.read_text().splitlines()]  # fmt: skip
+    uncommented = tmp_path / "uncommented.toml"
+    uncommented.write_text("\n".join(lines))
+    assert load_config(uncommented) == load_config(None)
+    raw = tomllib.loads(uncommented.read_text())
+    for f in dataclasses.fields(Config):
+        if f.name == "data_dir":
+            assert "data_dir" in raw
+        else:
+            assert set(raw[f.name]) == {g.name for g in dataclasses.fields(getattr(Config(), f.name))}, f.name
