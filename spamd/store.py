@@ -43,7 +43,8 @@ log = structlog.get_logger()
 
 SNAPSHOT_FORMAT = "spamd-snapshot"
 SNAPSHOT_VERSION = 1
-JOURNAL_MAGIC = b"SPAMDJ01"
+# The magic names the journal format version: records changed shape (hash_bits) in 02.
+JOURNAL_MAGIC = b"SPAMDJ02"
 _FRAME = struct.Struct("<II")  # payload length, crc32 of payload
 MAX_RECORD_BYTES = 64 * 1024 * 1024
 _SNAPSHOT_RE = re.compile(r"^snapshot-(\d{12})\.spamd$")
@@ -326,11 +327,16 @@ def scan_journal(data: bytes, where: str) -> JournalScan:
     if not data.startswith(JOURNAL_MAGIC):
         if JOURNAL_MAGIC.startswith(data):  # crash while writing the magic itself
             return JournalScan([], 0, len(data))
+        if data.startswith(JOURNAL_MAGIC[:6]):
+            raise CorruptStateError(
+                f"{where}: journal format {data[6:8].decode('ascii', 'replace')!r}, this spamd reads "
+                f"{JOURNAL_MAGIC[6:].decode()!r}; run the spamd that wrote it to take a snapshot, or retrain"
+            )
         raise CorruptStateError(f"{where}: not a spamd journal (bad magic); move it aside to start without it")
     records: list[TrainingRecord] = []
     offset = len(JOURNAL_MAGIC)
     while offset < len(data):
-        record, next_offset = _read_record(data, offset)
+        record, next_offset = _read_record(data, offset, where)
         if record is None:
             if _whole_record_follows(data, offset):
                 raise CorruptStateError(
@@ -344,7 +350,13 @@ def scan_journal(data: bytes, where: str) -> JournalScan:
     return JournalScan(records, offset, 0)
 
 
-def _read_record(data: bytes, offset: int) -> tuple[TrainingRecord | None, int]:
+def _read_record(data: bytes, offset: int, where: str | None = None) -> tuple[TrainingRecord | None, int]:
+    """The record at `offset`, or None if it is torn or fails its CRC.
+
+    With `where` (the replay, not the search for later records), a record that
+    passes its CRC yet does not decode is refused: it was written whole, so
+    dropping it as a torn tail would silently lose training.
+    """
     if offset + _FRAME.size > len(data):
         return None, offset
     length, crc = _FRAME.unpack_from(data, offset)
@@ -356,8 +368,14 @@ def _read_record(data: bytes, offset: int) -> tuple[TrainingRecord | None, int]:
         return None, offset
     try:
         return TrainingRecord.from_msgpack(payload), end
-    except Exception:  # a payload that passed its CRC yet does not decode is damage too
-        return None, offset
+    except Exception as e:  # msgpack and the field checks raise several unrelated types
+        if where is None:
+            return None, offset
+        raise CorruptStateError(
+            f"{where}: record at byte {offset} is whole (checksum right) but cannot be decoded "
+            f"({type(e).__name__}: {e}); it was written by another spamd version or is damaged. "
+            "Restore from a backup (spamctl import), or move the journal aside to lose the training it holds"
+        ) from None
 
 
 def _whole_record_follows(data: bytes, bad_offset: int) -> bool:

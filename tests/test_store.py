@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
 import sys
 import textwrap
+import zlib
 from pathlib import Path
 
 import msgpack
@@ -461,3 +463,27 @@ def test_journal_only_state_with_another_hash_bits_is_refused(tmp_path, written,
     engine.close()
     with pytest.raises(CorruptStateError, match=f"journal-000000000000.log: record 1 .*hash_bits = {written}, the config says {configured}"):
         Engine.open(h.small_config(tmp_path, hash_bits=configured))
+
+
+def test_whole_but_undecodable_record_is_refused_not_cut(tmp_path):
+    # A record with a right CRC was written whole: treating it as a torn tail would
+    # silently drop training (as a format change once did), so it is refused.
+    engine = Engine.open(h.small_config(tmp_path))
+    engine.train(h.numbered_message(1), Label.SPAM, "test")
+    engine.close()
+    journal = next((tmp_path / "state").glob("journal-*.log"))
+    payload = msgpack.packb({"seq": 2, "something": "else"}, use_bin_type=True)
+    with open(journal, "ab") as f:
+        f.write(struct.pack("<II", len(payload), zlib.crc32(payload)) + payload)
+    size = journal.stat().st_size
+    with pytest.raises(CorruptStateError, match=r"journal-000000000000\.log: record at byte \d+ is whole"):
+        Engine.open(h.small_config(tmp_path))
+    assert journal.stat().st_size == size  # nothing cut
+
+
+def test_journal_of_another_format_version_is_refused(tmp_path):
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "journal-000000000000.log").write_bytes(b"SPAMDJ01" + b"\0" * 40)
+    with pytest.raises(CorruptStateError, match="journal format '01', this spamd reads '02'"):
+        Engine.open(h.small_config(tmp_path))
