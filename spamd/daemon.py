@@ -196,7 +196,7 @@ class Daemon:
         if self.engine is not None:
             try:
                 store = self.engine.store
-                if self.engine.trainer.seq != store.last_snapshot_seq or (self.started and store.last_snapshot_time is None):
+                if self.engine.has_unsaved_state() or (self.started and store.last_snapshot_time is None):
                     await self.snapshot()
                 elif self.mailboxes:
                     await asyncio.to_thread(save_indexes, self.index_path, export_indexes(self.mailboxes))

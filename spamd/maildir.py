@@ -314,6 +314,8 @@ class _Bridge(FileSystemEventHandler):
         if event.is_directory or event.event_type not in ("created", "moved", "deleted"):
             return
         src = os.fsdecode(event.src_path)
+        if event.event_type != "moved" and os.path.basename(os.path.dirname(src)) == "tmp":
+            return  # a delivery being written: it counts once renamed into new/ or cur/
         dest = os.fsdecode(event.dest_path) if event.event_type == "moved" else ""
         try:
             self.loop.call_soon_threadsafe(self.queue.put_nowait, (self.mailbox, event.event_type, src, dest))

@@ -27,7 +27,12 @@ from tests.daemon_helpers import (
     wait_until,
 )
 
-pytestmark = pytest.mark.asyncio
+pytestmark = [
+    pytest.mark.asyncio,
+    # watchdog warns (harmlessly) when a folder created while it runs gets its inotify
+    # watch added twice; as an error (pyproject) it would kill watchdog's thread.
+    pytest.mark.filterwarnings("ignore:Callback with id:RuntimeWarning"),
+]
 
 JUNK, TRASH = ".Junk", ".Trash"
 
