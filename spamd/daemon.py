@@ -129,7 +129,7 @@ class Daemon:
             score=self.scorer.score,
             delivered=self.scorer.scored,
             learn=self.scorer.learn,
-            ledger_label=self.engine.trainer.ledger.get,
+            ledger_label=self.engine.trainer.ledger.get,  # (an import replaces the ledger in place)
             on_error=self.metrics.error,
         )
         # Watch before the catch-up scan so nothing falls between the two; queued

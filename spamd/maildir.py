@@ -442,7 +442,9 @@ class MaildirWatcher:
         if kind == "moved":
             before = mailbox.locate(src)
             after = mailbox.locate(dest)
-            if before is not None and after is not None and before.base != after.base:
+            if before is not None and after is None:
+                mailbox.index.forget(before.base, before.folder)  # moved out of the Maildir: gone
+            elif before is not None and after is not None and before.base != after.base:
                 previous = mailbox.index.by_base.get(before.base)
                 mailbox.index.forget(before.base)
         else:

@@ -289,3 +289,25 @@ async def test_interrupted_filing_is_not_duplicated(tmp_path):
     async with running(config):
         assert [p.name for p in folder_files(maildir)] == [scored.name]
         assert base_of(scored.name).startswith(base_of(original.name))
+
+
+async def test_training_is_snapshotted_on_the_timer(tmp_path):
+    import spamd.daemon
+
+    maildir = tmp_path / "Maildir"
+    config = daemon_config(tmp_path, store={"snapshot_interval_s": 0.05})
+    async with running(config) as daemon:
+        assert spamd.daemon.TIMER_TICK_S >= 0.05  # the tick is min(interval, TIMER_TICK_S)
+        drop(maildir, make_message(Label.SPAM, 1), folder=JUNK, sub="cur")
+        await wait_until(lambda: trained(daemon) == (1, 0))
+        await wait_until(lambda: (tmp_path / "state" / "snapshot-000000000001.spamd").is_file(), timeout=5)
+        assert (tmp_path / "maildir-index.msgpack").is_file()
+
+
+async def test_a_file_moved_out_of_the_maildir_is_forgotten(tmp_path):
+    maildir = tmp_path / "Maildir"
+    async with running(daemon_config(tmp_path)) as daemon:
+        [path] = await deliver_unscored(daemon, maildir, [make_message(Label.HAM, 1)])
+        os.rename(path, tmp_path / "elsewhere")
+        await sentinel(daemon, maildir)
+        assert base_of(path.name) not in daemon.mailboxes[0].index.by_base
