@@ -61,6 +61,8 @@ class FilterSMTP(SMTP):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         peer = transport.get_extra_info("peername")
         host = peer[0] if isinstance(peer, tuple) and peer else str(peer)
+        if host.startswith("::ffff:") and "." in host:
+            host = host.removeprefix("::ffff:")  # IPv4 peer on a dual-stack listener
         super().connection_made(transport)
         if host not in self.allowed_peers:
             # Refused before the greeting: the session task never runs.
