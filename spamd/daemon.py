@@ -68,7 +68,7 @@ class Daemon:
         self.overrides = {"data_dir": data_dir, "smtp_listen": smtp_listen}
         self.config = config if config is not None else load_config(config_path, **self.overrides)
         self.install_signals = install_signals
-        self.engine: Engine | None = None  # type: ignore[assignment]
+        self.engine: Engine | None = None
         self.metrics = Metrics()
         self.scorer: Scorer | None = None
         self.mailboxes: list[Mailbox] = []

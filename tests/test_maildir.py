@@ -7,7 +7,6 @@ sentinel is learned every earlier event has been handled.
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 
