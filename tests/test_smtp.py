@@ -261,3 +261,17 @@ async def test_dot_stuffing_and_tiny_messages_survive_the_data_reader(tmp_path):
         assert b"Subject: one line\n" in bodies and b"" in bodies
         [big_body] = [b for b in bodies if b.startswith(b"Subject: big")]
         assert big_body == big.replace(b"\r\n..", b"\r\n.").replace(b"\r\n", b"\n")
+
+
+async def test_idle_session_is_closed_after_the_idle_timeout(tmp_path):
+    config = daemon_config(tmp_path, smtp={"idle_timeout_s": 0.2, "data_timeout_s": 5.0})
+    async with running(config) as daemon:
+        client = await asyncio.to_thread(smtplib.SMTP, "127.0.0.1", port_of(daemon), timeout=10)
+        try:
+            await asyncio.to_thread(client.ehlo, "idle")
+            await wait_until(lambda: daemon.stats()["daemon"]["smtp_sessions"] == 1)
+            await wait_until(lambda: daemon.stats()["daemon"]["smtp_sessions"] == 0, timeout=5)
+            with pytest.raises(smtplib.SMTPServerDisconnected):
+                await asyncio.to_thread(client.noop)
+        finally:
+            client.close()
