@@ -37,6 +37,9 @@ _URL_PATH_SPLIT_RE = re.compile(r"[/?=&.#_\-+%]+")
 _EMAIL_DOMAIN_RE = re.compile(r"[\w.+\-]+(?:@([\w\-]+(?:\.[\w\-]+)+))?")
 _HOSTISH_RE = re.compile(r"(?<![a-z0-9\-])-*+([a-z0-9][a-z0-9\-]*+(?:\.[a-z0-9\-]++)+)")
 _NON_ASCII_RUN_RE = re.compile(r"[^\x00-\x7f]{3,}")
+_DATE_ZONE_RE = re.compile(r"([+-]\d{4}|\b[A-Z]{2,5}\b)\s*(?:\([^)]*\))?\s*$")
+_DIGITS_RE = re.compile(r"\d+")
+_LETTERS_RE = re.compile(r"[A-Za-z]+")
 
 MAX_WORD = 30
 MAX_HOST_CHARS = 253  # the DNS limit
@@ -92,6 +95,17 @@ def url_tokens(lowered: str) -> list[str]:
     return tokens
 
 
+def date_tokens(value: str) -> list[str]:
+    """The Date header's time zone and its shape with digits and words masked.
+
+    Mailers each write dates their own way and spamware forges them badly
+    ("date-shape:a, 9 a 9 9:9:9 +9"): 0.0166 / 0.0647 -> 0.0161 / 0.0633.
+    """
+    zone = _DATE_ZONE_RE.search(value)
+    shape = _LETTERS_RE.sub("a", _DIGITS_RE.sub("9", value))[:40]
+    return [f"date-zone:{zone.group(1) if zone else 'none'}", f"date-shape:{shape}"]
+
+
 def header_tokens(msg: ParsedMessage) -> list[str]:
     """Tokens from headers, each tagged with the header it came from."""
     # Header-tagged tokens as a whole: 0.1416 / 0.2274 -> 0.0166 / 0.0647.
@@ -115,6 +129,8 @@ def header_tokens(msg: ParsedMessage) -> list[str]:
         elif name == "message-id":  # the generating domain: 0.0167 / 0.0666 -> 0.0166 / 0.0647
             _, _, domain = value.lower().rpartition("@")
             tokens.append(f"message-id@{domain.strip('<> ')}")
+        elif name == "date":
+            tokens.extend(date_tokens(value))
     # Subject word pairs: 0.0168 / 0.0680 -> 0.0166 / 0.0647.
     subject = words(msg.header("subject"))
     tokens.extend(f"subject:{a} {b}" for a, b in zip(subject, subject[1:]))
