@@ -40,6 +40,7 @@ _NON_ASCII_RUN_RE = re.compile(r"[^\x00-\x7f]{3,}")
 _DATE_ZONE_RE = re.compile(r"([+-]\d{4}|\b[A-Z]{2,5}\b)\s*(?:\([^)]*\))?\s*$")
 _DIGITS_RE = re.compile(r"\d+")
 _LETTERS_RE = re.compile(r"[A-Za-z]+")
+_HEX_RUN_RE = re.compile(r"\b[0-9A-Fa-f]{6,}\b")
 
 MAX_WORD = 30
 MAX_HOST_CHARS = 253  # the DNS limit
@@ -95,15 +96,19 @@ def url_tokens(lowered: str) -> list[str]:
     return tokens
 
 
+def shape(value: str) -> str:
+    """A header value with hex runs, digits and words masked: how a mailer writes it, not what."""
+    return _LETTERS_RE.sub("a", _DIGITS_RE.sub("9", _HEX_RUN_RE.sub("h", value)))[:40]
+
+
 def date_tokens(value: str) -> list[str]:
-    """The Date header's time zone and its shape with digits and words masked.
+    """The Date header's time zone and its shape.
 
     Mailers each write dates their own way and spamware forges them badly
     ("date-shape:a, 9 a 9 9:9:9 +9"): 0.0166 / 0.0647 -> 0.0161 / 0.0633.
     """
     zone = _DATE_ZONE_RE.search(value)
-    shape = _LETTERS_RE.sub("a", _DIGITS_RE.sub("9", value))[:40]
-    return [f"date-zone:{zone.group(1) if zone else 'none'}", f"date-shape:{shape}"]
+    return [f"date-zone:{zone.group(1) if zone else 'none'}", f"date-shape:{shape(value)}"]
 
 
 def header_tokens(msg: ParsedMessage) -> list[str]:
@@ -129,6 +134,8 @@ def header_tokens(msg: ParsedMessage) -> list[str]:
         elif name == "message-id":  # the generating domain: 0.0167 / 0.0666 -> 0.0166 / 0.0647
             _, _, domain = value.lower().rpartition("@")
             tokens.append(f"message-id@{domain.strip('<> ')}")
+            # Its shape (generators differ): 0.0161 / 0.0633 -> 0.0159 / 0.0622.
+            tokens.append(f"message-id-shape:{shape(value)}")
         elif name == "date":
             tokens.extend(date_tokens(value))
     # Subject word pairs: 0.0168 / 0.0680 -> 0.0166 / 0.0647.
