@@ -141,6 +141,31 @@ def header_tokens(msg: ParsedMessage) -> list[str]:
     # Subject word pairs: 0.0168 / 0.0680 -> 0.0166 / 0.0647.
     subject = words(msg.header("subject"))
     tokens.extend(f"subject:{a} {b}" for a, b in zip(subject, subject[1:]))
+    tokens.extend(header_shape_tokens(msg))
+    return tokens
+
+
+_LOCAL_PART_RE = re.compile(r"([\w.+\-]+)@")
+
+
+def header_shape_tokens(msg: ParsedMessage) -> list[str]:
+    """How the sending software writes its headers, whatever they say.
+
+    Each alone, against 0.0159 / 0.0622: sender's local part 0.0158 / 0.0610,
+    Subject 0.0154 / 0.0619, X-Mailer 0.0157 / 0.0621, number of To addresses
+    0.0158 / 0.0619, the first (originating) Received header 0.0155 / 0.0597;
+    all five 0.0148 / 0.0583.
+    """
+    tokens = [f"subject-shape:{shape(msg.header('subject'))}", f"to-count:{min(msg.header('to').count('@'), 10)}"]
+    sender = _LOCAL_PART_RE.search(msg.header("from"))
+    if sender:
+        tokens.append(f"from-local-shape:{shape(sender.group(1))}")
+    mailer = msg.header("x-mailer")
+    if mailer:
+        tokens.append(f"x-mailer-shape:{shape(mailer)}")
+    received = [value for name, value in msg.headers if name == "received"]
+    if received:
+        tokens.append(f"received-first-shape:{shape(received[-1])}")
     return tokens
 
 
