@@ -166,6 +166,10 @@ def header_shape_tokens(msg: ParsedMessage) -> list[str]:
     received = [value for name, value in msg.headers if name == "received"]
     if received:
         tokens.append(f"received-first-shape:{shape(received[-1])}")
+    # Every Received header's shape and the whole From's, on top of the five above:
+    # 0.0148 / 0.0583 -> 0.0141 / 0.0558 (hm% at sm%=0.1 on spamassassin 3.69 -> 4.02).
+    tokens.extend(f"received-shape:{shape(value)}" for value in received)
+    tokens.append(f"from-shape:{shape(msg.header('from'))}")
     return tokens
 
 
