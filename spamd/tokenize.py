@@ -38,6 +38,7 @@ _EMAIL_DOMAIN_RE = re.compile(r"[\w.+\-]+(?:@([\w\-]+(?:\.[\w\-]+)+))?")
 _HOSTISH_RE = re.compile(r"(?<![a-z0-9\-])-*+([a-z0-9][a-z0-9\-]*+(?:\.[a-z0-9\-]++)+)")
 _NON_ASCII_RUN_RE = re.compile(r"[^\x00-\x7f]{3,}")
 _DATE_ZONE_RE = re.compile(r"([+-]\d{4}|\b[A-Z]{2,5}\b)\s*(?:\([^)]*\))?\s*$")
+_DATE_ZONE_AT_END_RE = re.compile(r"([+-]\d{4}|\b[A-Z]{2,5}\b)\s*$")  # the same, for values not ending in ")"
 _DIGITS_RE = re.compile(r"\d+")
 _LETTERS_RE = re.compile(r"[A-Za-z]+")
 _HEX_RUN_RE = re.compile(r"\b[0-9A-Fa-f]{6,}\b")
@@ -101,13 +102,29 @@ def shape(value: str) -> str:
     return _LETTERS_RE.sub("a", _DIGITS_RE.sub("9", _HEX_RUN_RE.sub("h", value)))[:40]
 
 
+def _date_zone(value: str) -> re.Match[str] | None:
+    """`_DATE_ZONE_RE.search(value)`, tried only where a match can start.
+
+    A match holds at most one ")", the value's last non-blank character: so it
+    starts after the ")" before that one, and with no ")" at the end there is no
+    comment to look for. Searched from the start, every zone followed by "("
+    rescanned the rest of the value: a 512 KiB message of "Date: AB(AB(AB(..."
+    headers took 0.58 s to analyze -> 0.15 s (the search itself 0.025 s). Same
+    matches (checked on every Date of both corpora; tests/test_fuzz.py).
+    """
+    end = len(value.rstrip())
+    if value[end - 1 : end] != ")":
+        return _DATE_ZONE_AT_END_RE.search(value)
+    return _DATE_ZONE_RE.search(value, value.rfind(")", 0, end - 1) + 1)
+
+
 def date_tokens(value: str) -> list[str]:
     """The Date header's time zone and its shape.
 
     Mailers each write dates their own way and spamware forges them badly
     ("date-shape:a, 9 a 9 9:9:9 +9"): 0.0166 / 0.0647 -> 0.0161 / 0.0633.
     """
-    zone = _DATE_ZONE_RE.search(value)
+    zone = _date_zone(value)
     return [f"date-zone:{zone.group(1) if zone else 'none'}", f"date-shape:{shape(value)}"]
 
 

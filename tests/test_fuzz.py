@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from spamd.config import ParserConfig
 from spamd.message import ParsedMessage, html_to_text, parse_message
-from spamd.tokenize import _EMAIL_DOMAIN_RE, _HOSTISH_RE, header_tokens
+from spamd.tokenize import _DATE_ZONE_RE, _EMAIL_DOMAIN_RE, _HOSTISH_RE, _date_zone, header_tokens
 
 LIMITS = ParserConfig()
 
@@ -74,10 +74,20 @@ def test_address_and_relay_tokens_on_real_shapes():
         ("received", "from mx-1.example.com ([10.0.0.1]) by --relay.example.net; -.a.b x..y.z"),
     ])
     tokens = header_tokens(msg)
-    assert [t for t in tokens if "@" in t] == ["from@mail.example.co.uk", "from@b.c", "from@e.f"]
+    assert [t for t in tokens if t.startswith("from@")] == ["from@mail.example.co.uk", "from@b.c", "from@e.f"]
     assert [t for t in tokens if t.startswith("received:")] == [
         "received:mx-1.example.com", "received:10.0.0.1", "received:relay.example.net", "received:a.b", "received:y.z",
     ]
+
+
+DATE_ALPHABET = ["A", "B", "Z", "b", "+", "-", "0", "1", " ", "\t", "\n", "\u00a0", "(", ")", "x", "_"]
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.lists(st.sampled_from(DATE_ALPHABET), max_size=30).map("".join))
+def test_date_zone_matches_the_plain_search(value):
+    expected, found = _DATE_ZONE_RE.search(value), _date_zone(value)
+    assert (expected and (expected.group(1), expected.span())) == (found and (found.group(1), found.span()))
 
 
 def _header_block(name: str, value: str) -> list[tuple[str, str]]:
@@ -86,9 +96,10 @@ def _header_block(name: str, value: str) -> list[tuple[str, str]]:
 
 
 def test_long_runs_in_address_and_received_headers_are_linear():
-    # Were 6.8 s, 17 s and 24 s for a 512 KiB message of such headers.
+    # Were 6.8 s, 17 s, 24 s and (Date) 0.58 s for a 512 KiB message of such headers.
     for name, value in [("from", "a" * 4096), ("to", "a" * 2000 + "@" + "b" * 2000), ("cc", "a." * 2048),
-                        ("received", "a" * 4096), ("received", "a-" * 2048)]:
+                        ("received", "a" * 4096), ("received", "a-" * 2048), ("date", "AB(" * 1365),
+                        ("date", "+0000(" * 682), ("date", "AB(" * 1365 + ")")]:
         msg = ParsedMessage(headers=_header_block(name, value))
         start = time.perf_counter()
         header_tokens(msg)
