@@ -1,7 +1,7 @@
 """Accuracy regression guard on the SpamAssassin public corpus (TREC online protocol).
 
 Runs the same code path as `spamctl eval`. The bounds sit just above what the
-defaults reach (0.0650 and 5.69 when written), so a regression fails CI.
+defaults reach (0.0550 and 3.57 when written), so a regression fails CI.
 """
 
 from pathlib import Path
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.corpus
 def test_spamassassin_online_accuracy_stays_below_bound():
     results, report = evaluate_index(Config(), SPAMASSASSIN_INDEX)
     assert report.messages == 6046 and report.skipped == 0
-    assert report.one_minus_roca_pct < 0.072, report
-    assert report.hm_at_sm01_pct < 6.5, report
+    assert report.one_minus_roca_pct < 0.060, report
+    assert report.hm_at_sm01_pct < 4.2, report
     # Below bogofilter 1.2.5 on the same protocol (0.108 / 8.67): the issue's floor.
     assert report.one_minus_roca_pct < 0.108 and report.hm_at_sm01_pct < 8.67
