@@ -31,6 +31,7 @@ from spamd.maildir import Mailbox, MaildirWatcher, export_indexes, load_indexes,
 from spamd.model import Label
 from spamd.scoring import Metrics, Scorer
 from spamd.smtp import FilterSMTP, SmtpHandler
+from spamd.store import remove_stale_temps
 
 log = structlog.get_logger()
 
@@ -118,6 +119,8 @@ class Daemon:
         self.engine = await asyncio.to_thread(Engine.open, config)
         self.scorer = Scorer(self.engine, self.metrics)
 
+        # Under the state lock now: a temp index left by a killed spamd is nobody's.
+        remove_stale_temps(config.data_dir, f".{INDEX_FILE}.tmp-*")
         indexes = await asyncio.to_thread(load_indexes, self.index_path)
         for root in config.maildirs():
             mailbox = Mailbox(root, config.maildir, user_of(root), indexes.get(str(root)))

@@ -315,6 +315,18 @@ def write_atomically(path: Path, data: bytes, durable: bool = True) -> None:
         fsync_directory(path.parent)
 
 
+def remove_stale_temps(directory: Path, pattern: str) -> list[str]:
+    """Delete the temp files (`.<name>.tmp-<pid>`) a write_atomically killed mid-write left behind.
+
+    Call only while holding the state lock: then no other process is writing them.
+    """
+    removed = []
+    for path in directory.glob(pattern):
+        path.unlink(missing_ok=True)
+        removed.append(path.name)
+    return removed
+
+
 @dataclass
 class JournalScan:
     records: list[TrainingRecord]
@@ -476,6 +488,10 @@ class Store:
     def load(self) -> LoadedState:
         """Newest valid snapshot + every journal record after it; see the module docstring for failures."""
         recovery = Recovery()
+        # A kill during a snapshot write leaves its temp file; each is up to a snapshot's size.
+        stale = remove_stale_temps(self.state_dir, ".snapshot-*.spamd.tmp-*")
+        if stale:
+            log.warning("snapshot_temp_removed", files=stale, reason="a snapshot write was cut short")
         snapshots = self._files(_SNAPSHOT_RE)
         snapshot: Snapshot | None = None
         for seq, path in reversed(snapshots):
