@@ -187,6 +187,13 @@ def header_shape_tokens(msg: ParsedMessage) -> list[str]:
     # 0.0148 / 0.0583 -> 0.0141 / 0.0558 (hm% at sm%=0.1 on spamassassin 3.69 -> 4.02).
     tokens.extend(f"received-shape:{shape(value)}" for value in received)
     tokens.append(f"from-shape:{shape(msg.header('from'))}")
+    # The To shape, and Reply-To's when there is one (scored as mean log-odds of
+    # distinct tokens): 0.0121 / 0.0550 -> 0.0116 / 0.0540. Cc, Sender and
+    # Return-Path shapes as well: 0.0114 / 0.0552, so not those.
+    tokens.append(f"to-shape:{shape(msg.header('to'))}")
+    reply_to = msg.header("reply-to")
+    if reply_to:
+        tokens.append(f"reply-to-shape:{shape(reply_to)}")
     return tokens
 
 
