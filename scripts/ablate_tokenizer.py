@@ -30,7 +30,8 @@ CORPORA = Path(__file__).resolve().parents[2] / "shared" / "corpora"
 INDEXES = {"trec07p-dev": CORPORA / "trec07p-dev/full/index", "spamassassin": CORPORA / "spamassassin/index"}
 
 _HEADER_TOKEN_RE = re.compile(
-    r"(header|subject|x-mailer|content-type|org|from|to|cc|reply-to|sender|return-path|received|message-id)[:@]"
+    r"(header|subject|x-mailer|content-type|org|from|to|cc|reply-to|sender|return-path|received|message-id|date)"
+    r"(-shape|-first-shape|-zone|-count|-local-shape)?[:@]"
 )
 
 # Token families by how their tokens look.
@@ -43,6 +44,8 @@ FAMILIES: dict[str, Callable[[str], bool]] = {
     "MIME structure (part:, filename-ext:, defect:)": lambda t: t.startswith(("part:", "filename-ext:", "defect:")),
     "Received hosts (received:)": lambda t: t.startswith("received:"),
     "Message-ID domain": lambda t: t.startswith("message-id@"),
+    "Date zone and shape": lambda t: t.startswith(("date-zone:", "date-shape:")),
+    "header shapes (*-shape:, to-count:)": lambda t: "-shape:" in t.split(" ")[0] or t.startswith("to-count:"),
     "all header-tagged tokens": lambda t: _HEADER_TOKEN_RE.match(t) is not None,
 }
 
