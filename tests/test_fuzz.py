@@ -8,17 +8,26 @@ hand-written hostile MIME and corpus seeds (the long one: scripts/fuzz_parser.py
 from __future__ import annotations
 
 import html
+import json
+import random
 import re
+import subprocess
+import sys
 import time
+from pathlib import Path
 
-from hypothesis import given, settings
+import pytest
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spamd.config import ParserConfig
 from spamd.message import ParsedMessage, html_to_text, parse_message
 from spamd.tokenize import _DATE_ZONE_RE, _EMAIL_DOMAIN_RE, _HOSTISH_RE, _date_zone, header_tokens
 
+from tests import fuzz_helpers as fh
+
 LIMITS = ParserConfig()
+REPO = Path(__file__).resolve().parents[1]
 
 
 # ---------------------------------------------------------------- fixed: message.py
@@ -118,3 +127,62 @@ def test_parts_past_the_cap_are_not_split_out():
     few = parse_message(head + b"--B\n" * LIMITS.max_parts, LIMITS)
     assert (few.parts, few.defects) == (parsed.parts, parsed.defects)
     assert parse_message(head + b"--B\n" * (LIMITS.max_parts - 2), LIMITS).defects == []
+
+
+# ---------------------------------------------------------------- every pathological pattern, at the caps
+
+_classifier = None
+
+
+def classifier():
+    """The real classifier on a model trained on the seeds (built once: training takes a second)."""
+    global _classifier
+    if _classifier is None:
+        _classifier = fh.fuzz_classifier(fh.hostile_seeds() + fh.corpus_seeds(200))
+    return _classifier
+
+
+@pytest.mark.parametrize("raw", [raw for _, raw in fh.PATHOLOGICAL], ids=[name for name, _ in fh.PATHOLOGICAL])
+def test_pathological_input_at_the_caps_is_analyzed_within_a_second(raw):
+    assert len(raw) >= 400 * 1024  # at (or near) the 512 KiB message cap
+    assert fh.run_one(classifier(), raw) < fh.SLOW_SECONDS
+    assert not [d for d in parse_message(raw, LIMITS).defects if d.startswith("parser-error")]
+
+
+# ---------------------------------------------------------------- a short campaign (the long one: scripts/fuzz_parser.py)
+
+_seeds: list[bytes] = []
+
+
+def seeds() -> list[bytes]:
+    if not _seeds:
+        _seeds.extend(fh.hostile_seeds() + fh.corpus_seeds(400))
+    return _seeds
+
+
+# 400 examples: about 10 s here (the corpus present; mutants up to 600 KiB).
+@settings(max_examples=400, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(pick=st.integers(min_value=0), rng=st.randoms(use_true_random=False), chained=st.integers(1, 3))
+def test_mutated_seeds_are_analyzed_totally_and_within_a_second(pick, rng, chained):
+    pool = seeds()
+    raw = pool[pick % len(pool)]
+    for _ in range(chained):
+        raw = fh.mutate(raw, rng, pool)
+    tally = fh.Tally()
+    tally.record(raw, lambda r: fh.run_one(classifier(), r))
+    assert not tally.crashes, tally.crashes[0][1]
+    assert not tally.slow, f"{tally.slow[0][1]:.2f} s for {len(raw)} bytes"
+
+
+def test_fuzz_script_runs_and_reports(tmp_path):
+    out = tmp_path / "fuzz"
+    run = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "fuzz_parser.py"), "--seconds", "2", "--engine", "random",
+         "--seeds", "20", "--out", str(out), "--json"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout)
+    assert report["inputs"] > 100 and report["crashes"] == 0 and report["slow_inputs"] == 0
+    assert Path(report["slowest_input"]).is_file() and (out / "report.json").is_file()
