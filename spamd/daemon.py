@@ -15,6 +15,7 @@ import asyncio
 import dataclasses
 import importlib.util
 import os
+import resource
 import signal
 import sys
 import time
@@ -36,6 +37,11 @@ from spamd.store import remove_stale_temps
 log = structlog.get_logger()
 
 INDEX_FILE = "maildir-index.msgpack"
+# Open files wanted: every SMTP session is a socket. systemd's default soft limit of
+# 1024 ran out at ~1000 idle sessions ("socket.accept() out of system resource",
+# deliveries failing to open files); systemd.exec(5) asks programs that need more to
+# raise the soft limit to the hard one themselves.
+WANTED_OPEN_FILES = 65536
 DRAIN_TIMEOUT_S = 30.0
 TIMER_TICK_S = 5.0
 
@@ -112,6 +118,7 @@ class Daemon:
             ):
                 loop.add_signal_handler(sig, handler)
                 self._signals.append(sig)
+        raise_open_files_limit()
         try:
             config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         except OSError as e:
@@ -308,6 +315,19 @@ class Daemon:
         )
         stats["daemon"] = daemon
         return stats
+
+
+def raise_open_files_limit() -> int:
+    """Raise the soft RLIMIT_NOFILE towards the hard one (at most WANTED_OPEN_FILES); the limit in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = WANTED_OPEN_FILES if hard == resource.RLIM_INFINITY else min(hard, WANTED_OPEN_FILES)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (OSError, ValueError) as e:  # a seccomp filter without @resources, say
+            log.warning("open_files_limit_kept", soft=soft, hard=hard, error=str(e))
+    return soft
 
 
 # ---------------------------------------------------------------- entry point

@@ -75,6 +75,12 @@ class FilterSMTP(SMTP):
             return
         self.filter.sessions.add(self)
 
+    def _timeout_cb(self) -> None:
+        # aiosmtpd hangs up without a word; say why first, as Postfix does (RFC 5321 4.2.2: 421).
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"421 4.4.2 spamd: timeout exceeded, closing connection\r\n")
+        super()._timeout_cb()
+
     def connection_lost(self, error: Exception | None) -> None:
         self.filter.sessions.discard(self)
         super().connection_lost(error)

@@ -271,6 +271,9 @@ async def test_idle_session_is_closed_after_the_idle_timeout(tmp_path):
             await asyncio.to_thread(client.ehlo, "idle")
             await wait_until(lambda: daemon.stats()["daemon"]["smtp_sessions"] == 1)
             await wait_until(lambda: daemon.stats()["daemon"]["smtp_sessions"] == 0, timeout=5)
+            # Told why before the hang-up, as Postfix does: smtplib reads that 421 as the reply.
+            code, text = await asyncio.to_thread(client.noop)
+            assert (code, text[:5]) == (421, b"4.4.2")
             with pytest.raises(smtplib.SMTPServerDisconnected):
                 await asyncio.to_thread(client.noop)
         finally:
