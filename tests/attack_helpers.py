@@ -15,6 +15,8 @@ import random
 import re
 import signal
 import smtplib
+import socket
+import struct
 import subprocess
 import threading
 import time
@@ -288,14 +290,18 @@ class CrashRounds:
 
     def _trainer(self, stop: threading.Event, report: RoundReport) -> None:
         """`spamctl train` in a loop: a batch of new messages per run, its label alternating."""
+        first = True
         while not stop.is_set():
             label = self.rng.choice(("spam", "ham"))
             batch = []
-            for _ in range(self.train_batch):
+            # The first run is one request, answered before the kill clock starts (so each
+            # round has training reported done); later runs are many requests, cut by kills.
+            for _ in range(16 if first else self.train_batch):
                 tag = self._next_tag("t")
                 path = self.messages / f"{tag}.eml"
                 path.write_bytes(tagged_message(tag, spam=label == "spam"))
                 batch.append(path)
+            first = False
             done = spamctl("--config", self.config, "--data-dir", self.data, "train", "--json", f"--{label}", *batch, timeout=60)
             result: dict[str, Any] = {}
             if done.returncode == 0:
@@ -411,3 +417,102 @@ class CrashRounds:
             "kill_after_s_range": [round(min(r.kill_after_s for r in reports), 3), round(max(r.kill_after_s for r in reports), 3)]
             if reports else [],
         }
+
+
+# ---------------------------------------------------------------- hostile SMTP clients
+
+
+class RawClient:
+    """A socket speaking (or abusing) SMTP byte by byte: nothing smtplib would tidy up."""
+
+    def __init__(self, port: int, timeout: float = 10.0, greet: bool = True):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.buffer = b""
+        self.greeting = self.reply() if greet else None
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def _line(self) -> bytes:
+        while b"\n" not in self.buffer:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError(f"closed by spamd; unread: {self.buffer!r}")
+            self.buffer += chunk
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        return line.rstrip(b"\r")
+
+    def reply(self) -> tuple[int, bytes]:
+        """One (possibly multi-line) reply: its code and its last line."""
+        while True:
+            line = self._line()
+            if len(line) < 4 or line[3:4] != b"-":
+                return int(line[:3]), line
+
+    def command(self, line: bytes) -> tuple[int, bytes]:
+        self.send(line + b"\r\n")
+        return self.reply()
+
+    def closed_by_peer(self) -> bytes:
+        """Read to the end of the stream (bounded by the socket timeout); what came before it."""
+        rest = self.buffer
+        while True:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                return rest
+            rest += chunk
+
+    def reset(self) -> None:
+        """Vanish: close with RST (SO_LINGER 0), as a crashed client host does."""
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.sock.close()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class WellBehaved:
+    """A normal smtplib sender running beside the abuse: every send timed, every one must get 250."""
+
+    def __init__(self, port: int, pause: float = 0.05):
+        self.port = port
+        self.pause = pause
+        self.latencies: list[float] = []
+        self.failures: list[str] = []
+        self.tags: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._serial = 0
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._serial += 1
+            tag = f"probe{self._serial}"
+            started = time.monotonic()
+            try:
+                with smtplib.SMTP("127.0.0.1", self.port, timeout=10) as client:
+                    client.sendmail("probe@example.org", ["user@example.com"], tagged_message(tag, spam=False).replace(b"\n", b"\r\n"))
+            except (smtplib.SMTPException, OSError) as e:
+                self.failures.append(f"{tag}: {type(e).__name__}: {e}")
+            else:
+                self.tags.append(tag)
+            self.latencies.append(time.monotonic() - started)
+            self._stop.wait(self.pause)
+
+    def __enter__(self) -> "WellBehaved":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        # At least a few sends beside the abuse, however quick the abuse was.
+        deadline = time.monotonic() + 10
+        while len(self.latencies) < 3 and time.monotonic() < deadline and self._thread.is_alive():
+            self._stop.wait(0.01)
+        self._stop.set()
+        self._thread.join(30)
+
+    def check(self, minimum: int = 3, limit_s: float = 1.0) -> None:
+        assert not self.failures, f"the well-behaved client failed: {self.failures[:3]}"
+        assert len(self.latencies) >= minimum, f"only {len(self.latencies)} well-behaved sends"
+        slowest = max(self.latencies)
+        assert slowest < limit_s, f"a well-behaved send took {slowest:.3f} s (over {limit_s} s)"

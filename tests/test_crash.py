@@ -27,7 +27,7 @@ def test_sigkill_under_load_loses_nothing_acknowledged(tmp_path):
     assert summary["kills"] == 20
     # The rounds did real work: mail acknowledged and training reported done in most of them.
     assert summary["messages_acknowledged"] >= 100, summary
-    assert summary["trainings_reported_done"] >= 24 and sum(repeats.values()) == summary["trainings_reported_done"]
+    assert summary["trainings_reported_done"] >= 16 * 20 and sum(repeats.values()) == summary["trainings_reported_done"]
     # The simulated power-cut damage was met and recovered from by the daemon itself.
     assert summary["torn_journal_tails_cut"] >= 1 and summary["damaged_snapshots_skipped"] >= 1, summary
     assert not summary["refused_before_kill"], summary
