@@ -207,9 +207,15 @@ class Daemon:
             try:
                 store = self.engine.store
                 if self.engine.has_unsaved_state() or (self.started and store.last_snapshot_time is None):
-                    await self.snapshot()
+                    try:
+                        await self.snapshot()
+                    except SpamdError as e:  # a full disk: the journal holds every training
+                        log.error("snapshot_failed", error=str(e), action="exiting; the journal is replayed at start")
                 elif self.mailboxes:
-                    await asyncio.to_thread(save_indexes, self.index_path, export_indexes(self.mailboxes))
+                    try:
+                        await asyncio.to_thread(save_indexes, self.index_path, export_indexes(self.mailboxes))
+                    except OSError as e:
+                        log.warning("maildir_index_not_saved", path=str(self.index_path), error=e.strerror)
             finally:
                 self.engine.close()
                 self.engine = None
@@ -234,7 +240,10 @@ class Daemon:
             encoded, seq = self.engine.begin_snapshot()
             rows = export_indexes(self.mailboxes)
             path = await asyncio.to_thread(self.engine.finish_snapshot, encoded, seq)
-            await asyncio.to_thread(save_indexes, self.index_path, rows)
+            try:
+                await asyncio.to_thread(save_indexes, self.index_path, rows)
+            except OSError as e:  # a full disk: the index is a cache, catch-up rebuilds it
+                log.warning("maildir_index_not_saved", path=str(self.index_path), error=e.strerror)
             log.info("snapshot_written", path=str(path), seq=seq, bytes=len(encoded),
                      elapsed_ms=round((time.perf_counter() - started) * 1000, 1))  # fmt: skip
             return path
@@ -246,8 +255,8 @@ class Daemon:
             if self.engine is not None and self.engine.needs_snapshot():
                 try:
                     await self.snapshot()
-                except SpamdError as e:
-                    log.error("snapshot_failed", error=str(e))
+                except SpamdError as e:  # a full disk, say: retried at the next tick
+                    log.error("snapshot_failed", error=str(e), action="the journal holds all training; retrying")
                     self.metrics.error("snapshot_failed", error=str(e))
 
     # ------------------------------------------------------------ reload

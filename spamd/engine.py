@@ -106,9 +106,10 @@ class Engine:
         Follow with `finish_snapshot` (blocking fsyncs: run it in a thread).
         """
         seq = self.trainer.seq
-        self._saved_counters = self.counters()
-        encoded = encode_snapshot(self.model, self.trainer.ledger, seq, self._saved_counters)
-        self.store.rotate_journal(seq)
+        counters = self.counters()
+        encoded = encode_snapshot(self.model, self.trainer.ledger, seq, counters)
+        self.store.rotate_journal(seq)  # StoreError on a full disk: nothing changed
+        self._saved_counters = counters
         return encoded, seq
 
     def finish_snapshot(self, encoded: bytes, seq: int) -> Path:

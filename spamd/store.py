@@ -457,7 +457,10 @@ class Store:
         except OSError as e:
             raise StoreError(f"{self.state_dir}: cannot create state directory: {e.strerror}") from None
         path = self.state_dir / "lock"
-        f = open(path, "a+b")
+        try:
+            f = open(path, "a+b")
+        except OSError as e:
+            raise StoreError(f"{path}: cannot open the lock file: {e.strerror}") from None
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -563,16 +566,28 @@ class Store:
     def _open_segment(self, path: Path | None, seq: int, records: int = 0) -> None:
         if path is None:
             path = self.state_dir / f"journal-{seq:012d}.log"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        end = os.lseek(fd, 0, os.SEEK_END)
-        if end == 0:
-            os.write(fd, JOURNAL_MAGIC)
-            end = len(JOURNAL_MAGIC)
-            if self.durable:
-                os.fsync(fd)
-                fsync_directory(self.state_dir)
+        fd, end = self._open_journal_file(path)
         self._journal_fd, self._journal_path, self._journal_end = fd, path, end
         self.journal_records = records
+
+    def _open_journal_file(self, path: Path) -> tuple[int, int]:
+        """Open a segment for appending, writing the magic into a new one; (fd, end offset). OSError as is."""
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        end = 0
+        try:
+            end = os.lseek(fd, 0, os.SEEK_END)
+            if end == 0:
+                os.write(fd, JOURNAL_MAGIC)
+                if self.durable:
+                    os.fsync(fd)
+                    fsync_directory(self.state_dir)
+                end = len(JOURNAL_MAGIC)
+        except BaseException:
+            os.close(fd)
+            if end == 0:
+                path.unlink(missing_ok=True)  # empty, or a torn magic: holds nothing
+            raise
+        return fd, end
 
     # ---------------------------------------------------------- append
 
@@ -627,11 +642,20 @@ class Store:
 
     def rotate_journal(self, seq: int) -> None:
         """Start a new journal segment after a snapshot at `seq` (call on the owning thread)."""
-        if self._journal_path is not None and self._journal_path.name == f"journal-{seq:012d}.log":
+        path = self.state_dir / f"journal-{seq:012d}.log"
+        if self._journal_path == path:
             return
+        # The new segment is opened before the old one is let go: on a full or read-only
+        # disk training goes on in the old segment (and the snapshot is retried later).
+        try:
+            fd, end = self._open_journal_file(path)
+        except OSError as e:
+            what = "disk full" if e.errno == errno.ENOSPC else e.strerror
+            raise StoreError(f"{path}: cannot start a journal segment ({what}); training goes on in the current one") from None
         if self._journal_fd is not None:
             os.close(self._journal_fd)
-        self._open_segment(self.state_dir / f"journal-{seq:012d}.log", seq)
+        self._journal_fd, self._journal_path, self._journal_end = fd, path, end
+        self.journal_records = 0
 
     def prune(self) -> None:
         """Drop snapshots beyond `snapshots_kept` and journal segments no kept snapshot needs."""
