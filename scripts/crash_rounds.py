@@ -53,7 +53,7 @@ def main() -> int:
         if next_hop is not None:
             daemon, _ = rounds.start()
             try:
-                rounds.check(args.rounds, next_hop)
+                rounds.check(args.rounds, next_hop, daemon.proc.pid)
             finally:
                 daemon.kill()
         else:

@@ -40,7 +40,7 @@ def test_sigkill_in_relay_mode_every_acknowledged_message_reached_the_next_hop(t
             rounds.run_round(number, next_hop)
         daemon, _ = rounds.start()
         try:
-            rounds.check(6, next_hop)
+            rounds.check(6, next_hop, daemon.proc.pid)
         finally:
             daemon.kill()
     summary = rounds.summary()
