@@ -258,7 +258,11 @@ def _short_decimal_ref(match: re.Match[str]) -> str:
 
 def html_to_text(markup: str) -> tuple[str, list[str]]:
     """Visible text of an HTML document (no script, style, comments) and the URLs in its attributes."""
-    lower = markup.lower()
+    # Offsets found in `lower` cut `markup`, so both must be as long: U+0130 (İ) is the
+    # one character whose lower() is two ("i" + U+0307). Thirty of them before a
+    # <script> block shifted the cut by thirty: the block's text became visible and
+    # as much of the real text was dropped.
+    lower = (markup.replace("\u0130", "I") if "\u0130" in markup else markup).lower()
     urls = _URL_ATTR_RE.findall(lower)
     for start_tag, end_tag in _INVISIBLE_BLOCKS:
         markup, lower = _drop_blocks(markup, lower, start_tag, end_tag)

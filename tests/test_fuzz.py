@@ -186,3 +186,16 @@ def test_fuzz_script_runs_and_reports(tmp_path):
     report = json.loads(run.stdout)
     assert report["inputs"] > 100 and report["crashes"] == 0 and report["slow_inputs"] == 0
     assert Path(report["slowest_input"]).is_file() and (out / "report.json").is_file()
+
+
+def test_dotted_capital_i_does_not_shift_what_html_hides():
+    # "İ".lower() is two characters; offsets in the lower-cased copy used to cut the markup 30 late.
+    text, _ = html_to_text("İ" * 30 + "<script>hiddenscript</script><p>visible words</p>")
+    assert "hiddenscript" not in text and "visible words" in text and text.startswith("İ" * 30)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["İ", "a", "<script>", "</script>", "<!--", "-->", "<b>", " ", "x"]), max_size=30))
+def test_html_text_is_the_same_with_or_without_dotted_capital_i(pieces):
+    markup = "".join(pieces)
+    assert html_to_text(markup)[0].replace("İ", "I") == html_to_text(markup.replace("İ", "I"))[0]
