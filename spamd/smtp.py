@@ -46,6 +46,7 @@ class FilterSMTP(SMTP):
         self.allowed_peers = frozenset(s.allowed_peers)
         self.data_timeout_s = s.data_timeout_s
         self.refused = False
+        self.in_data = False  # a DATA transfer, its scoring and delivery under way
         super().__init__(
             handler,
             data_size_limit=s.max_message_bytes,
@@ -79,8 +80,9 @@ class FilterSMTP(SMTP):
         await super().push(status)
         # aiosmtpd takes pipelined commands from its buffer without ever yielding: 5,000
         # RCPTs in one write held the loop (and every other session) for as long as they
-        # took, 1.5 s here. One yield per reply lets the other sessions in between.
-        await asyncio.sleep(0)
+        # took, 1.5 s here. A yield per reply while more is buffered lets the others in.
+        if self._reader._buffer:  # type: ignore[attr-defined]
+            await asyncio.sleep(0)
 
     def _timeout_cb(self) -> None:
         # aiosmtpd hangs up without a word; say why first, as Postfix does (RFC 5321 4.2.2: 421).
@@ -110,6 +112,7 @@ class FilterSMTP(SMTP):
         # delivery) gets its own, longer bound. Shutdown waits for it to finish.
         self._reset_timeout(self.data_timeout_s)
         self.filter.transaction_started()
+        self.in_data = True
         try:
             await self.push("354 End data with <CR><LF>.<CR><LF>")
             content = await self._read_data()
@@ -122,6 +125,7 @@ class FilterSMTP(SMTP):
             self._set_post_data_state()
             await self.push(status)
         finally:
+            self.in_data = False
             self.filter.transaction_ended()
             if self.transport is not None:
                 self._reset_timeout()
@@ -288,12 +292,19 @@ class SmtpHandler:
         return "451 4.3.0 Internal error, try again later"
 
     async def drain(self, timeout: float) -> None:
-        """Wait for messages in flight, then close every session (idle ones get 421)."""
+        """Close sessions between messages now (421), wait for messages in flight, then close the rest."""
+        # At once, not after the drain: an idle session must not start a message meanwhile.
+        self._close_sessions(in_data=False)
         try:
             await asyncio.wait_for(self.idle.wait(), timeout)
         except TimeoutError:
             log.warning("smtp_drain_timeout", in_flight=self.in_flight)
+        self._close_sessions()
+
+    def _close_sessions(self, in_data: bool | None = None) -> None:
         for session in list(self.sessions):
+            if in_data is not None and session.in_data != in_data:
+                continue
             if session.transport is not None and not session.transport.is_closing():
                 session.transport.write(b"421 4.3.2 spamd shutting down, try again later\r\n")
                 session.transport.close()
