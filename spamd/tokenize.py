@@ -163,7 +163,18 @@ def header_tokens(msg: ParsedMessage) -> list[str]:
     return tokens
 
 
-_LOCAL_PART_RE = re.compile(r"([\w.+\-]+)@")
+# Runs of address characters, with the "@" that may follow: one try per run.
+# search(r"([\w.+\-]+)@") restarted at each character of a run with no "@":
+# quadratic, 0.084 s for one 4 KiB "From: aaa...a" (the fuzzer's slowest input).
+_LOCAL_PART_RE = re.compile(r"[\w.+\-]+(@)?")
+
+
+def local_part(value: str) -> str | None:
+    """The first run of address characters followed by "@": what the search with "@" in the pattern found."""
+    for match in _LOCAL_PART_RE.finditer(value):
+        if match.group(1):
+            return match.group(0)[:-1]
+    return None
 
 
 def header_shape_tokens(msg: ParsedMessage) -> list[str]:
@@ -175,9 +186,9 @@ def header_shape_tokens(msg: ParsedMessage) -> list[str]:
     all five 0.0148 / 0.0583.
     """
     tokens = [f"subject-shape:{shape(msg.header('subject'))}", f"to-count:{min(msg.header('to').count('@'), 10)}"]
-    sender = _LOCAL_PART_RE.search(msg.header("from"))
+    sender = local_part(msg.header("from"))
     if sender:
-        tokens.append(f"from-local-shape:{shape(sender.group(1))}")
+        tokens.append(f"from-local-shape:{shape(sender)}")
     mailer = msg.header("x-mailer")
     if mailer:
         tokens.append(f"x-mailer-shape:{shape(mailer)}")
