@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from spamd.config import Config
-from spamd.message import message_key, parse_message, strip_own_headers
+from spamd.message import parse_message, strip_own_headers, stripped_message_key
 from spamd.model import Features, MultinomialNB, Score, featurize
 from spamd.tokenize import tokenize
 
@@ -31,8 +31,9 @@ class Classifier:
         return tokenize(parse_message(strip_own_headers(raw), self.config.parser))
 
     def analyze(self, raw: bytes) -> Analyzed:
-        features = featurize(self.tokens(raw), self.config.model.hash_bits)
-        return Analyzed(message_key(raw), features)
+        stripped = strip_own_headers(raw)  # once: for the key and for the tokens
+        tokens = tokenize(parse_message(stripped, self.config.parser))
+        return Analyzed(stripped_message_key(stripped), featurize(tokens, self.config.model.hash_bits))
 
     def score(self, analyzed: Analyzed) -> Score:
         return self.model.score(analyzed.features)

@@ -62,7 +62,8 @@ class StoreConfig:
     journal_max_bytes: int = 16 * 1024 * 1024
     # Snapshots kept: the newest, and older ones to fall back to if it is damaged.
     snapshots_kept: int = 2
-    # Entries of the trained-message ledger; the oldest are forgotten beyond this.
+    # Entries of the trained-message ledger; the oldest are forgotten beyond this
+    # (trimmed in batches: it may run up to 5% over before a trim).
     ledger_max_entries: int = 2_000_000
 
 

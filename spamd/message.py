@@ -389,22 +389,18 @@ def _walk(parsed: ParsedMessage, top_fields: dict[str, str], body: bytes, limits
 # ---------------------------------------------------------------- identity and own headers
 
 
+# One X-Spam-* field with its continuation lines. A regex pass rather than a Python
+# loop over header lines: a message of 262,000 header lines plus one X-Spam header
+# took 0.2-0.5 s to strip before.
+_OWN_FIELD_RE = re.compile(rb"^x-spam-[^\n]*(?:\n[ \t][^\n]*)*(?:\n|\Z)", re.IGNORECASE | re.MULTILINE)
+
+
 def strip_own_headers(raw: bytes) -> bytes:
     """The message without the X-Spam-* headers spamd (or an earlier filter run) added."""
     head, sep_body = _head_and_rest(raw)
     if OWN_HEADER_PREFIX not in head.lower():
         return raw
-    kept: list[bytes] = []
-    skipping = False
-    for line in head.splitlines(keepends=True):
-        if line[:1] in (b" ", b"\t"):
-            if not skipping:
-                kept.append(line)
-            continue
-        skipping = line.lower().startswith(OWN_HEADER_PREFIX)
-        if not skipping:
-            kept.append(line)
-    return b"".join(kept) + sep_body
+    return _OWN_FIELD_RE.sub(b"", head) + sep_body
 
 
 def _head_and_rest(raw: bytes) -> tuple[bytes, bytes]:
@@ -424,7 +420,12 @@ def message_key(raw: bytes) -> bytes:
     The same mail delivered over SMTP (CRLF) and later read from a Maildir file (LF),
     scored or not, gets the same key; that is what lets the ledger recognise it.
     """
-    normalized = strip_own_headers(raw).replace(b"\r\n", b"\n").rstrip(b"\n")
+    return stripped_message_key(strip_own_headers(raw))
+
+
+def stripped_message_key(stripped: bytes) -> bytes:
+    """message_key of a message whose own headers `strip_own_headers` already removed."""
+    normalized = stripped.replace(b"\r\n", b"\n").rstrip(b"\n")
     return hashlib.blake2b(normalized, digest_size=16).digest()
 
 
