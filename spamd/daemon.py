@@ -132,6 +132,9 @@ class Daemon:
         for root in config.maildirs():
             mailbox = Mailbox(root, config.maildir, user_of(root), indexes.get(str(root)))
             mailbox.ensure_layout()
+            stale = await asyncio.to_thread(mailbox.remove_stale_tmp)
+            if stale:
+                log.info("maildir_stale_tmp_removed", maildir=str(root), files=stale)
             self.mailboxes.append(mailbox)
         self.watcher = MaildirWatcher(
             self.mailboxes,

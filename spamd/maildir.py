@@ -79,6 +79,7 @@ _SIZE_FIELDS_RE = re.compile(r",[SW]=\d+")
 # from the original's base, so a filing interrupted between rename and unlink is
 # recognised at the next start (the original is then removed, not scored twice).
 FILED_MARK = ".spamd"
+STALE_TMP_S = 36 * 3600
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +213,31 @@ class Mailbox:
         except OSError as e:
             raise StoreError(f"{self.root}: cannot create the Maildir folders: {e.strerror}") from None
 
+    def remove_stale_tmp(self, now: float | None = None) -> int:
+        """Delete files left in the folders' tmp/ for over 36 hours; returns how many.
+
+        A delivery killed between writing tmp/ and renaming into new/ leaves its file
+        there (it never got a 250, so the sender retried). The Maildir convention, as
+        Dovecot applies it, is to clean such files after 36 hours, by which time no
+        writer can still be working on one.
+        """
+        now = time.time() if now is None else now
+        removed = 0
+        for folder in self.folders():
+            tmp = self.folder_dir(folder) / "tmp"
+            try:
+                entries = list(os.scandir(tmp))
+            except OSError:
+                continue
+            for entry in entries:
+                try:
+                    if entry.is_file(follow_symlinks=False) and now - entry.stat(follow_symlinks=False).st_mtime > STALE_TMP_S:
+                        os.unlink(entry.path)
+                        removed += 1
+                except OSError:
+                    continue
+        return removed
+
     def locate(self, path: str | Path) -> Location | None:
         """The folder and sub-directory of a message file path, or None for anything else."""
         try:
@@ -228,16 +254,19 @@ class Mailbox:
             return None
         return Location(folder, sub, name, Path(path))
 
-    def scan(self) -> list[Location]:
-        """Every message file in every folder (a listing only: nothing is read)."""
-        folders = [INBOX]
+    def folders(self) -> list[str]:
+        """INBOX and every Maildir++ folder (dot-directory) under the root; [] if there is no root."""
         try:
             with os.scandir(self.root) as entries:
-                folders += sorted(e.name for e in entries if e.name.startswith(".") and e.name not in (".", "..") and e.is_dir())
+                dotted = sorted(e.name for e in entries if e.name.startswith(".") and e.name not in (".", "..") and e.is_dir())
         except FileNotFoundError:
             return []
+        return [INBOX, *dotted]
+
+    def scan(self) -> list[Location]:
+        """Every message file in every folder (a listing only: nothing is read)."""
         found = []
-        for folder in folders:
+        for folder in self.folders():
             for sub in ("new", "cur"):
                 directory = self.folder_dir(folder) / sub
                 try:

@@ -8,6 +8,7 @@ sentinel is learned every earlier event has been handled.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -310,3 +311,21 @@ async def test_a_file_moved_out_of_the_maildir_is_forgotten(tmp_path):
         os.rename(path, tmp_path / "elsewhere")
         await sentinel(daemon, maildir)
         assert base_of(path.name) not in daemon.mailboxes[0].index.by_base
+
+
+async def test_stale_tmp_files_are_removed_fresh_ones_kept(tmp_path):
+    from spamd.config import MaildirConfig
+    from spamd.maildir import STALE_TMP_S, Mailbox
+
+    mailbox = Mailbox(tmp_path / "Maildir", MaildirConfig(), "user", None)
+    mailbox.ensure_layout()
+    now = time.time()
+    old_inbox = tmp_path / "Maildir" / "tmp" / "1.killed.host"
+    old_junk = tmp_path / "Maildir" / ".Junk" / "tmp" / "2.killed.host"
+    fresh = tmp_path / "Maildir" / "tmp" / "3.writing.host"
+    for path in (old_inbox, old_junk, fresh):
+        path.write_bytes(b"Subject: partial\n")
+    for path in (old_inbox, old_junk):
+        os.utime(path, (now - STALE_TMP_S - 60, now - STALE_TMP_S - 60))
+    assert mailbox.remove_stale_tmp(now) == 2
+    assert fresh.exists() and not old_inbox.exists() and not old_junk.exists()
