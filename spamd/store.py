@@ -670,3 +670,7 @@ class Store:
         for (start, path), (next_start, _) in zip(segments, segments[1:]):
             if next_start <= oldest_needed and path != self._journal_path:
                 path.unlink(missing_ok=True)
+        # A torn tail set aside at recovery is kept for inspection as long as its segment.
+        for torn in self.state_dir.glob("journal-*.log.torn-*"):
+            if not torn.with_name(torn.name.split(".torn-")[0]).exists():
+                torn.unlink(missing_ok=True)

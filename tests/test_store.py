@@ -487,3 +487,22 @@ def test_journal_of_another_format_version_is_refused(tmp_path):
     (state / "journal-000000000000.log").write_bytes(b"SPAMDJ01" + b"\0" * 40)
     with pytest.raises(CorruptStateError, match="journal format '01', this spamd reads '02'"):
         Engine.open(h.small_config(tmp_path))
+
+
+def test_torn_tail_kept_aside_until_its_segment_is_pruned(tmp_path):
+    config = h.small_config(tmp_path, snapshots_kept=1)
+    engine = Engine.open(config)
+    engine.train(h.numbered_message(1), Label.SPAM, "test")
+    engine.close()
+    journal = tmp_path / "state" / "journal-000000000000.log"
+    with open(journal, "ab") as f:
+        f.write(b"\x40\x00\x00\x00torn")  # a record cut short by a crash
+    engine = Engine.open(config)
+    aside = list((tmp_path / "state").glob("journal-*.log.torn-*"))
+    assert len(aside) == 1 and engine.recovery.problems
+    engine.train(h.numbered_message(2), Label.HAM, "test")
+    engine.snapshot()  # at seq 2: segment 0 (records 1-2) is needed by no kept snapshot after the next
+    engine.train(h.numbered_message(3), Label.HAM, "test")
+    engine.snapshot()
+    engine.close()
+    assert not journal.exists() and not aside[0].exists()
