@@ -20,6 +20,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -294,11 +295,8 @@ def _verdicts(counts: dict[str, int] | None) -> str:
 
 
 def cmd_stats(config: Config, args: argparse.Namespace) -> int:
-    backend = open_backend(config)
-    try:
+    with closing(open_backend(config)) as backend:
         stats = backend.request("stats")
-    finally:
-        backend.close()
     if args.json:
         emit_json(stats)
     else:
@@ -500,11 +498,8 @@ def _progress_bar(total: int, what: str) -> Any:
 def cmd_classify(config: Config, args: argparse.Namespace) -> int:
     raw = read_message(args.file)
     _check_size(args.file, raw)
-    backend = open_backend(config)
-    try:
+    with closing(open_backend(config)) as backend:
         result = backend.request("classify", raw=raw)
-    finally:
-        backend.close()
     if args.json:
         emit_json(result)
     else:
@@ -520,11 +515,8 @@ def cmd_classify(config: Config, args: argparse.Namespace) -> int:
 def cmd_explain(config: Config, args: argparse.Namespace) -> int:
     raw = read_message(args.file)
     _check_size(args.file, raw)
-    backend = open_backend(config)
-    try:
+    with closing(open_backend(config)) as backend:
         result = backend.request("explain", raw=raw, limit=args.limit)
-    finally:
-        backend.close()
     if args.json:
         emit_json(result)
         return 0
@@ -547,11 +539,8 @@ def _check_size(name: str, raw: bytes) -> None:
 
 
 def cmd_snapshot(config: Config, args: argparse.Namespace) -> int:
-    backend = open_backend(config)
-    try:
+    with closing(open_backend(config)) as backend:
         result = backend.request("snapshot")
-    finally:
-        backend.close()
     if args.json:
         emit_json({**result, "mode": backend.mode})
     else:
@@ -586,11 +575,8 @@ def cmd_export(config: Config, args: argparse.Namespace) -> int:
         raise SpamdError(f"{target}: is a directory; give a file name to export to")
     if not target.parent.is_dir():
         raise SpamdError(f"{target.parent}: no such directory")
-    backend = open_backend(config)
-    try:
+    with closing(open_backend(config)) as backend:
         data = backend.export_bytes()
-    finally:
-        backend.close()
     try:
         write_atomically(target, data)
     except PermissionError:
@@ -611,11 +597,8 @@ def cmd_import(config: Config, args: argparse.Namespace) -> int:
     data = _read_file(source)
     if not data:
         raise SpamdError(f"{source}: empty file, not a spamd export")
-    backend = open_backend(config)
-    try:
+    with closing(open_backend(config)) as backend:
         result = backend.import_bytes(data, str(source))
-    finally:
-        backend.close()
     if args.json:
         emit_json({**result, "mode": backend.mode})
     else:

@@ -9,13 +9,17 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 SPAMCTL = [sys.executable, "-c", "from spamd.cli import main; main()"]
 
@@ -112,3 +116,12 @@ def write_mbox(path: Path, messages: list[bytes]) -> Path:
             f.write(b"From sender@example Mon Jan  1 00:00:00 2024\n")
             f.write(raw.rstrip(b"\n") + b"\n\n")
     return path
+
+
+@pytest.fixture
+def home() -> Iterator[Path]:
+    """A short private directory (socket paths are limited to 107 bytes) with a small-model config."""
+    path = Path(tempfile.mkdtemp(prefix="spamctl-", dir="/tmp"))
+    (path / "spamd.toml").write_text(SMALL_CONFIG)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

@@ -5,15 +5,12 @@ from __future__ import annotations
 import fcntl
 import os
 import pty
-import shutil
 import signal
 import socket
 import struct
 import subprocess
 import sys
-import tempfile
 import termios
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,16 +20,9 @@ from spamd.config import load_config
 from spamd.control import ControlClient, ControlError
 from spamd.engine import Engine
 from spamd.model import Label
-from tests.cli_helpers import HAM, SMALL_CONFIG, SPAM, SPAMCTL, run_spamctl, wait_until, write_maildir, write_mbox
+from tests.cli_helpers import HAM, SPAM, SPAMCTL, home, run_spamctl, wait_until, write_maildir, write_mbox  # noqa: F401 (home is a fixture)
 
 
-@pytest.fixture
-def home() -> Iterator[Path]:
-    """A short private directory (socket paths are limited to 107 bytes) with a small-model config."""
-    path = Path(tempfile.mkdtemp(prefix="spamctl-", dir="/tmp"))
-    (path / "spamd.toml").write_text(SMALL_CONFIG)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def ctl(home: Path, *args: str | Path, input: bytes | None = None):

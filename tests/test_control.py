@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import socket
 import stat
 import struct
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +35,7 @@ from spamd.control import (
 )
 from spamd.engine import Engine
 from spamd.model import Label
-from tests.cli_helpers import HAM, SMALL_CONFIG, SPAM, run_spamctl_async, write_maildir
+from tests.cli_helpers import HAM, SPAM, home, run_spamctl_async, write_maildir  # noqa: F401 (home is a fixture)
 
 
 class StandInDaemon:
@@ -60,12 +58,6 @@ class StandInDaemon:
         return {**self.engine.stats(), "daemon": daemon}
 
 
-@pytest.fixture
-def home() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="spamctl-", dir="/tmp"))
-    (path / "spamd.toml").write_text(SMALL_CONFIG)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest_asyncio.fixture
