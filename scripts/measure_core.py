@@ -32,7 +32,6 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 
 from spamd.classifier import Analyzed
 from spamd.config import Config, ModelConfig

@@ -348,8 +348,8 @@ def format_stats(stats: dict[str, Any]) -> str:
         if extra.get("smtp_listen"):
             rows.append(("smtp", f"{extra['smtp_listen']} ({extra.get('smtp_mode', '?')}), "
                                  f"{extra.get('smtp_sessions', 0)} sessions open"))
-        for mailbox in extra.get("maildirs") or []:
-            rows.append(("maildir", f"{mailbox.get('path')} ({mailbox.get('indexed_messages', 0)} messages indexed)"))
+        for served in extra.get("maildirs") or []:
+            rows.append(("maildir", f"{served.get('path')} ({served.get('indexed_messages', 0)} messages indexed)"))
     out = [header, "", table(rows, numbers=False)]
     events: dict[str, int] = stats.get("training_events") or {}
     by_source: dict[str, Counter[str]] = {}

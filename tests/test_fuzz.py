@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import html
 import json
-import random
 import re
 import subprocess
 import sys
