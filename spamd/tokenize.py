@@ -17,6 +17,7 @@ Tried and rejected (same protocol, trec / sa):
 from __future__ import annotations
 
 import re
+import string
 
 from spamd.message import ParsedMessage
 
@@ -24,6 +25,9 @@ from spamd.message import ParsedMessage
 # kept ("don't", "e-mail", "1,000"), and $ % ! attached so prices and shouting stay whole.
 # (Minimum length in the pattern, not a filter: tokenize 270 -> 210 us/msg.)
 _WORD_RE = re.compile(r"[$€£]?[^\W_][^\W_]+(?:['’\-.,][^\W_]+)*[%!]?")
+# The same without the currency prefix, for text with no currency sign (where the two
+# find the same words): the optional prefix alone cost 35 us/msg on trec07p-dev.
+_PLAIN_WORD_RE = re.compile(r"[^\W_][^\W_]+(?:['’\-.,][^\W_]+)*[%!]?")
 # URL hosts, on lower-cased text (no IGNORECASE: 4x faster over trec07p-dev).
 _URL_RE = re.compile(r"(?:https?://|www\.)([^\s/<>\"'()\[\]{}:?#]+)(/[^\s<>\"']*)?")
 _URL_PATH_SPLIT_RE = re.compile(r"[/?=&.#_\-+%]+")
@@ -69,7 +73,13 @@ _TEXT_HEADERS = {
 
 def words(text: str) -> list[str]:
     """Lower-cased words of 2..MAX_WORD characters; longer runs are dropped."""
-    found = _WORD_RE.findall(text.lower())
+    return lowered_words(text.lower())
+
+
+def lowered_words(lowered: str) -> list[str]:
+    """`words` of text that is already lower-cased."""
+    pattern = _WORD_RE if "$" in lowered or "€" in lowered or "£" in lowered else _PLAIN_WORD_RE
+    found = pattern.findall(lowered)
     if found and max(map(len, found)) > MAX_WORD:  # map(len): 3x faster than a generator here
         found = [w for w in found if len(w) <= MAX_WORD]
     return found
@@ -98,9 +108,22 @@ def url_tokens(lowered: str) -> list[str]:
     return tokens
 
 
+# ASCII digits -> "9", ASCII letters -> "a"; then runs of either collapse to one.
+_ASCII_MASK = str.maketrans("0123456789" + string.ascii_letters, "9" * 10 + "a" * 52)
+_REPEAT_RE = re.compile(r"(?<=a)a+|(?<=9)9+")
+
+
 def shape(value: str) -> str:
-    """A header value with hex runs, digits and words masked: how a mailer writes it, not what."""
-    return _LETTERS_RE.sub("a", _DIGITS_RE.sub("9", _HEX_RUN_RE.sub("h", value)))[:40]
+    """A header value with hex runs, digit runs and (ASCII) word runs masked: how a mailer writes it, not what.
+
+    "<3fa9b2c1.20070412@mx7.example.com>" -> "<a.9@a9.a.a>" (a hex run is masked as a word).
+    """
+    value = _HEX_RUN_RE.sub("a", value)
+    if value.isascii():
+        # translate + one collapsing pass: the same result as the two regex passes
+        # below at a third less cost (header shapes: 58 -> 38 us/msg on trec07p-dev).
+        return _REPEAT_RE.sub("", value.translate(_ASCII_MASK))[:40]
+    return _LETTERS_RE.sub("a", _DIGITS_RE.sub("9", value))[:40]  # \d also masks non-ASCII digits
 
 
 def _date_zone(value: str) -> re.Match[str] | None:
@@ -192,12 +215,12 @@ def header_shape_tokens(msg: ParsedMessage) -> list[str]:
     mailer = msg.header("x-mailer")
     if mailer:
         tokens.append(f"x-mailer-shape:{shape(mailer)}")
-    received = [value for name, value in msg.headers if name == "received"]
+    received = [shape(value) for name, value in msg.headers if name == "received"]
     if received:
-        tokens.append(f"received-first-shape:{shape(received[-1])}")
+        tokens.append(f"received-first-shape:{received[-1]}")
     # Every Received header's shape and the whole From's, on top of the five above:
     # 0.0148 / 0.0583 -> 0.0141 / 0.0558 (hm% at sm%=0.1 on spamassassin 3.69 -> 4.02).
-    tokens.extend(f"received-shape:{shape(value)}" for value in received)
+    tokens.extend(f"received-shape:{value}" for value in received)
     tokens.append(f"from-shape:{shape(msg.header('from'))}")
     # The To shape, and Reply-To's when there is one (scored as mean log-odds of
     # distinct tokens): 0.0121 / 0.0550 -> 0.0116 / 0.0540. Cc, Sender and
@@ -214,7 +237,7 @@ def body_tokens(msg: ParsedMessage) -> list[str]:
     tokens: list[str] = []
     for text in msg.texts:
         lowered = text.lower()
-        tokens.extend(words(lowered))
+        tokens.extend(lowered_words(lowered))
         if "www." in lowered or "://" in lowered:
             tokens.extend(url_tokens(lowered))
         if not lowered.isascii():
