@@ -33,7 +33,7 @@ from spamd.control import (
     ControlClient,
     DaemonNotRunning,
 )
-from spamd.engine import Engine
+from spamd.engine import Engine, tune_gc_for_message_streams
 from spamd.errors import NotAMessageError, SpamdError, StateLockedError
 from spamd.store import write_atomically
 
@@ -700,4 +700,5 @@ def run(argv: list[str] | None = None) -> int:
 
 
 def main() -> None:
+    tune_gc_for_message_streams()
     sys.exit(run())

@@ -25,7 +25,7 @@ from typing import Any
 import structlog
 
 from spamd.config import Config, load_config
-from spamd.engine import Engine
+from spamd.engine import Engine, tune_gc_for_message_streams
 from spamd.errors import SpamdError
 from spamd.logs import configure_logging, set_level
 from spamd.maildir import Mailbox, MaildirWatcher, export_indexes, load_indexes, save_indexes, user_of
@@ -355,6 +355,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    tune_gc_for_message_streams()
     try:
         daemon = Daemon(args.config, data_dir=args.data_dir, smtp_listen=args.smtp)
         configure_logging(daemon.config.log)

@@ -59,12 +59,12 @@ class ParsedMessage:
     # Damage found and caps hit: "truncated", "bad-base64", "depth-cap", ...
     defects: list[str] = field(default_factory=list)
 
+    # The first value of each header, by lower-cased name (what `header` answers from).
+    first: dict[str, str] = field(default_factory=dict)
+
     def header(self, name: str) -> str:
         """The first value of a header (name lower-case), or ''."""
-        for key, value in self.headers:
-            if key == name:
-                return value
-        return ""
+        return self.first.get(name, "")
 
 
 # ---------------------------------------------------------------- headers
@@ -316,6 +316,7 @@ def parse_message(raw: bytes, limits: ParserConfig) -> ParsedMessage:
     if not all(value.isascii() for _, value in fields):
         parsed.defects.append("8bit-header")
     top_fields = {name: value for name, value in parsed.headers[::-1]}
+    parsed.first = top_fields
     try:
         _walk(parsed, top_fields, body, limits)
     except (RecursionError, MemoryError, ValueError, TypeError, IndexError) as error:
