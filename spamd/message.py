@@ -154,6 +154,8 @@ _NOT_CHARSETS = frozenset(
 
 def decode_header_value(value: bytes) -> str:
     """Raw header bytes -> text, decoding RFC 2047 encoded words and 8-bit bytes."""
+    if b"=?" not in value and value.isascii():  # most values: nothing to decode
+        return value[:MAX_HEADER_VALUE_CHARS].decode("ascii")
     text = _bytes_to_text(value[: MAX_HEADER_VALUE_CHARS * 4])
     if "=?" not in text:
         return text[:MAX_HEADER_VALUE_CHARS]

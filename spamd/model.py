@@ -70,20 +70,15 @@ def token_id(token: str, mask: int) -> int:
 
 def featurize(tokens: list[str], hash_bits: int) -> Features:
     """Token strings -> unique bucket ids with counts (colliding tokens merge)."""
-    counter = Counter(tokens)
     try:
-        # map() keeps the per-token loop in C: 95 -> 45 us/msg on trec07p-dev.
-        hashes = list(map(xxhash.xxh3_64_intdigest, map(str.encode, counter)))
+        # map() keeps the per-token loop in C; hashing every token and letting
+        # np.unique count beats counting strings first (57 -> 52 us/msg).
+        hashes = list(map(xxhash.xxh3_64_intdigest, map(str.encode, tokens)))
     except UnicodeEncodeError:  # a lone surrogate; cannot come from decoded mail, but be total
-        hashes = [xxhash.xxh3_64_intdigest(t.encode("utf-8", "surrogatepass")) for t in counter]
-    ids = (np.array(hashes, dtype=np.uint64) & np.uint64((1 << hash_bits) - 1)).astype(np.uint32)
-    counts = np.fromiter(counter.values(), dtype=np.uint32, count=len(counter))
-    order = np.argsort(ids, kind="stable")
-    ids, counts = ids[order], counts[order]
-    if len(ids) > 1 and np.any(ids[1:] == ids[:-1]):
-        ids, starts = np.unique(ids, return_index=True)
-        counts = np.add.reduceat(counts, starts).astype(np.uint32)
-    return Features(ids, counts)
+        hashes = [xxhash.xxh3_64_intdigest(t.encode("utf-8", "surrogatepass")) for t in tokens]
+    masked = np.array(hashes, dtype=np.uint64) & np.uint64((1 << hash_bits) - 1)
+    ids, counts = np.unique(masked.astype(np.uint32), return_counts=True)
+    return Features(ids, counts.astype(np.uint32))
 
 
 # round(4 * log(1 + tf)) for tf up to 1,023; larger tf share the last value (28).
