@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -154,7 +154,6 @@ class Config:
         return found
 
 
-_SECTIONS = {f.name: f.type for f in fields(Config) if f.name != "data_dir"}
 _SECTION_CLASSES = {
     "parser": ParserConfig,
     "model": ModelConfig,
