@@ -86,20 +86,32 @@ def split_head_body(raw: bytes) -> tuple[bytes, bytes]:
     return raw, b""
 
 
-_FOLD_RE = re.compile(rb"\n[ \t]+")  # applied after CRLF -> LF
+_FOLD_RE = re.compile(r"\n[ \t]+")  # applied after CRLF -> LF
 # A field name is printable ASCII but colon (RFC 5322 2.2); lines that are not fields
 # (an mbox "From " line, garbage) simply do not match.
 # The value runs to the end of the line and is right-stripped in Python: a lazy
 # "(.*?)[ \t\r]*$" is quadratic in a run of blanks (a 40 kB one took 4.6 s).
-_FIELD_RE = re.compile(rb"^([!-9;-~]+)[ \t]*:[ \t]*([^\n]*)", re.MULTILINE)
+_FIELD_RE = re.compile(r"^([!-9;-~]+)[ \t]*:[ \t]*([^\n]*)", re.MULTILINE)
 
 
-def _raw_header_fields(head: bytes) -> list[tuple[bytes, bytes]]:
-    """Unfold header lines into (name, raw value) pairs, at most MAX_HEADERS."""
+def _header_fields(head: bytes) -> tuple[list[tuple[str, str]], bool]:
+    """Unfold and decode header lines: ([(lower-cased name, value)], whether a value has 8-bit bytes).
+
+    At most MAX_HEADERS fields, each value at most MAX_HEADER_VALUE_CHARS.
+    """
     # Two regex passes instead of a Python loop per line: 0.46 s -> 0.1 s over trec07p-dev;
     # CRLF -> LF first, so the fold pattern needs no optional "\r": 43 -> 20 us/msg.
-    found = _FIELD_RE.findall(_FOLD_RE.sub(b" ", head.replace(b"\r\n", b"\n")))[:MAX_HEADERS]
-    return [(name, value.rstrip(b" \t\r")) for name, value in found]
+    # On the header decoded once as latin-1 (one character per byte, so the same
+    # fields) rather than on bytes with each name and value decoded apart: a head
+    # of ASCII without encoded words (96% of trec07p-dev) needs nothing more
+    # (headers 48 -> 32 us/msg).
+    text = head.decode("latin-1")
+    found = _FIELD_RE.findall(_FOLD_RE.sub(" ", text.replace("\r\n", "\n")))[:MAX_HEADERS]
+    if head.isascii() and "=?" not in text:
+        return [(name.lower(), value.rstrip(" \t\r")[:MAX_HEADER_VALUE_CHARS]) for name, value in found], False
+    fields = [(name.lower(), value.rstrip(" \t\r")) for name, value in found]
+    eight_bit = not all(value.isascii() for _, value in fields)
+    return [(name, decode_header_value(value.encode("latin-1"))) for name, value in fields], eight_bit
 
 
 def _bytes_to_text(data: bytes, charset: str = "") -> str:
@@ -312,11 +324,10 @@ def parse_message(raw: bytes, limits: ParserConfig) -> ParsedMessage:
     if b"\x00" in raw:
         parsed.defects.append("nul-bytes")
     head, body = split_head_body(raw)
-    fields = _raw_header_fields(head)
-    parsed.headers = [(name.decode("latin-1").lower(), decode_header_value(value)) for name, value in fields]
-    if not all(value.isascii() for _, value in fields):
+    parsed.headers, eight_bit = _header_fields(head)
+    if eight_bit:
         parsed.defects.append("8bit-header")
-    top_fields = {name: value for name, value in parsed.headers[::-1]}
+    top_fields = dict(reversed(parsed.headers))  # the first value of each name wins
     parsed.first = top_fields
     try:
         _walk(parsed, top_fields, body, limits)
@@ -355,16 +366,14 @@ def _walk(parsed: ParsedMessage, top_fields: dict[str, str], body: bytes, limits
                 child_default = "message/rfc822" if ctype == "multipart/digest" else "text/plain"
                 for child in reversed(children):
                     head, child_body = split_head_body(child)
-                    child_fields: dict[str, str] = {}
-                    for name, value in _raw_header_fields(head)[::-1]:
-                        child_fields[name.decode("latin-1").lower()] = decode_header_value(value)
+                    child_fields = dict(reversed(_header_fields(head)[0]))
                     stack.append((child_fields, child_body, depth + 1, child_default))
                 continue
         if ctype == "message/rfc822" and depth < limits.max_depth:
             head, inner_body = split_head_body(_decode_transfer(part_body, encoding, parsed.defects))
-            inner = [(n.decode("latin-1").lower(), decode_header_value(v)) for n, v in _raw_header_fields(head)]
+            inner, _ = _header_fields(head)
             parsed.texts.append(" ".join(v for n, v in inner if n in ("subject", "from")))
-            stack.append(({n: v for n, v in inner[::-1]}, inner_body, depth + 1, "text/plain"))
+            stack.append((dict(reversed(inner)), inner_body, depth + 1, "text/plain"))
             continue
         if ctype == "message/rfc822":
             parsed.defects.append("depth-cap")  # too deep to open: described below, not read
