@@ -71,14 +71,26 @@ def token_id(token: str, mask: int) -> int:
 def featurize(tokens: list[str], hash_bits: int) -> Features:
     """Token strings -> unique bucket ids with counts (colliding tokens merge)."""
     try:
-        # map() keeps the per-token loop in C; hashing every token and letting
-        # np.unique count beats counting strings first (57 -> 52 us/msg).
-        hashes = list(map(xxhash.xxh3_64_intdigest, map(str.encode, tokens)))
+        # map() keeps the per-token loop in C; hashing every token and counting the
+        # sorted ids beats counting strings first (57 -> 52 us/msg).
+        hashes = np.fromiter(map(xxhash.xxh3_64_intdigest, map(str.encode, tokens)), np.uint64, len(tokens))
     except UnicodeEncodeError:  # a lone surrogate; cannot come from decoded mail, but be total
-        hashes = [xxhash.xxh3_64_intdigest(t.encode("utf-8", "surrogatepass")) for t in tokens]
-    masked = np.array(hashes, dtype=np.uint64) & np.uint64((1 << hash_bits) - 1)
-    ids, counts = np.unique(masked.astype(np.uint32), return_counts=True)
-    return Features(ids, counts.astype(np.uint32))
+        hashes = np.array([xxhash.xxh3_64_intdigest(t.encode("utf-8", "surrogatepass")) for t in tokens], np.uint64)
+    hashes &= np.uint64((1 << hash_bits) - 1)
+    ids = hashes.astype(np.uint32)
+    ids.sort()
+    if len(ids) == 0:
+        return Features(ids, ids)
+    # What np.unique(return_counts=True) computes, without its Python-level
+    # overhead: featurize 94 -> 78 us/msg on trec07p-dev (same features).
+    starts = np.empty(len(ids), dtype=bool)
+    starts[0] = True
+    np.not_equal(ids[1:], ids[:-1], out=starts[1:])
+    first = np.flatnonzero(starts)
+    counts = np.empty(len(first), dtype=np.uint32)
+    np.subtract(first[1:], first[:-1], out=counts[:-1], casting="unsafe")
+    counts[-1] = len(ids) - first[-1]
+    return Features(ids[first], counts)
 
 
 # round(4 * log(1 + tf)) for tf up to 1,023; larger tf share the last value (28).
@@ -110,13 +122,15 @@ class MultinomialNB:
         (1-ROCA)% 0.0169 / 0.0650 -> 0.0166 / 0.0647, hm% at sm%=0.1
         1.83 / 5.69 -> 1.63 / 4.39. (Binary presence: 0.0171 / 0.0680.)
         """
-        return _STORED_COUNTS[np.minimum(counts, len(_STORED_COUNTS) - 1)]
+        return _STORED_COUNTS.take(counts, mode="clip")
 
     def learn_one(self, features: Features, label: Label) -> None:
         ids, counts = features.ids, self.stored_counts(features.counts)
-        both = self.counts[:, ids]  # one gather for both classes
-        self.distinct += int(np.count_nonzero(~both.any(axis=0)))
-        self.counts[label, ids] = both[label] + counts
+        # take() rather than fancy indexing: one gather for both classes at a quarter
+        # of the cost (score + learn 90 -> 50 us/msg on trec07p-dev).
+        both = self.counts.take(ids, axis=1)
+        self.distinct += len(ids) - int(np.count_nonzero(both[0] | both[1]))
+        self.counts[label][ids] = both[label] + counts
         self.token_totals[label] += int(counts.sum(dtype=np.int64))
         self.doc_totals[label] += 1
 
@@ -140,8 +154,7 @@ class MultinomialNB:
         """log P(t|spam) - log P(t|ham) per bucket, with additive smoothing over the vocabulary."""
         alpha = self.config.alpha
         vocabulary = max(self.distinct, 1)
-        smoothed = self.counts[:, ids].astype(np.float64)  # one gather, in place after: 45 -> 36 us/msg with learn_one
-        smoothed += alpha
+        smoothed = self.counts.take(ids, axis=1) + alpha  # one gather for both classes, as float64
         ham_total = float(self.token_totals[Label.HAM]) + alpha * vocabulary
         spam_total = float(self.token_totals[Label.SPAM]) + alpha * vocabulary
         log_odds = np.log(smoothed[Label.SPAM] / smoothed[Label.HAM])
@@ -163,9 +176,10 @@ class MultinomialNB:
         hm% at sm%=0.1 1.32 / 4.02 -> 1.17 / 3.57. (With the first, header-poor
         tokenizer it was mixed: 0.0204 / 0.0676 -> 0.0176 / 0.0694; raw tf was worst.)
         """
-        if len(features) == 0 or self.doc_totals.min() == 0:
+        if len(features) == 0 or not (self.doc_totals[0] and self.doc_totals[1]):
             return self._verdict(0.0)
-        return self._verdict(float(self._token_log_odds(features.ids).mean()))
+        # The sum over the count rather than ndarray.mean(): the same number, without mean's overhead.
+        return self._verdict(float(np.add.reduce(self._token_log_odds(features.ids))) / len(features))
 
     def explain(self, tokens: list[str], limit: int = 20) -> tuple[Score, list[Contribution]]:
         """The score and the tokens that moved it most, strongest first (both directions)."""
