@@ -46,7 +46,11 @@ _URL_PATH_SPLIT_RE = re.compile(r"[/?=&.#_\-+%]+")
 # header of both corpora and on random strings): a run with no "@" matches with
 # an empty group, dropped by the caller; a host starts only where a run starts.
 _EMAIL_DOMAIN_RE = re.compile(r"[\w.+\-]+(?:@([\w\-]+(?:\.[\w\-]+)+))?")
-_HOSTISH_RE = re.compile(r"(?<![a-z0-9\-])-*+([a-z0-9][a-z0-9\-]*+(?:\.[a-z0-9\-]++)+)")
+# A host starts after a character outside [a-z0-9-]: consumed rather than looked
+# behind for, so the pattern starts with a character class that the engine can
+# skip along (Received hosts 6.2 -> 5.0 us per header, the same hosts on all
+# 56,985 Received headers of both corpora); `relay_hosts` puts a space in front.
+_HOSTISH_RE = re.compile(r"[^a-z0-9\-]-*+([a-z0-9][a-z0-9\-]*+(?:\.[a-z0-9\-]++)+)")
 _NON_ASCII_RUN_RE = re.compile(r"[^\x00-\x7f]{3,}")
 _DATE_ZONE_RE = re.compile(r"([+-]\d{4}|\b[A-Z]{2,5}\b)\s*(?:\([^)]*\))?\s*$")
 _DATE_ZONE_AT_END_RE = re.compile(r"([+-]\d{4}|\b[A-Z]{2,5}\b)\s*$")  # the same, for values not ending in ")"
@@ -97,6 +101,11 @@ def lowered_words(lowered: str) -> list[str]:
     if found and max(map(len, found)) > MAX_WORD:  # map(len): 3x faster than a generator here
         found = [w for w in found if len(w) <= MAX_WORD]
     return found
+
+
+def relay_hosts(lowered: str) -> list[str]:
+    """Host names and IPv4 addresses in lower-cased text (a Received header's relays)."""
+    return _HOSTISH_RE.findall(" " + lowered)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -196,7 +205,7 @@ def header_tokens(msg: ParsedMessage) -> list[str]:
             tokens += [prefixes[1] + d for d in _EMAIL_DOMAIN_RE.findall(lowered) if d]
             continue
         if name == "received":  # relay host names and IPs: 0.0177 / 0.0713 -> 0.0166 / 0.0647
-            tokens += map("received:".__add__, _HOSTISH_RE.findall(value.lower()))
+            tokens += map("received:".__add__, relay_hosts(value.lower()))
         elif name == "message-id":  # the generating domain: 0.0167 / 0.0666 -> 0.0166 / 0.0647
             _, _, domain = value.lower().rpartition("@")
             tokens.append("message-id@" + domain.strip("<> "))
