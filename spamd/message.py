@@ -426,26 +426,36 @@ def _walk(parsed: ParsedMessage, top_fields: dict[str, str], body: bytes, limits
 # One X-Spam-* field with its continuation lines. A regex pass rather than a Python
 # loop over header lines: a message of 262,000 header lines plus one X-Spam header
 # took 0.2-0.5 s to strip before.
+# Matched with the newline before the field, which leaves the one after it to end
+# the line before: a pattern that starts with a newline is tried only at newlines,
+# one that starts with "^" at every byte (21 -> 7.5 us for each message with such
+# headers on trec07p-dev, 553 in 3,000).
+_OWN_FIELD_AFTER_NEWLINE_RE = re.compile(rb"\nx-spam-[^\n]*(?:\n[ \t][^\n]*)*", re.IGNORECASE)
+# The field with the newline after it, or the end: for a header block that does not
+# end in a newline (a message with no empty line), whose last field may run to the end.
 _OWN_FIELD_RE = re.compile(rb"^x-spam-[^\n]*(?:\n[ \t][^\n]*)*(?:\n|\Z)", re.IGNORECASE | re.MULTILINE)
 
 
 def strip_own_headers(raw: bytes) -> bytes:
     """The message without the X-Spam-* headers spamd (or an earlier filter run) added."""
-    head, sep_body = _head_and_rest(raw)
+    head_end = _header_block_end(raw)
+    head = raw[:head_end]
     if OWN_HEADER_PREFIX not in head.lower():
         return raw
-    return _OWN_FIELD_RE.sub(b"", head) + sep_body
+    if not head.endswith(b"\n"):
+        return _OWN_FIELD_RE.sub(b"", head) + raw[head_end:]
+    return _OWN_FIELD_AFTER_NEWLINE_RE.sub(b"", b"\n" + head)[1:] + raw[head_end:]
 
 
-def _head_and_rest(raw: bytes) -> tuple[bytes, bytes]:
-    """Header block (with its line endings) and everything from the empty line on."""
+def _header_block_end(raw: bytes) -> int:
+    """Where the header block (with its line endings) ends: the start of the empty line, or the end."""
     lf = raw.find(b"\n\n")
     crlf = _find_crlf_blank_line(raw, lf)
     if crlf != -1:
-        return raw[: crlf + 2], raw[crlf + 2 :]
+        return crlf + 2
     if lf != -1:
-        return raw[: lf + 1], raw[lf + 1 :]
-    return raw, b""
+        return lf + 1
+    return len(raw)
 
 
 def message_key(raw: bytes) -> bytes:
