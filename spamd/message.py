@@ -118,9 +118,11 @@ def _header_fields(head: bytes) -> tuple[list[tuple[str, str]], bool]:
     # (headers 48 -> 32 us/msg).
     text = head.decode("latin-1")
     found = _FIELD_RE.findall(_FOLD_RE.sub(" ", text.replace("\r\n", "\n")))[:MAX_HEADERS]
-    if head.isascii() and "=?" not in text:
-        return [(name.lower(), value.rstrip(" \t\r")[:MAX_HEADER_VALUE_CHARS]) for name, value in found], False
     fields = [(name.lower(), value.rstrip(" \t\r")) for name, value in found]
+    if head.isascii() and "=?" not in text:
+        if len(text) > MAX_HEADER_VALUE_CHARS:  # else no value is that long (saves 1.4 us/msg)
+            fields = [(name, value[:MAX_HEADER_VALUE_CHARS]) for name, value in fields]
+        return fields, False
     eight_bit = not all(value.isascii() for _, value in fields)
     return [(name, decode_header_value(value.encode("latin-1"))) for name, value in fields], eight_bit
 
