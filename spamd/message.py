@@ -116,10 +116,15 @@ def _header_fields(head: bytes) -> tuple[list[tuple[str, str]], bool]:
     # fields) rather than on bytes with each name and value decoded apart: a head
     # of ASCII without encoded words (96% of trec07p-dev) needs nothing more
     # (headers 48 -> 32 us/msg).
+    # Two-character substrings are looked for only where their rarer character occurs
+    # at all (one-character searches are a memchr, the others several times slower):
+    # "\r\n" where there is a "\r" and "=?" where there is a "?" (4.2 -> 0.9 us/msg on trec07p-dev).
     text = head.decode("latin-1")
-    found = _FIELD_RE.findall(_FOLD_RE.sub(" ", text.replace("\r\n", "\n")))[:MAX_HEADERS]
+    if "\r" in text:
+        text = text.replace("\r\n", "\n")
+    found = _FIELD_RE.findall(_FOLD_RE.sub(" ", text))[:MAX_HEADERS]
     fields = [(name.lower(), value.rstrip(" \t\r")) for name, value in found]
-    if head.isascii() and "=?" not in text:
+    if head.isascii() and ("?" not in text or "=?" not in text):
         if len(text) > MAX_HEADER_VALUE_CHARS:  # else no value is that long (saves 1.4 us/msg)
             fields = [(name, value[:MAX_HEADER_VALUE_CHARS]) for name, value in fields]
         return fields, False
