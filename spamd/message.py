@@ -260,7 +260,9 @@ _INVISIBLE_BLOCKS = (("<script", "</script"), ("<style", "</style"), ("<!--", "-
 # Possessive quantifiers where giving characters back can never make a match (the
 # next character must be one the run stops at): the same matches without the
 # backtracking attempts (tags 16.4 -> 15.9 us/msg, URLs 5.5 -> 4.6 on trec07p-dev).
-_TAG_RE = re.compile(r"<[a-zA-Z/!][^<>]*+>")
+# A tag's inside is "[^<>]" spelled as ranges, which re compiles to one bitmap test
+# per character rather than a negation of two comparisons (tags 16.1 -> 12.5 us/msg).
+_TAG_RE = re.compile(r"<[a-zA-Z/!][\x00-;=?-\U0010ffff]*+>")
 # URLs as attribute values (href=, src=, action=), matched on lower-cased markup.
 # Anchoring on "=" rather than on the attribute name: 1.92 s -> 0.15 s over the
 # trec07p-dev HTML, and it finds every URL the tokenizer uses (http(s) and www).
