@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import codecs
+import importlib
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -10,6 +12,7 @@ from hypothesis import strategies as st
 
 from spamd.config import ParserConfig
 from spamd.message import (
+    _ASCII_TABLE_CODECS,
     ParsedMessage,
     decode_header_value,
     html_to_text,
@@ -77,6 +80,15 @@ def test_encoded_words_of_every_kind(raw, expected):
     assert isinstance(value, str)
     if expected is not None:
         assert value == expected
+
+
+def test_ascii_table_codecs_decode_ascii_as_ascii():
+    # The fast path decodes ASCII data as "ascii" for these: right only for codecs that
+    # map byte by byte through a table whose lower half is ASCII, under their canonical names.
+    for codec in _ASCII_TABLE_CODECS:
+        assert codecs.lookup(codec).name == codec
+        table = importlib.import_module("encodings." + codec.replace("-", "_")).decoding_table
+        assert len(table) == 256 and table[:128] == bytes(range(128)).decode("ascii")
 
 
 def test_8bit_headers_are_decoded_and_flagged():
