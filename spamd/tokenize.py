@@ -98,7 +98,8 @@ def lowered_words(lowered: str) -> list[str]:
     else:
         pattern = _WORD_RE if "$" in lowered or "€" in lowered or "£" in lowered else _PLAIN_WORD_RE
     found = pattern.findall(lowered)
-    if found and max(map(len, found)) > MAX_WORD:  # map(len): 3x faster than a generator here
+    # map(len): 3x faster than a generator here; a text no longer than MAX_WORD needs no look.
+    if len(lowered) > MAX_WORD and found and max(map(len, found)) > MAX_WORD:
         found = [w for w in found if len(w) <= MAX_WORD]
     return found
 
@@ -127,12 +128,15 @@ def _host_tokens(host: str) -> tuple[str, ...]:
 
 def url_tokens(lowered: str) -> list[str]:
     """Hosts of the URLs in lower-cased text, and the words of their paths."""
+    found = _URL_RE.findall(lowered)
     tokens: list[str] = []
-    for host, path in _URL_RE.findall(lowered):
+    for host, _ in found:
         tokens += _host_tokens(host.strip(".")[:MAX_HOST_CHARS])
-        # URL path words: 0.0194 / 0.0648 -> 0.0166 / 0.0647.
-        if path:
-            tokens += ["urlpath:" + p for p in _URL_PATH_SPLIT_RE.split(path) if 1 < len(p) <= MAX_WORD]
+    # URL path words: 0.0194 / 0.0648 -> 0.0166 / 0.0647. The paths are split in one
+    # pass, joined by "/" (itself a separator, so the words are the same as path by
+    # path): url_tokens 5.6 -> 5.0 us per URL on trec07p-dev.
+    paths = "/".join([path for _, path in found])
+    tokens += ["urlpath:" + p for p in _URL_PATH_SPLIT_RE.split(paths) if 1 < len(p) <= MAX_WORD]
     return tokens
 
 
