@@ -126,7 +126,7 @@ def _header_fields(head: bytes) -> tuple[list[tuple[str, str]], bool]:
     found = _FIELD_RE.findall(_FOLD_RE.sub(" ", text))[:MAX_HEADERS]
     fields = [(name.lower(), value.rstrip(" \t\r")) for name, value in found]
     if head.isascii() and ("?" not in text or "=?" not in text):
-        if len(text) > MAX_HEADER_VALUE_CHARS:  # else no value is that long (saves 1.4 us/msg)
+        if len(text) > MAX_HEADER_VALUE_CHARS:  # else no value is that long (1.4 us/msg on trec07p-dev)
             fields = [(name, value[:MAX_HEADER_VALUE_CHARS]) for name, value in fields]
         return fields, False
     eight_bit = not all(value.isascii() for _, value in fields)
@@ -235,8 +235,8 @@ def parse_content_type(value: str) -> tuple[str, dict[str, str]]:
 
 def _disposition_filename(disposition: str) -> str:
     """The filename parameter of a Content-Disposition value, or ''."""
-    _, semicolon, params = disposition.partition(";")
-    return parse_content_type("x/x;" + params)[1].get("filename", "") if semicolon else ""
+    _, semicolon, parameters = disposition.partition(";")
+    return parse_content_type("x/x;" + parameters)[1].get("filename", "") if semicolon else ""
 
 
 # ---------------------------------------------------------------- bodies
