@@ -31,9 +31,26 @@ class Classifier:
         return tokenize(parse_message(strip_own_headers(raw), self.config.parser))
 
     def analyze(self, raw: bytes) -> Analyzed:
-        stripped = strip_own_headers(raw)  # once: for the key and for the tokens
-        tokens = tokenize(parse_message(stripped, self.config.parser))
-        return Analyzed(stripped_message_key(stripped), featurize(tokens, self.config.model.hash_bits))
+        return self.analyze_many([raw])[0]
+
+    def analyze_many(self, raws: list[bytes]) -> list[Analyzed]:
+        """`analyze` of each message, running each stage over the whole list before the next.
+
+        The same results as one at a time (no stage depends on the model), for
+        callers that hold several messages: `spamctl eval` and bulk training. A
+        stage that runs over a batch keeps its code and data in the CPU's caches;
+        one message at a time, each stage evicts the last: `spamctl eval` on
+        trec07p-dev 871 -> 1,092 msgs/s in batches of 64 (median of 3 runs each,
+        interleaved; see spamd.evaluation).
+        """
+        stripped = [strip_own_headers(raw) for raw in raws]  # once: for the key and for the tokens
+        parsed = [parse_message(message, self.config.parser) for message in stripped]
+        token_lists = [tokenize(message) for message in parsed]
+        hash_bits = self.config.model.hash_bits
+        return [
+            Analyzed(stripped_message_key(message), featurize(tokens, hash_bits))
+            for message, tokens in zip(stripped, token_lists)
+        ]
 
     def score(self, analyzed: Analyzed) -> Score:
         return self.model.score(analyzed.features)

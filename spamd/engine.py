@@ -85,7 +85,10 @@ class Engine:
     # ------------------------------------------------------------ per message
 
     def classify(self, raw: bytes) -> Classified:
-        analyzed = self.classifier.analyze(raw)
+        return self.classify_analyzed(self.classifier.analyze(raw))
+
+    def classify_analyzed(self, analyzed: Analyzed) -> Classified:
+        """Score a message analyzed beforehand (by `classifier.analyze_many`), counted like `classify`."""
         score = self.classifier.score(analyzed)
         self.scored[score.verdict.value] += 1
         return Classified(analyzed, score)
