@@ -12,8 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from spamd import evaluation
+from spamd.classifier import Classifier
+from spamd.config import Config
+from spamd.engine import Engine
 from spamd.errors import SpamdError
-from spamd.evaluation import hm_at_sm, lam, one_minus_roca, read_index, roc_points
+from spamd.evaluation import evaluate_index, hm_at_sm, lam, one_minus_roca, read_index, roc_points
+from spamd.model import Label, MultinomialNB
 
 SPAM_WORDS = "viagra cheap pills casino winner prize offer bitcoin loan refinance".split()
 HAM_WORDS = "meeting agenda patch review kernel thanks lunch budget draft minutes".split()
@@ -131,3 +136,63 @@ def test_spamctl_eval_table_and_unreadable_index(small_corpus, tmp_path):
     bad = _spamctl("--data-dir", str(tmp_path / "d"), "eval", str(tmp_path / "nope"), cwd=tmp_path)
     assert bad.returncode != 0
     assert "cannot read index" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------- batches
+
+
+def _varied_messages(count: int) -> list[tuple[bytes, Label]]:
+    """Spam and ham with overlapping words, HTML, a repeated message and a non-mail blob."""
+    rng = np.random.default_rng(7)
+    messages = []
+    for i in range(count):
+        spam = bool(rng.random() < 0.6)
+        pool = SPAM_WORDS + HAM_WORDS[:3] if spam else HAM_WORDS + SPAM_WORDS[:2]
+        body = " ".join(rng.choice(pool, size=int(rng.integers(5, 60))))
+        head = f"From: {'promo@deals' if spam else 'colleague@work'}.example\nSubject: note {i}\nMessage-ID: <{i}@x>\n"
+        if i % 7 == 0:
+            head += "Content-Type: text/html\n"
+            body = f"<html><body><p>{body}</p><a href='http://x{i % 3}.example/p/{i}'>go</a></body></html>"
+        raw = f"{head}\n{body}\n".encode()
+        messages.append((raw, Label.SPAM if spam else Label.HAM))
+    messages[50] = messages[10]  # trained again: a repeat the ledger skips
+    messages[90] = (b"\x00\xff binary junk, no header at all", Label.SPAM)
+    return messages
+
+
+def test_analyze_many_equals_analyze_one_at_a_time():
+    config = Config()
+    classifier = Classifier(config, MultinomialNB(config.model))
+    raws = [raw for raw, _ in _varied_messages(100)]
+    for batched, raw in zip(classifier.analyze_many(raws), raws):
+        single = classifier.analyze(raw)
+        assert batched.key == single.key
+        assert np.array_equal(batched.features.ids, single.features.ids)
+        assert np.array_equal(batched.features.counts, single.features.counts)
+
+
+def test_batched_evaluation_scores_each_message_with_the_model_of_the_messages_before_it(tmp_path, monkeypatch):
+    """Analysis runs ahead in batches; scoring and training stay in index order, one message each."""
+    monkeypatch.setattr(evaluation, "BATCH_MESSAGES", 16)  # 150 messages span ten batches
+    messages = _varied_messages(150)
+    (tmp_path / "data").mkdir()
+    lines = []
+    for i, (raw, label) in enumerate(messages):
+        (tmp_path / "data" / f"m{i}").write_bytes(raw)
+        lines.append(f"{label} data/m{i}")
+    lines.insert(33, "ham data/missing")  # a skipped line inside a batch
+    index = tmp_path / "index"
+    index.write_text("\n".join(lines) + "\n")
+    batched, report = evaluate_index(Config(), index)
+    assert report.messages == 150 and report.skipped == 1
+
+    # The reference: one message at a time, as the daemon does it.
+    engine = Engine.open(Config(data_dir=tmp_path / "reference"), durable=False)
+    try:
+        expected = []
+        for raw, label in messages:
+            expected.append(engine.classify(raw).score.log_odds)
+            engine.train(raw, label, "eval")
+    finally:
+        engine.close()
+    assert [r.score for r in batched] == expected
