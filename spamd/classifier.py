@@ -37,7 +37,7 @@ class Classifier:
         """`analyze` of each message, running each stage over the whole list before the next.
 
         The same results as one at a time (no stage depends on the model), for
-        callers that hold several messages: `spamctl eval` and bulk training. A
+        callers that hold several messages at once (`spamctl eval`). A
         stage that runs over a batch keeps its code and data in the CPU's caches;
         one message at a time, each stage evicts the last: `spamctl eval` on
         trec07p-dev 871 -> 1,092 msgs/s in batches of 64 (median of 3 runs each,
