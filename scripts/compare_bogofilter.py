@@ -58,14 +58,21 @@ def run_bogofilter(entries: list[IndexEntry]) -> tuple[list[Result], int, float]
     return results, skipped, seconds
 
 
+def bogofilter_missing() -> bool:
+    """True, having said how to install it, when bogofilter is not on PATH."""
+    if shutil.which("bogofilter") is None:
+        print("bogofilter is not installed: apt-get install bogofilter", file=sys.stderr)
+        return True
+    return False
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("index", type=Path)
     parser.add_argument("--limit", type=int, default=0, help="only the first N messages")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    if shutil.which("bogofilter") is None:
-        print("bogofilter is not installed: apt-get install bogofilter", file=sys.stderr)
+    if bogofilter_missing():
         return 2
     version = subprocess.run(["bogofilter", "-V"], capture_output=True, text=True).stdout.split("\n")[0]
 

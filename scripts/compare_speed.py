@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
 import subprocess
 import sys
@@ -33,6 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from compare_bogofilter import bogofilter_missing  # this script's sibling in scripts/
 from spamd.evaluation import IndexEntry, read_index
 from spamd.model import Label
 
@@ -73,8 +73,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of both, interleaved (median reported)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    if shutil.which("bogofilter") is None:
-        print("bogofilter is not installed: apt-get install bogofilter", file=sys.stderr)
+    if bogofilter_missing():
         return 2
     entries = read_index(args.index)
     spamd_rates, bogo_train_rates, bogo_classify_rates = [], [], []
