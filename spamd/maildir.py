@@ -602,18 +602,23 @@ def save_indexes(path: Path, rows: dict[str, list[list[Any]]]) -> None:
 _USER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
 
 
-def mailbox_for(recipient: str, mailboxes: list[Mailbox]) -> Mailbox:
-    """The Maildir whose user is the recipient's local part, else the first one.
+def mailbox_for(recipient: str, mailboxes: list[Mailbox]) -> Mailbox | None:
+    """The Maildir a recipient's mail goes to; None when several are served and none is theirs.
 
-    Never builds a path from the address: it only picks among the Maildirs served.
+    One Maildir takes every recipient's mail. Among several (one per user), the
+    recipient's local part must name a user: mail for anyone else is refused
+    rather than filed into another user's Maildir. Never builds a path from the
+    address: it only picks among the Maildirs served.
     """
+    if len(mailboxes) == 1:
+        return mailboxes[0]
     local = recipient.rpartition("@")[0] if "@" in recipient else recipient
     local = local.split("+", 1)[0]
     if _USER_RE.match(local) and ".." not in local:
         for mailbox in mailboxes:
             if mailbox.user == local or mailbox.user == local.lower():
                 return mailbox
-    return mailboxes[0]
+    return None
 
 
 def user_of(root: Path) -> str:

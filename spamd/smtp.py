@@ -210,8 +210,11 @@ class SmtpHandler:
         self.accepted = 0
 
     async def handle_RCPT(self, server: SMTP, session: Session, envelope: Envelope, address: str, options: list[str]) -> str:
-        if len(envelope.rcpt_tos) >= self.config().smtp.max_recipients:
+        config = self.config()
+        if len(envelope.rcpt_tos) >= config.smtp.max_recipients:
             return "452 4.5.3 Too many recipients"
+        if config.smtp.mode == "deliver" and mailbox_for(address, self.mailboxes) is None:
+            return "550 5.1.1 No such user here"
         envelope.rcpt_tos.append(address)
         envelope.rcpt_options.extend(options)
         return "250 2.1.5 OK"
@@ -249,8 +252,8 @@ class SmtpHandler:
     async def _deliver(self, config: Config, envelope: Envelope, scored: Scored, peer: str) -> tuple[str, list[str]]:
         targets: list[Mailbox] = []
         for rcpt in envelope.rcpt_tos:
-            mailbox = mailbox_for(rcpt, self.mailboxes)
-            if mailbox not in targets:
+            mailbox = mailbox_for(rcpt, self.mailboxes)  # None only if refused at RCPT
+            if mailbox is not None and mailbox not in targets:
                 targets.append(mailbox)
         delivered = []
         for mailbox in targets:

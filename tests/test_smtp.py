@@ -122,13 +122,26 @@ async def test_multi_user_delivery_by_local_part(tmp_path):
         port = port_of(daemon)
         await asyncio.to_thread(send, port, make_message(Label.HAM, 1), ["bob@example.com"])
         await asyncio.to_thread(send, port, make_message(Label.HAM, 2), ["Alice+lists@example.com"])
-        await asyncio.to_thread(send, port, make_message(Label.HAM, 3), ["../bob@example.com", "nobody@example.com"])
+        # Recipients who are no user here are refused at RCPT, never filed into someone else's Maildir.
+        refused = await asyncio.to_thread(
+            send, port, make_message(Label.HAM, 3), ["../bob@example.com", "nobody@example.com", "alice@example.com"]
+        )
+        assert {rcpt: code for rcpt, (code, _) in refused.items()} == {"../bob@example.com": 550, "nobody@example.com": 550}
+        with pytest.raises(smtplib.SMTPRecipientsRefused):
+            await asyncio.to_thread(send, port, make_message(Label.HAM, 5), ["carol@example.com"])
         await asyncio.to_thread(send, port, make_message(Label.HAM, 4), ["alice@example.com", "bob@example.com"])
         alice = [p.read_bytes() for p in files(root / "alice" / "Maildir" / "new")]
         bob = [p.read_bytes() for p in files(root / "bob" / "new")]
         assert sorted(m.split(b"Message-ID: <")[1][:8] for m in alice) == [b"ham-2-0@", b"ham-3-0@", b"ham-4-0@"]
         assert sorted(m.split(b"Message-ID: <")[1][:8] for m in bob) == [b"ham-1-0@", b"ham-4-0@"]
         assert not (root / "bob" / "..").resolve().joinpath("new").exists()
+
+
+async def test_one_maildir_takes_every_recipient(tmp_path):
+    async with running(daemon_config(tmp_path)) as daemon:
+        refused = await asyncio.to_thread(send, port_of(daemon), make_message(Label.HAM, 1), ["anyone@example.com", "../x@y"])
+        assert refused == {}
+        assert len(files(tmp_path / "Maildir" / "new")) == 1
 
 
 # ---------------------------------------------------------------- relay mode
