@@ -130,12 +130,7 @@ class Daemon:
         remove_stale_temps(config.data_dir, f".{INDEX_FILE}.tmp-*")
         indexes = await asyncio.to_thread(load_indexes, self.index_path)
         for root in config.maildirs():
-            mailbox = Mailbox(root, config.maildir, user_of(root), indexes.get(str(root)))
-            mailbox.ensure_layout()
-            stale = await asyncio.to_thread(mailbox.remove_stale_tmp)
-            if stale:
-                log.info("maildir_stale_tmp_removed", maildir=str(root), files=stale)
-            self.mailboxes.append(mailbox)
+            self.mailboxes.append(await self._open_mailbox(root, indexes.get(str(root))))
         self.watcher = MaildirWatcher(
             self.mailboxes,
             config.maildir,
@@ -264,6 +259,36 @@ class Daemon:
 
     # ------------------------------------------------------------ reload
 
+    async def _open_mailbox(self, root: Path, index: Any) -> Mailbox:
+        mailbox = Mailbox(root, self.config.maildir, user_of(root), index)
+        mailbox.ensure_layout()
+        stale = await asyncio.to_thread(mailbox.remove_stale_tmp)
+        if stale:
+            log.info("maildir_stale_tmp_removed", maildir=str(root), files=stale)
+        return mailbox
+
+    async def _serve_new_users(self) -> list[str]:
+        """Users' Maildirs that appeared under `maildir.root` since start: served from now on.
+
+        The SMTP handler and the watcher share `self.mailboxes`, so mail for the new
+        user is delivered (no longer refused) and their moves are learned at once.
+        """
+        if not self.config.maildir.root or self.watcher is None:
+            return []
+        served = {mailbox.root for mailbox in self.mailboxes}
+        added = []
+        for root in await asyncio.to_thread(self.config.maildirs):
+            if root in served:
+                continue
+            mailbox = await self._open_mailbox(root, None)
+            self.mailboxes.append(mailbox)
+            await self.watcher.watch_added(mailbox)
+            added.append(str(root))
+        if added:
+            await asyncio.to_thread(save_indexes, self.index_path, export_indexes(self.mailboxes))
+            log.info("maildirs_added", maildirs=added)
+        return added
+
     async def reload(self) -> dict[str, Any]:
         """Re-read the config file; apply what can change live, report what needs a restart."""
         try:
@@ -306,7 +331,8 @@ class Daemon:
         if needs_restart:
             log.warning("config_change_needs_restart", keys=needs_restart)
         set_level(self.config.log.level)
-        return {"ok": True, "applied": applied, "needs_restart": needs_restart}
+        added = await self._serve_new_users()
+        return {"ok": True, "applied": applied, "needs_restart": needs_restart, "maildirs_added": added}
 
     # ------------------------------------------------------------ stats
 

@@ -381,13 +381,23 @@ class MaildirWatcher:
 
     def start_watching(self) -> None:
         """Start inotify watches; events queue up until `start_consuming` (after catch-up)."""
-        loop = asyncio.get_running_loop()
         self.observer = Observer()
         for mailbox in self.mailboxes:
-            self.observer.schedule(
-                _Bridge(loop, mailbox, self.queue), str(mailbox.root), recursive=True, event_filter=_WATCHED_EVENTS
-            )
+            self._watch(mailbox)
         self.observer.start()
+
+    def _watch(self, mailbox: Mailbox) -> None:
+        self.observer.schedule(
+            _Bridge(asyncio.get_running_loop(), mailbox, self.queue),
+            str(mailbox.root),
+            recursive=True,
+            event_filter=_WATCHED_EVENTS,
+        )
+
+    async def watch_added(self, mailbox: Mailbox) -> None:
+        """Serve a Maildir added to `mailboxes` while running: watch it, then catch up on what it holds."""
+        self._watch(mailbox)
+        await self.catch_up(mailbox)
 
     def start_consuming(self) -> None:
         self._consumer = asyncio.create_task(self._consume(), name="maildir-events")
@@ -602,15 +612,15 @@ def save_indexes(path: Path, rows: dict[str, list[list[Any]]]) -> None:
 _USER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
 
 
-def mailbox_for(recipient: str, mailboxes: list[Mailbox]) -> Mailbox | None:
-    """The Maildir a recipient's mail goes to; None when several are served and none is theirs.
+def mailbox_for(recipient: str, mailboxes: list[Mailbox], per_user: bool) -> Mailbox | None:
+    """The Maildir a recipient's mail goes to; None for a recipient who is no user here.
 
-    One Maildir takes every recipient's mail. Among several (one per user), the
-    recipient's local part must name a user: mail for anyone else is refused
-    rather than filed into another user's Maildir. Never builds a path from the
-    address: it only picks among the Maildirs served.
+    Not `per_user` (one Maildir, not one per user under `maildir.root`): it takes
+    every recipient's mail. Per user, the recipient's local part must name a user:
+    mail for anyone else is refused rather than filed into another user's Maildir.
+    Never builds a path from the address: it only picks among the Maildirs served.
     """
-    if len(mailboxes) == 1:
+    if not per_user:
         return mailboxes[0]
     local = recipient.rpartition("@")[0] if "@" in recipient else recipient
     local = local.split("+", 1)[0]

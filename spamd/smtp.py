@@ -213,11 +213,15 @@ class SmtpHandler:
         config = self.config()
         if len(envelope.rcpt_tos) >= config.smtp.max_recipients:
             return "452 4.5.3 Too many recipients"
-        if config.smtp.mode == "deliver" and mailbox_for(address, self.mailboxes) is None:
+        if config.smtp.mode == "deliver" and self._mailbox_for(config, address) is None:
             return "550 5.1.1 No such user here"
         envelope.rcpt_tos.append(address)
         envelope.rcpt_options.extend(options)
         return "250 2.1.5 OK"
+
+    def _mailbox_for(self, config: Config, recipient: str) -> Mailbox | None:
+        # One Maildir per user (under maildir.root, or several paths): the recipient must be one of them.
+        return mailbox_for(recipient, self.mailboxes, per_user=bool(config.maildir.root) or len(self.mailboxes) > 1)
 
     def transaction_started(self) -> None:
         """DATA began: shutdown waits for it (transfer, scoring, delivery) to finish."""
@@ -252,7 +256,7 @@ class SmtpHandler:
     async def _deliver(self, config: Config, envelope: Envelope, scored: Scored, peer: str) -> tuple[str, list[str]]:
         targets: list[Mailbox] = []
         for rcpt in envelope.rcpt_tos:
-            mailbox = mailbox_for(rcpt, self.mailboxes)  # None only if refused at RCPT
+            mailbox = self._mailbox_for(config, rcpt)  # None only if refused at RCPT
             if mailbox is not None and mailbox not in targets:
                 targets.append(mailbox)
         delivered = []

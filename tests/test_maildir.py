@@ -7,7 +7,9 @@ sentinel is learned every earlier event has been handled.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import smtplib
 import time
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from tests.daemon_helpers import (
     imap_move,
     make_message,
     running,
+    send,
     set_flags,
     train,
     wait_until,
@@ -232,6 +235,30 @@ async def test_several_users_share_one_model(tmp_path):
         imap_move(b, bob, JUNK)
         await wait_until(lambda: trained(daemon) == (2, 0))
         assert [d["user"] for d in daemon.stats()["daemon"]["maildirs"]] == ["alice", "bob"]
+
+
+async def test_a_user_added_while_running_is_served_after_reload(tmp_path):
+    """Refused over SMTP until a reload (SIGHUP) finds the new user's Maildir; then delivered and learned from."""
+    root = tmp_path / "users"
+    (root / "alice" / "Maildir").mkdir(parents=True)
+    config = daemon_config(tmp_path / "data", maildir={"root": str(root), "fsync": False})
+    async with running(config) as daemon:
+        bob = root / "bob" / "Maildir"
+        bob.mkdir(parents=True)
+        drop(bob, make_message(Label.SPAM, 1), sub="cur")  # there before spamd serves it: caught up, not trained
+        port = daemon.smtp_address[1]
+        with pytest.raises(smtplib.SMTPRecipientsRefused):
+            await asyncio.to_thread(send, port, make_message(Label.HAM, 2), ["bob@example.com"])
+        reloaded = await daemon.reload()
+        assert reloaded["maildirs_added"] == [str(bob)]
+        assert [m.user for m in daemon.mailboxes] == ["alice", "bob"]
+        assert (await daemon.reload())["maildirs_added"] == []  # found once
+        await asyncio.to_thread(send, port, make_message(Label.HAM, 3), ["bob@example.com"])
+        assert len(folder_files(bob, "")) == 2
+        [old] = [p for p in folder_files(bob, "") if b"spam-1-0@" in p.read_bytes()]
+        imap_move(old, bob, JUNK)  # bob's move is learned at once
+        await wait_until(lambda: trained(daemon) == (1, 0))
+        assert daemon.stats()["daemon"]["maildirs"][1]["user"] == "bob"
 
 
 # ---------------------------------------------------------------- catch-up on start
