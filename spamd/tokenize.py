@@ -64,15 +64,7 @@ MAX_HOST_LABELS = 8
 
 # Address headers: words of the name and address ("from:"), and the address's domain ("from@").
 _ADDRESS_HEADERS = {
-    name: (f"{tag}:", f"{tag}@")
-    for name, tag in [
-        ("from", "from"),
-        ("to", "to"),
-        ("cc", "cc"),
-        ("reply-to", "reply-to"),
-        ("sender", "sender"),
-        ("return-path", "return-path"),
-    ]
+    name: (f"{name}:", f"{name}@") for name in ("from", "to", "cc", "reply-to", "sender", "return-path")
 }
 # Free-text headers, tokenized like the body but tagged.
 _TEXT_HEADERS = {
