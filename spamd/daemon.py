@@ -257,15 +257,16 @@ class Daemon:
                     log.error("snapshot_failed", error=str(e), action="the journal holds all training; retrying")
                     self.metrics.error("snapshot_failed", error=str(e))
 
-    # ------------------------------------------------------------ reload
-
     async def _open_mailbox(self, root: Path, index: Any) -> Mailbox:
+        """A Maildir ready to serve (at start, or on reload for a new user): layout made, stale tmp/ files gone."""
         mailbox = Mailbox(root, self.config.maildir, user_of(root), index)
         mailbox.ensure_layout()
         stale = await asyncio.to_thread(mailbox.remove_stale_tmp)
         if stale:
             log.info("maildir_stale_tmp_removed", maildir=str(root), files=stale)
         return mailbox
+
+    # ------------------------------------------------------------ reload
 
     async def _serve_new_users(self) -> list[str]:
         """Users' Maildirs that appeared under `maildir.root` since start: served from now on.
