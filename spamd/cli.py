@@ -3,7 +3,7 @@
 Which way is decided per invocation: if something answers on the control socket
 (`Config.control_socket`) spamctl is a client of that daemon; otherwise it opens
 the model state itself (Engine.open), under the same flock the daemon takes, so
-the two never write at once. Both ways run the same operations (spamd.control).
+the two never write at once. Both ways run the same operations (spamd.frontends.control).
 
 Every command takes --json (one JSON document on stdout) and prints a readable
 table otherwise. Every error is one line on stderr and exit status 1 (2 for
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from spamd.config import Config, load_config
-from spamd.control import (
+from spamd.frontends.control import (
     DEFAULT_EXPLAIN_LIMIT,
     ENGINE_OPERATIONS,
     MAX_FRAME_BYTES,

@@ -28,10 +28,10 @@ from spamd.config import Config, load_config
 from spamd.engine import Engine, tune_gc_for_message_streams
 from spamd.errors import SpamdError
 from spamd.logs import configure_logging, set_level
-from spamd.maildir import Mailbox, MaildirWatcher, export_indexes, load_indexes, save_indexes, user_of
+from spamd.frontends.maildir import Mailbox, MaildirWatcher, export_indexes, load_indexes, save_indexes, user_of
 from spamd.model import Label
 from spamd.scoring import Metrics, Scorer
-from spamd.smtp import FilterSMTP, SmtpHandler
+from spamd.frontends.smtp import FilterSMTP, SmtpHandler
 from spamd.store import remove_stale_temps
 
 log = structlog.get_logger()
@@ -157,13 +157,13 @@ class Daemon:
             raise SpamdError(f"cannot listen for SMTP on {s.host}:{s.port}: {e.strerror} (smtp.host / smtp.port, or --smtp)") from None
         self.smtp_address = self.server.sockets[0].getsockname()[:2]
 
-        if importlib.util.find_spec("spamd.control") is not None:
-            from spamd.control import ControlServer
+        if importlib.util.find_spec("spamd.frontends.control") is not None:
+            from spamd.frontends.control import ControlServer
 
             self.control = ControlServer(config.control_socket, self)
             await self.control.start()
         else:
-            log.warning("control_socket_unavailable", reason="spamd.control is not installed")
+            log.warning("control_socket_unavailable", reason="spamd.frontends.control is not installed")
 
         self._spawn(self._snapshot_timer(), "snapshot-timer")
         self.started = True

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from spamd.config import load_config
-from spamd.control import ControlClient, ControlError
+from spamd.frontends.control import ControlClient, ControlError
 from spamd.engine import Engine
 from spamd.model import Label
 from tests.cli_helpers import HAM, SPAM, SPAMCTL, home, run_spamctl, wait_until, write_maildir, write_mbox  # noqa: F401 (home is a fixture)

@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spamd.config import load_config
-from spamd.control import (
+from spamd.frontends.control import (
     MAX_FRAME_BYTES,
     ControlClient,
     ControlError,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from spamd.maildir import FILED_MARK, base_of
+from spamd.frontends.maildir import FILED_MARK, base_of
 from spamd.model import Label
 from tests.daemon_helpers import (
     daemon_config,
@@ -342,7 +342,7 @@ async def test_a_file_moved_out_of_the_maildir_is_forgotten(tmp_path):
 
 async def test_stale_tmp_files_are_removed_fresh_ones_kept(tmp_path):
     from spamd.config import MaildirConfig
-    from spamd.maildir import STALE_TMP_S, Mailbox
+    from spamd.frontends.maildir import STALE_TMP_S, Mailbox
 
     mailbox = Mailbox(tmp_path / "Maildir", MaildirConfig(), "user", None)
     mailbox.ensure_layout()

@@ -22,7 +22,7 @@ import structlog
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
 from spamd.config import Config
-from spamd.maildir import Mailbox, deliver, mailbox_for
+from spamd.frontends.maildir import Mailbox, deliver, mailbox_for
 from spamd.model import Label, Verdict
 from spamd.scoring import Scored, Scorer
 
