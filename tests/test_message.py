@@ -100,12 +100,28 @@ def test_8bit_headers_are_decoded_and_flagged():
     assert parse(latin).header("subject") == "café"  # not UTF-8: cp1252
 
 
-def test_folded_headers_are_unfolded_and_garbage_lines_skipped():
+def test_folded_headers_are_unfolded_and_a_line_that_is_no_field_starts_the_body():
     raw = b"From nobody Mon Apr  2 10:00:00 2007\nSubject: one\n two\n\tthree\nnot a header line\nX-A:b\n\nbody"
     parsed = parse(raw)
     assert parsed.header("subject") == "one two three"
-    assert parsed.header("x-a") == "b"
-    assert "body" in all_text(parsed)
+    assert parsed.header("x-a") == ""  # after the first non-field line: body text, as in Python's email
+    assert "not a header line" in all_text(parsed) and "body" in all_text(parsed)
+
+
+def test_a_header_block_without_the_empty_line_after_it_keeps_the_body():
+    # Issue 10: exports and pasted forwards have no empty line; every line was read as a
+    # header, "from : jane" became a From field and the message had no text at all.
+    raw = b"Subject: meeting moved\nhi all, the meeting moved to 3pm\nfrom : jane on 12 / 14 / 99\nthanks\n"
+    parsed = parse(raw)
+    assert parsed.header("subject") == "meeting moved"
+    assert parsed.header("from") == ""  # a space before the colon: not a field name
+    assert "meeting moved to 3pm" in all_text(parsed) and "thanks" in all_text(parsed)
+    assert split_head_body(raw.replace(b"\n", b"\r\n"))[1].startswith(b"hi all")
+
+
+def test_a_message_that_starts_with_text_has_no_headers():
+    assert split_head_body(b"hello there\nSubject: x\n\nmore") == (b"", b"hello there\nSubject: x\n\nmore")
+    assert split_head_body(b"From a@b Mon\nhello\n") == (b"From a@b Mon", b"hello\n")
 
 
 def test_long_runs_of_blanks_in_a_header_are_linear():
