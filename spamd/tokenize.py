@@ -88,11 +88,34 @@ def lowered_words(lowered: str) -> list[str]:
     if lowered.isascii():
         pattern = _ASCII_WORD_RE if "$" in lowered else _ASCII_PLAIN_WORD_RE
     else:
+        if _CJK_RE.search(lowered):
+            return cjk_words(lowered)
         pattern = _WORD_RE if "$" in lowered or "€" in lowered or "£" in lowered else _PLAIN_WORD_RE
     found = pattern.findall(lowered)
     # map(len): 3x faster than a generator here; a text no longer than MAX_WORD needs no look.
     if len(lowered) > MAX_WORD and found and max(map(len, found)) > MAX_WORD:
         found = [w for w in found if len(w) <= MAX_WORD]
+    return found
+
+
+# Chinese and Japanese write no spaces between words: a sentence is one run of
+# letters, longer than MAX_WORD and dropped whole, or kept as a "word" that never
+# recurs. Such runs become overlapping character pairs instead (as Lucene's
+# CJKAnalyzer does; a lone character stays a token). On the derived CJK streams
+# (spamd.variants.cjk; bogofilter 0.190 on sa), (1-ROCA)% sa 0.175 -> 0.075; on
+# trec 0.0092 -> 0.038, where dropping the whole text had left only trec's strong
+# headers. Single characters instead: sa 0.227; characters and pairs: 0.078 / 0.080.
+# The cost on the corpora as they are (a few Chinese spams): sa 0.0541 -> 0.0563,
+# trec 0.0116 -> 0.0119.
+_CJK_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f]+")
+
+
+def cjk_words(lowered: str) -> list[str]:
+    """`lowered_words` of text with CJK runs: the other words, then each run's character pairs."""
+    runs = _CJK_RE.findall(lowered)
+    found = lowered_words(_CJK_RE.sub(" ", lowered))
+    for run in runs:
+        found += [run] if len(run) == 1 else [run[i : i + 2] for i in range(len(run) - 1)]
     return found
 
 

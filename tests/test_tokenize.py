@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from spamd.config import ParserConfig
 from spamd.message import parse_message
 from spamd.model import featurize
-from spamd.tokenize import MAX_HOST_LABELS, MAX_WORD, tokenize
+from spamd.tokenize import MAX_HOST_LABELS, MAX_WORD, tokenize, words
 
 LIMITS = ParserConfig()
 
@@ -93,3 +93,11 @@ def test_tokenize_is_total_and_bounded(body, subject):
     assert all(isinstance(t, str) and t for t in tokens)
     assert len(tokens) <= 12 * (len(raw) + 50)
     featurize(tokens, 12)  # every token hashes (no encoding errors)
+
+
+def test_unsegmented_cjk_text_becomes_character_pairs():
+    # A Chinese sentence is one run with no spaces: dropped whole as a word over
+    # MAX_WORD before; now its overlapping pairs, beside the other words.
+    assert words("Hello 世界你好吗 foo 中 bar") == ["hello", "foo", "bar", "世界", "界你", "你好", "好吗", "中"]
+    sentence = "我们公司提供最优惠的价格和最好的服务请联系我们获取更多信息" * 2
+    assert len(words(sentence)) == len(sentence) - 1
