@@ -1,13 +1,22 @@
 #!/usr/bin/env python3
-"""spamd and bogofilter side by side on one TREC index, same immediate-feedback protocol.
+"""spamd and bogofilter side by side on TREC indexes and their derived streams, same immediate-feedback protocol.
 
 For each message in index order: score it (spamd: the real Engine; bogofilter:
 `bogofilter -T`, whose spamicity is the score), then train it with its gold label
 (spamd: Trainer; bogofilter: `-s` / `-n`), each with a fresh model in a temp dir.
-Prints both rows and the ratio of their (1-ROCA)%.
+Prints (1-ROCA)%, hm% at sm%=0.1 and lam% for both, and the ratio of their (1-ROCA)%.
+
+With --variants, each index is first rewritten into the derived streams of
+`spamd.variants` (headers reduced to Subject, no empty line after the headers,
+CRLF, an mbox From line, no Received, HTML only, Cyrillic, CJK, a bare
+tokenized export), and every stream is measured; the last line is the geometric
+mean over all streams of spamd's (1-ROCA)% over bogofilter's. bogofilter's
+results are cached per stream (keyed by the stream's content), since they do
+not change when spamd does.
 
     python scripts/compare_bogofilter.py ../shared/corpora/trec07p-dev/full/index
-    python scripts/compare_bogofilter.py --limit 2000 ../shared/corpora/spamassassin/index
+    python scripts/compare_bogofilter.py --variants all --worst 10 \\
+        ../shared/corpora/spamassassin/index ../shared/corpora/trec07p-dev/full/index
 
 bogofilter comes from Debian (`apt-get install bogofilter`); this script installs nothing.
 """
@@ -15,7 +24,9 @@ bogofilter comes from Debian (`apt-get install bogofilter`); this script install
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -26,6 +37,7 @@ from pathlib import Path
 from spamd.config import load_config
 from spamd.evaluation import IndexEntry, Result, evaluate_index, read_index, summarize
 from spamd.model import Label
+from spamd.variants import VARIANTS, write_variant
 
 
 def run_bogofilter(entries: list[IndexEntry]) -> tuple[list[Result], int, float]:
@@ -40,9 +52,7 @@ def run_bogofilter(entries: list[IndexEntry]) -> tuple[list[Result], int, float]
             except OSError:
                 skipped += 1
                 continue
-            scored = subprocess.run(
-                ["bogofilter", "-T", "-d", wordlist], input=raw, capture_output=True, check=False
-            )
+            scored = subprocess.run(["bogofilter", "-T", "-d", wordlist], input=raw, capture_output=True, check=False)
             # -T prints "<S|H|U> <spamicity>"; exit codes 0/1/2 are verdicts, 3 an error.
             if scored.returncode == 3 and b"wordlist" in scored.stderr and not any(Path(wordlist).iterdir()):
                 # Nothing trained yet: bogofilter refuses to score; count it as undecided.
@@ -58,6 +68,32 @@ def run_bogofilter(entries: list[IndexEntry]) -> tuple[list[Result], int, float]
     return results, skipped, seconds
 
 
+def stream_digest(entries: list[IndexEntry]) -> str:
+    """A digest of a stream's labels and bytes: bogofilter's results for it never change."""
+    h = hashlib.blake2b(digest_size=16)
+    for entry in entries:
+        h.update(f"{entry.label} {entry.name}\n".encode())
+        try:
+            h.update(hashlib.blake2b(entry.path.read_bytes(), digest_size=16).digest())
+        except OSError:
+            h.update(b"unreadable")
+    return h.hexdigest()
+
+
+def bogofilter_report(entries: list[IndexEntry], cache_dir: Path, version: str) -> dict[str, float | int]:
+    """bogofilter's report on a stream, from the cache when it has run on the same bytes before."""
+    cache = cache_dir / f"bogofilter-{stream_digest(entries)}.json"
+    if cache.exists():
+        cached = json.loads(cache.read_text())
+        if cached.get("version") == version:
+            return cached["report"]
+    results, skipped, seconds = run_bogofilter(entries)
+    report = summarize(results, skipped, seconds).as_dict()
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps({"version": version, "report": report}))
+    return report
+
+
 def bogofilter_missing() -> bool:
     """True, having said how to install it, when bogofilter is not on PATH."""
     if shutil.which("bogofilter") is None:
@@ -66,48 +102,85 @@ def bogofilter_missing() -> bool:
     return False
 
 
+def worst_ranked(results: list[Result], n: int) -> list[tuple[str, Result]]:
+    """The n ham scored highest and the n spam scored lowest: the messages that decide (1-ROCA)%."""
+    ham = sorted((r for r in results if r.gold == Label.HAM), key=lambda r: -r.score)[:n]
+    spam = sorted((r for r in results if r.gold == Label.SPAM), key=lambda r: r.score)[:n]
+    return [("ham", r) for r in ham] + [("spam", r) for r in spam]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("index", type=Path)
-    parser.add_argument("--limit", type=int, default=0, help="only the first N messages")
+    parser.add_argument("index", type=Path, nargs="+")
+    parser.add_argument("--variants", default="original", help="comma-separated names from spamd.variants, or 'all'")
+    parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "spamd-variants",
+                        help="where derived streams and bogofilter's cached results are kept")  # fmt: skip
+    parser.add_argument("--no-bogofilter", action="store_true", help="spamd only (ratios from the cache if there)")
+    parser.add_argument("--worst", type=int, default=0, help="list spamd's N worst-ranked ham and spam per stream")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    if bogofilter_missing():
+    if not args.no_bogofilter and bogofilter_missing():
         return 2
-    version = subprocess.run(["bogofilter", "-V"], capture_output=True, text=True).stdout.split("\n")[0]
+    version = ""
+    if shutil.which("bogofilter"):
+        version = subprocess.run(["bogofilter", "-V"], capture_output=True, text=True).stdout.split("\n")[0]
+    names = list(VARIANTS) if args.variants == "all" else args.variants.split(",")
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        parser.error(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")
 
-    entries = read_index(args.index)
-    if args.limit:
-        entries = entries[: args.limit]
-        limited = args.index.with_name(f".limited-{args.limit}-{args.index.name}")
-        # evaluate_index reads an index file: write the cut one beside the original (paths stay relative).
-        limited.write_text("".join(f"{e.label} {e.name}\n" for e in entries))
-        index = limited
-    else:
-        index = args.index
-    try:
-        _, spamd_report = evaluate_index(load_config(None), index)
-    finally:
-        if args.limit:
-            index.unlink(missing_ok=True)
-    bogo_results, skipped, seconds = run_bogofilter(entries)
-    bogo_report = summarize(bogo_results, skipped, seconds)
-
-    rows = {"spamd": spamd_report.as_dict(), version or "bogofilter": bogo_report.as_dict()}
-    ratio = spamd_report.one_minus_roca_pct / bogo_report.one_minus_roca_pct
+    config = load_config(None)
+    rows = []
+    for index in args.index:
+        corpus = index.parent.name if index.parent.name != "full" else index.parent.parent.name
+        for name in names:
+            stream = index if name == "original" else write_variant(index, name, args.work / corpus)
+            entries = read_index(stream)
+            results, report = evaluate_index(config, stream)
+            spamd_row = report.as_dict()
+            bogo_row = None
+            if args.no_bogofilter:
+                cache = args.work / "bogofilter-cache" / f"bogofilter-{stream_digest(entries)}.json"
+                if cache.exists():
+                    bogo_row = json.loads(cache.read_text())["report"]
+            else:
+                bogo_row = bogofilter_report(entries, args.work / "bogofilter-cache", version)
+            row = {"corpus": corpus, "variant": name, "messages": len(entries), "spamd": spamd_row, "bogofilter": bogo_row}
+            if args.worst:
+                row["worst"] = [(kind, r.name, r.score) for kind, r in worst_ranked(results, args.worst)]
+            rows.append(row)
+            if not args.json:
+                print_row(row, flush=True)
+    ratios = [r["spamd"]["one_minus_roca_pct"] / r["bogofilter"]["one_minus_roca_pct"] for r in rows if r["bogofilter"]]
+    geomean = math.exp(sum(math.log(max(x, 1e-9)) for x in ratios) / len(ratios)) if ratios else float("nan")
     if args.json:
-        print(json.dumps({"index": str(args.index), "rows": rows, "roca_ratio_spamd_over_bogofilter": ratio}))
-        return 0
-    print(f"index: {args.index} ({len(entries)} messages)")
-    print(f"{'filter':<24} {'(1-ROCA)%':>10} {'hm%@sm0.1':>10} {'lam%':>7} {'hm%':>6} {'sm%':>6} {'msgs/s':>8}")
-    for name, r in rows.items():
-        print(
-            f"{name[:24]:<24} {r['one_minus_roca_pct']:>10.4f} {r['hm_at_sm01_pct']:>10.2f} {r['lam_pct']:>7.3f} "
-            f"{r['hm_pct']:>6.2f} {r['sm_pct']:>6.2f} {r['msgs_per_s']:>8.0f}"
-        )
-    print(f"(1-ROCA)% ratio spamd / bogofilter: {ratio:.2f}")
-    print("bogofilter msgs/s includes one process start per score and per train (the TREC harness way).")
+        print(json.dumps({"bogofilter_version": version, "rows": rows, "geomean_roca_ratio": geomean}))
+    else:
+        print(f"geometric mean over {len(ratios)} streams of (1-ROCA)% spamd / bogofilter: {geomean:.3f}")
     return 0
+
+
+HEADER = f"{'corpus':<13} {'variant':<15} {'filter':<10} {'(1-ROCA)%':>10} {'hm%@sm0.1':>10} {'lam%':>7} {'hm%':>6} {'sm%':>6}"
+
+
+def print_row(row: dict, flush: bool = False) -> None:
+    if not getattr(print_row, "headed", False):
+        print(HEADER)
+        print_row.headed = True  # type: ignore[attr-defined]
+    for name in ("spamd", "bogofilter"):
+        r = row[name]
+        if r is None:
+            continue
+        print(
+            f"{row['corpus'][:13]:<13} {row['variant']:<15} {name:<10} {r['one_minus_roca_pct']:>10.4f} "
+            f"{r['hm_at_sm01_pct']:>10.2f} {r['lam_pct']:>7.3f} {r['hm_pct']:>6.2f} {r['sm_pct']:>6.2f}"
+        )
+    if row["bogofilter"]:
+        ratio = row["spamd"]["one_minus_roca_pct"] / row["bogofilter"]["one_minus_roca_pct"]
+        print(f"{'':<13} {'':<15} ratio (1-ROCA)% spamd / bogofilter: {ratio:.2f}")
+    for kind, name, score in row.get("worst", []):
+        print(f"{'':<13}   worst {kind:<4} {score:+.3f} {name}")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":
