@@ -239,3 +239,32 @@ def test_explain_shares_sum_to_the_score_with_collisions():
     model.learn_one(featurize([a, "cheap"], 10), Label.SPAM)
     score, rows = model.explain([a, b, "meeting"], limit=10)
     assert sum(r.weight for r in rows) == pytest.approx(score.log_odds)
+
+
+# ---------------------------------------------------------------- thin evidence (issue 10)
+
+
+@settings(max_examples=100, deadline=None)
+@given(items=st.lists(labelled, min_size=1, max_size=12))
+def test_a_never_seen_token_is_neutral_whatever_the_class_totals(items):
+    # Before, an unseen token scored log(N_ham / N_spam) of the class totals: novel
+    # mail drifted to whichever class had fewer tokens.
+    model = MultinomialNB(ModelConfig(hash_bits=16))
+    train(model, items + [(["a"] * 5, Label.HAM), (["b"] * 50, Label.SPAM)])
+    unseen = featurize(["zz-never-seen-token"], 16)
+    assert model._token_log_odds(unseen.ids)[0] == 0.0
+    assert model.score(unseen).log_odds == 0.0
+
+
+def test_a_token_seen_once_weighs_less_than_one_seen_often():
+    model = MultinomialNB(ModelConfig(hash_bits=16))
+    train(model, [(["common", f"ham{i}"], Label.HAM) for i in range(20)])
+    train(model, [(["rare"], Label.SPAM)] + [(["often", f"spam{i}"], Label.SPAM) for i in range(20)])
+    rare, often = (featurize([t], 16).ids for t in ("rare", "often"))
+    assert 0 < model._token_log_odds(rare)[0] < model._token_log_odds(often)[0]
+    # Without the shrinkage one sighting counted two thirds as much as twenty; with it, a third.
+    bare = copy_state(model)
+    bare.config = dataclasses.replace(model.config, evidence_prior=0.0)
+    shrunk_ratio = model._token_log_odds(rare)[0] / model._token_log_odds(often)[0]
+    bare_ratio = bare._token_log_odds(rare)[0] / bare._token_log_odds(often)[0]
+    assert shrunk_ratio < 0.4 < 0.6 < bare_ratio
