@@ -109,6 +109,37 @@ def worst_ranked(results: list[Result], n: int) -> list[tuple[str, Result]]:
     return [("ham", r) for r in ham] + [("spam", r) for r in spam]
 
 
+def explain_worst(config, entries: list[IndexEntry], worst: list[tuple[str, Result]], limit: int = 8) -> list[str]:
+    """What drove each worst-ranked message, as `spamctl explain` shows it, in the model of the messages before it.
+
+    Replays the stream once through a fresh Engine, explaining each chosen message
+    just before it is learned: the same model that scored it in the run.
+    """
+    import dataclasses
+
+    from spamd.engine import Engine
+
+    wanted = {r.name: (kind, r) for kind, r in worst}
+    lines: dict[str, str] = {}
+    with tempfile.TemporaryDirectory(prefix="spamd-explain-") as tmp:
+        engine = Engine.open(dataclasses.replace(config, data_dir=Path(tmp)), durable=False)
+        try:
+            for entry in entries:
+                try:
+                    raw = entry.path.read_bytes()
+                except OSError:
+                    continue
+                if entry.name in wanted:
+                    kind, result = wanted[entry.name]
+                    score, contributions = engine.explain(raw, limit)
+                    drivers = ", ".join(f"{c.token[:40]!r} {c.weight:+.3f}" for c in contributions)
+                    lines[entry.name] = f"worst {kind:<4} {result.score:+.3f} {entry.name}: {drivers}"
+                engine.train(raw, entry.label, source="eval")
+        finally:
+            engine.close()
+    return [lines[r.name] for _, r in worst if r.name in lines]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("index", type=Path, nargs="+")
@@ -147,7 +178,7 @@ def main() -> int:
                 bogo_row = bogofilter_report(entries, args.work / "bogofilter-cache", version)
             row = {"corpus": corpus, "variant": name, "messages": len(entries), "spamd": spamd_row, "bogofilter": bogo_row}
             if args.worst:
-                row["worst"] = [(kind, r.name, r.score) for kind, r in worst_ranked(results, args.worst)]
+                row["worst"] = explain_worst(config, entries, worst_ranked(results, args.worst))
             rows.append(row)
             if not args.json:
                 print_row(row, flush=True)
@@ -178,8 +209,8 @@ def print_row(row: dict, flush: bool = False) -> None:
     if row["bogofilter"]:
         ratio = row["spamd"]["one_minus_roca_pct"] / row["bogofilter"]["one_minus_roca_pct"]
         print(f"{'':<13} {'':<15} ratio (1-ROCA)% spamd / bogofilter: {ratio:.2f}")
-    for kind, name, score in row.get("worst", []):
-        print(f"{'':<13}   worst {kind:<4} {score:+.3f} {name}")
+    for line in row.get("worst", []):
+        print(f"{'':<13}   {line}")
     sys.stdout.flush()
 
 
