@@ -189,7 +189,16 @@ class MultinomialNB:
         if len(features) == 0 or not (self.doc_totals[0] and self.doc_totals[1]):
             return self._verdict(0.0)
         # The sum over the count rather than ndarray.mean(): the same number, without mean's overhead.
-        return self._verdict(float(np.add.reduce(self._token_log_odds(features.ids))) / len(features))
+        return self._verdict(float(np.add.reduce(self._token_log_odds(features.ids))) / self._denominator(features))
+
+    def _denominator(self, features: Features) -> float:
+        """The message's distinct tokens plus `neutral_tokens` that count 0.
+
+        A message of a handful of tokens is then scored less confidently than a long
+        one with the same evidence per token: a three-word Subject with one strong
+        word was as sure as a page of them (measurements at ModelConfig.neutral_tokens).
+        """
+        return len(features) + self.config.neutral_tokens
 
     def explain(self, tokens: list[str], limit: int = 20) -> tuple[Score, list[Contribution]]:
         """The score and the tokens that moved it most, strongest first (both directions)."""
@@ -197,7 +206,7 @@ class MultinomialNB:
         score = self.score(features)
         if len(features) == 0 or self.doc_totals.min() == 0:
             return score, []
-        bucket_shares = self._token_log_odds(features.ids) / len(features)
+        bucket_shares = self._token_log_odds(features.ids) / self._denominator(features)
         # Tokens that share a bucket (a hash collision) split its share by their counts.
         counter = Counter(tokens)
         mask = self.n_buckets - 1
