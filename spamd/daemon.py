@@ -260,7 +260,11 @@ class Daemon:
     async def _open_mailbox(self, root: Path, index: Any) -> Mailbox:
         """A Maildir ready to serve (at start, or on reload for a new user): layout made, stale tmp/ files gone."""
         mailbox = Mailbox(root, self.config.maildir, user_of(root), index)
-        mailbox.ensure_layout()
+        problem = await asyncio.to_thread(mailbox.ensure_layout)
+        if problem:
+            # Served all the same: refusing would bounce the user's mail; the admin must act.
+            log.error("maildir_ownership_not_mirrored", maildir=str(root), problem=problem)
+            self.metrics.error("maildir_ownership_not_mirrored", path=str(root), error=problem)
         stale = await asyncio.to_thread(mailbox.remove_stale_tmp)
         if stale:
             log.info("maildir_stale_tmp_removed", maildir=str(root), files=stale)

@@ -356,3 +356,151 @@ async def test_stale_tmp_files_are_removed_fresh_ones_kept(tmp_path):
         os.utime(path, (now - STALE_TMP_S - 60, now - STALE_TMP_S - 60))
     assert mailbox.remove_stale_tmp(now) == 2
     assert fresh.exists() and not old_inbox.exists() and not old_junk.exists()
+
+
+# ---------------------------------------------------------------- ownership: Maildirs spamd never breaks
+
+# A mail uid/gid with no passwd entry, as a virtual-mail setup's "vmail" often is.
+MAIL_UID, MAIL_GID = 5000, 5000
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="changing owners needs root")
+
+
+def owned(path: Path) -> tuple[int, int, int]:
+    st = os.lstat(path)
+    return st.st_uid, st.st_gid, st.st_mode & 0o7777
+
+
+def made_by_spamd(maildir: Path) -> list[Path]:
+    """Every directory and file under the Maildir but the root (spamd made them all in these tests)."""
+    return sorted(p for p in maildir.rglob("*"))
+
+
+@needs_root
+async def test_everything_created_in_a_maildir_gets_its_owner_group_and_mode(tmp_path):
+    maildir = tmp_path / "Maildir"
+    maildir.mkdir(mode=0o750)
+    os.chmod(maildir, 0o750)
+    os.chown(maildir, MAIL_UID, MAIL_GID)
+    config = daemon_config(tmp_path, maildir={"paths": (str(maildir),)})
+    async with running(config) as daemon:
+        train(daemon)
+        port = daemon.smtp_address[1]
+        await asyncio.to_thread(send, port, make_message(Label.SPAM, 1))  # delivered into Junk
+        await asyncio.to_thread(send, port, make_message(Label.HAM, 1))  # into INBOX
+        # Filed by the watcher (an MDA's unscored drop): the filed copy is spamd's.
+        path = drop(maildir, make_message(Label.SPAM, 2))
+        os.chown(path, MAIL_UID, MAIL_GID)
+        await wait_until(lambda: len(filed(maildir, JUNK)) == 1)
+        await daemon.watcher.drained()
+    created = made_by_spamd(maildir)
+    assert {p.relative_to(maildir).as_posix() for p in created} >= {
+        "cur", "new", "tmp", ".Junk", ".Junk/cur", ".Junk/new", ".Junk/tmp", ".Junk/maildirfolder",
+        ".Trash", ".Trash/cur", ".Trash/new", ".Trash/tmp", ".Trash/maildirfolder",
+    }  # fmt: skip
+    messages = folder_files(maildir) + folder_files(maildir, JUNK)
+    assert len(messages) == 3
+    for path in created:
+        want = 0o750 if path.is_dir() else 0o640
+        assert owned(path) == (MAIL_UID, MAIL_GID, want), path
+
+
+@needs_root
+async def test_a_group_shared_maildir_keeps_its_set_group_id_folders(tmp_path):
+    from spamd.config import MaildirConfig
+    from spamd.frontends.maildir import Mailbox
+
+    maildir = tmp_path / "Maildir"
+    maildir.mkdir()
+    os.chown(maildir, MAIL_UID, MAIL_GID)
+    os.chmod(maildir, 0o2770)
+    assert Mailbox(maildir, MaildirConfig(), "user").ensure_layout() is None
+    assert owned(maildir / ".Junk") == (MAIL_UID, MAIL_GID, 0o2770)
+    assert owned(maildir / ".Junk" / "maildirfolder") == (MAIL_UID, MAIL_GID, 0o660)
+
+
+@needs_root
+async def test_a_missing_maildir_gets_its_parents_owner(tmp_path):
+    from spamd.config import MaildirConfig
+    from spamd.frontends.maildir import Mailbox
+
+    home = tmp_path / "alice"
+    home.mkdir()
+    os.chown(home, MAIL_UID, MAIL_GID)
+    Mailbox(home / "Maildir", MaildirConfig(), "alice").ensure_layout()
+    assert owned(home / "Maildir") == (MAIL_UID, MAIL_GID, 0o700)
+    assert owned(home / "Maildir" / ".Junk" / "new") == (MAIL_UID, MAIL_GID, 0o700)
+
+
+@needs_root
+async def test_folders_a_root_spamd_left_owned_by_root_are_repaired(tmp_path):
+    from spamd.config import MaildirConfig
+    from spamd.frontends.maildir import Mailbox
+
+    maildir = tmp_path / "Maildir"
+    for sub in ("cur", "new", "tmp", ".Junk/cur", ".Junk/new", ".Junk/tmp"):
+        (maildir / sub).mkdir(parents=True, mode=0o755)
+    for path in [maildir, maildir / "cur", maildir / "new", maildir / "tmp"]:
+        os.chown(path, MAIL_UID, MAIL_GID)
+        os.chmod(path, 0o700)
+    Mailbox(maildir, MaildirConfig(), "user").ensure_layout()
+    for sub in (".Junk", ".Junk/cur", ".Junk/new", ".Junk/tmp"):
+        assert owned(maildir / sub) == (MAIL_UID, MAIL_GID, 0o700), sub
+
+
+async def test_a_symbolic_link_in_a_maildir_is_never_followed(tmp_path):
+    from spamd.config import MaildirConfig
+    from spamd.errors import StoreError
+    from spamd.frontends.maildir import Mailbox, write_message
+
+    outside = tmp_path / "outside"
+    outside.mkdir(mode=0o755)
+    os.chmod(outside, 0o755)
+    before = owned(outside)
+    maildir = tmp_path / "Maildir"
+    maildir.mkdir()
+    (maildir / ".Junk").symlink_to(outside)
+    mailbox = Mailbox(maildir, MaildirConfig(), "user")
+    with pytest.raises(StoreError, match="symbolic link"):
+        mailbox.ensure_layout()
+    assert owned(outside) == before and list(outside.iterdir()) == []
+
+    # A link swapped in after start: a delivery refuses it and writes nothing outside.
+    (maildir / ".Junk").unlink()
+    mailbox.ensure_layout()
+    os.rename(maildir / ".Junk" / "tmp", maildir / "junk-tmp")
+    (maildir / ".Junk" / "tmp").symlink_to(outside)
+    with pytest.raises(StoreError, match="symbolic link"):
+        write_message(mailbox, ".Junk", "1.x.host", b"Subject: x\n\nx\n", fsync=False)
+    assert owned(outside) == before and list(outside.iterdir()) == []
+
+
+@needs_root
+async def test_spamd_neither_root_nor_the_owner_says_what_to_change():
+    import shutil
+    import subprocess
+    import tempfile
+
+    from tests.dovecot_helpers import as_user, python_for
+
+    # Not under tmp_path: pytest's base directory is root's alone (0700).
+    top = Path(tempfile.mkdtemp(prefix="spamd-owner-"))
+    os.chmod(top, 0o755)
+    maildir = top / "Maildir"
+    maildir.mkdir()
+    os.chown(maildir, MAIL_UID, MAIL_GID)
+    os.chmod(maildir, 0o777)  # writable, so only the ownership problem remains
+    code = (
+        "import sys; from pathlib import Path; from spamd.config import MaildirConfig; "
+        "from spamd.frontends.maildir import Mailbox; "
+        "print(Mailbox(Path(sys.argv[1]), MaildirConfig(), 'u').ensure_layout())"
+    )
+    if python_for(MAIL_UID + 1, MAIL_GID + 1) is None:
+        pytest.skip("no Python interpreter can run spamd as another user here")
+    run_as = as_user(MAIL_UID + 1, MAIL_GID + 1)
+    done = subprocess.run(
+        [*run_as.pop("python"), "-c", code, str(maildir)], capture_output=True, text=True, timeout=30, **run_as
+    )
+    shutil.rmtree(top)
+    assert done.returncode == 0, done.stderr
+    assert f"{maildir}: owned by uid {MAIL_UID}" in done.stdout
+    assert "run spamd as the Maildir's user" in done.stdout and "or as root" in done.stdout
