@@ -1,0 +1,243 @@
+"""Debian's real Dovecot serving the Maildirs spamd watches; a real IMAP client (imaplib) moves the mail.
+
+What users do, with spamd run as the mail user and as root: MOVE and COPY into
+Junk (spam), out of Junk (ham), Junk -> Trash and flag changes (nothing), many
+messages in one UID MOVE. spamd must learn exactly once per decision, and
+Dovecot must log no error. Run as root, spamd created .Junk/.Trash owned by
+root, and every MOVE into Junk failed with "[SERVERBUG] Internal error": that
+regression is checked by owner, group and mode of everything in the Maildir.
+
+Then the IMAPSieve set-up shipped in config/imapsieve/ for mail spamd does not
+watch: Dovecot pipes each message moved into or out of Junk to spamd-learn,
+which trains the running spamd through spamctl.
+
+Dovecot starts once per module (one per configuration), each test with its own user.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from spamd.model import Label
+from tests.daemon_helpers import make_message, send
+from tests.dovecot_helpers import (
+    MAIL_GID,
+    MAIL_UID,
+    REPO,
+    SIEVEC,
+    Dovecot,
+    Spamd,
+    dovecot_missing,
+    private_dir,
+    python_for,
+    wait_for_training,
+)
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(dovecot_missing() is not None, reason=str(dovecot_missing())),
+]
+
+IMAPSIEVE = REPO / "config" / "imapsieve"
+
+
+@pytest.fixture(scope="module")
+def dovecot() -> Iterator[Dovecot]:
+    top = private_dir("spamd-dc-")
+    server = Dovecot(top)
+    server.start()
+    yield server
+    server.stop()
+    shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.fixture
+def spamd_top() -> Iterator[Path]:
+    top = private_dir("spamd-")
+    yield top
+    shutil.rmtree(top, ignore_errors=True)
+
+
+def message_ids(client, mailbox: str) -> dict[str, bytes]:
+    """Message-ID (the part before @) -> UID, for every message in the mailbox."""
+    status, _ = client.select(mailbox)
+    assert status == "OK", mailbox
+    status, data = client.uid("FETCH", "1:*", "(UID BODY.PEEK[HEADER.FIELDS (MESSAGE-ID)])")
+    assert status == "OK"
+    found = {}
+    for item in data:
+        if isinstance(item, tuple):
+            uid = re.search(rb"UID (\d+)", item[0]).group(1)
+            found[re.search(rb"<([^@>]+)", item[1]).group(1).decode()] = uid
+    return found
+
+
+def imap_ok(result) -> None:
+    status, data = result
+    assert status == "OK", data
+
+
+def ownership_of_everything(root: Path) -> set[tuple[int, int]]:
+    found = {(os.lstat(root).st_uid, os.lstat(root).st_gid)}
+    for path in root.rglob("*"):
+        st = os.lstat(path)
+        found.add((st.st_uid, st.st_gid))
+    return found
+
+
+@pytest.mark.parametrize("mail_user", [True, False], ids=["as-mail-user", "as-root"])
+def test_imap_moves_train_spamd_exactly_once_and_dovecot_logs_no_error(dovecot, spamd_top, mail_user):
+    if mail_user and python_for(MAIL_UID, MAIL_GID) is None:
+        pytest.skip("no Python interpreter can run spamd as the mail user here")
+    user = "mailuser" if mail_user else "rootcase"
+    # The user's first login: Dovecot makes the Maildir (mail uid, 0700), as it would.
+    first = dovecot.imap(user)
+    imap_ok(first.select("INBOX"))
+    first.logout()
+    maildir = dovecot.maildir(user)
+    assert maildir.is_dir()
+    spamd = Spamd(spamd_top, [maildir], mail_user=mail_user)
+    spamd.start()
+    try:
+        # Mail arrives through spamd (its SMTP delivery); an empty model files it all in INBOX.
+        messages = [make_message(Label.SPAM, n, seed=11) for n in range(8)] + [
+            make_message(Label.HAM, n, seed=11) for n in range(3)
+        ]
+        for raw in messages:
+            send(spamd.smtp_port, raw)
+
+        client = dovecot.imap(user)
+        try:
+            inbox = message_ids(client, "INBOX")
+            assert len(inbox) == len(messages)
+            spam = [inbox[f"spam-{n}-11"] for n in range(8)]
+            ham = [inbox[f"ham-{n}-11"] for n in range(3)]
+            imap_ok(client.uid("MOVE", spam[0], "Junk"))  # one message moved: spam
+            imap_ok(client.uid("COPY", spam[1], "Junk"))  # copied into Junk: spam as well
+            imap_ok(client.uid("MOVE", b",".join(spam[2:7]), "Junk"))  # five in one UID MOVE
+            imap_ok(client.uid("STORE", b",".join(ham), "+FLAGS", r"(\Seen \Flagged)"))  # flags: nothing
+            wait_for_training(spamd, {"maildir:learned": 7})
+
+            junk = message_ids(client, "Junk")
+            assert len(junk) == 7
+            imap_ok(client.uid("STORE", b",".join(junk.values()), "+FLAGS", r"(\Seen)"))  # nothing
+            imap_ok(client.uid("MOVE", junk["spam-0-11"], "INBOX"))  # out of Junk: ham
+            imap_ok(client.uid("MOVE", junk["spam-2-11"], "Trash"))  # Junk -> Trash: nothing
+            imap_ok(client.create("Archive"))
+            imap_ok(client.uid("MOVE", junk["spam-3-11"], "Archive"))  # out of Junk anywhere else: ham
+            # The sentinel: events are handled in order, so once it counts, all before it have.
+            message_ids(client, "INBOX")
+            imap_ok(client.uid("MOVE", spam[7], "Junk"))
+            counts = wait_for_training(spamd, {"maildir:learned": 8, "maildir:corrected": 2})
+            client.logout()
+        finally:
+            try:
+                client.shutdown()
+            except OSError:
+                pass
+        stats = spamd.stats()
+        # Each decision once: spam 1, 2, 4, 5, 6, 7 (2 sits in Trash, still spam), ham 0 and 3.
+        assert (stats["trained_spam"], stats["trained_ham"], stats["ledger_entries"]) == (6, 2, 8), counts
+        assert stats["daemon"]["recent_errors"] == []
+        assert dovecot.errors() == []
+        # Nothing in the Maildir belongs to anyone but the mail user: Dovecot's files, spamd's,
+        # and those Dovecot hard-linked from spamd's deliveries.
+        assert ownership_of_everything(maildir) == {(MAIL_UID, MAIL_GID)}
+        # What spamd made has Dovecot's modes for a 0700 Maildir.
+        for folder in (".Junk", ".Trash"):
+            for sub in ("", "cur", "new", "tmp"):
+                assert os.stat(maildir / folder / sub).st_mode & 0o7777 == 0o700, folder + "/" + sub
+            assert os.stat(maildir / folder / "maildirfolder").st_mode & 0o7777 == 0o600
+        for path in [*maildir.glob("cur/*"), *maildir.glob("new/*"), *maildir.glob(".*/cur/*")]:
+            assert os.stat(path).st_mode & 0o7777 == 0o600, path
+    finally:
+        spamd.stop()
+
+
+# ---------------------------------------------------------------- IMAPSieve: a Maildir spamd does not watch
+
+
+@pytest.fixture(scope="module")
+def sieve_dovecot() -> Iterator[Dovecot]:
+    """Dovecot with config/imapsieve/ installed as its README says, paths moved under a private directory."""
+    top = private_dir("spamd-ds-")
+    sieve_dir, bin_dir = top / "sieve", top / "bin"
+    sieve_dir.mkdir()
+    bin_dir.mkdir()
+    for directory in (sieve_dir, bin_dir):
+        os.chmod(directory, 0o755)
+    snippet = (IMAPSIEVE / "90-spamd-imapsieve.conf").read_text()
+    snippet = snippet.replace("/etc/dovecot/sieve", str(sieve_dir)).replace("/usr/local/lib/spamd/imapsieve", str(bin_dir))
+    server = Dovecot(top, extra=snippet)
+    for name in ("spamd-report-spam.sieve", "spamd-report-ham.sieve"):
+        shutil.copy(IMAPSIEVE / name, sieve_dir / name)
+        # Compiled ahead, as the snippet says: the mail user may not write beside a global script.
+        done = subprocess.run([SIEVEC, "-c", str(server.conf), str(sieve_dir / name)], capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+    server.start()
+    yield server
+    server.stop()
+    shutil.rmtree(top, ignore_errors=True)
+
+
+def install_learn_script(bin_dir: Path, spamd: Spamd) -> None:
+    """spamd-learn as shipped, its two settings pointed at this test's spamctl and config."""
+    run_as = spamd.run_as
+    python = " ".join(run_as["python"])
+    pythonpath = run_as["env"].get("PYTHONPATH", "")
+    wrapper = bin_dir.parent / "spamctl"
+    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH="{pythonpath}" exec {python} -c "from spamd.cli import main; main()" "$@"\n')
+    os.chmod(wrapper, 0o755)
+    script = (IMAPSIEVE / "spamd-learn").read_text()
+    assert 'SPAMCTL="/usr/local/bin/spamctl"' in script and 'SPAMD_CONFIG="/etc/spamd/spamd.toml"' in script
+    script = script.replace('SPAMCTL="/usr/local/bin/spamctl"', f'SPAMCTL="{wrapper}"')
+    script = script.replace('SPAMD_CONFIG="/etc/spamd/spamd.toml"', f'SPAMD_CONFIG="{spamd.config}"')
+    (bin_dir / "spamd-learn").write_text(script)
+    os.chmod(bin_dir / "spamd-learn", 0o755)
+
+
+def test_imapsieve_trains_spamd_from_moves_in_a_maildir_it_does_not_watch(sieve_dovecot, spamd_top):
+    if python_for(MAIL_UID, MAIL_GID) is None:
+        pytest.skip("no Python interpreter can run spamd as the mail user here")
+    # spamd as the mail user (one virtual-mail uid): Dovecot's pipe runs as that user too.
+    spamd = Spamd(spamd_top, [spamd_top / "data" / "Maildir"], mail_user=True)
+    install_learn_script(sieve_dovecot.top / "bin", spamd)
+    spamd.start()
+    try:
+        client = sieve_dovecot.imap("sieveuser")
+        try:
+            for name in ("Junk", "Trash"):
+                imap_ok(client.create(name))
+            for n in range(6):
+                imap_ok(client.append("INBOX", None, None, make_message(Label.SPAM, n, seed=12).replace(b"\n", b"\r\n")))
+            inbox = message_ids(client, "INBOX")
+            spam = [inbox[f"spam-{n}-12"] for n in range(6)]
+            imap_ok(client.uid("MOVE", spam[0], "Junk"))
+            imap_ok(client.uid("COPY", spam[1], "Junk"))
+            imap_ok(client.uid("MOVE", b",".join(spam[2:5]), "Junk"))
+            imap_ok(client.uid("STORE", spam[5], "+FLAGS", r"(\Seen)"))
+            wait_for_training(spamd, {"spamctl:learned": 5})
+            junk = message_ids(client, "Junk")
+            imap_ok(client.uid("MOVE", junk["spam-0-12"], "INBOX"))  # ham
+            imap_ok(client.uid("MOVE", junk["spam-2-12"], "Trash"))  # nothing
+            message_ids(client, "INBOX")
+            imap_ok(client.uid("MOVE", spam[5], "Junk"))  # the sentinel
+            wait_for_training(spamd, {"spamctl:learned": 6, "spamctl:corrected": 1})
+            client.logout()
+        finally:
+            try:
+                client.shutdown()
+            except OSError:
+                pass
+        stats = spamd.stats()
+        assert (stats["trained_spam"], stats["trained_ham"]) == (5, 1)
+        assert sieve_dovecot.errors() == []
+    finally:
+        spamd.stop()
