@@ -265,6 +265,15 @@ class Daemon:
             # Served all the same: refusing would bounce the user's mail; the admin must act.
             log.error("maildir_ownership_not_mirrored", maildir=str(root), problem=problem)
             self.metrics.error("maildir_ownership_not_mirrored", path=str(root), error=problem)
+        if mailbox.repaired:
+            owner = mailbox.ownership
+            assert owner is not None
+            log.warning(
+                "maildir_ownership_repaired",
+                maildir=str(root),
+                folders=mailbox.repaired,
+                action=f"messages an older spamd delivered as root may still be root's: chown -R {owner.uid}:{owner.gid} {root}",
+            )
         stale = await asyncio.to_thread(mailbox.remove_stale_tmp)
         if stale:
             log.info("maildir_stale_tmp_removed", maildir=str(root), files=stale)

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from spamd.model import Label
-from tests.daemon_helpers import make_message, send
+from tests.daemon_helpers import make_message, send, wait_until_sync
 from tests.dovecot_helpers import (
     MAIL_GID,
     MAIL_UID,
@@ -46,6 +46,7 @@ pytestmark = [
 ]
 
 IMAPSIEVE = REPO / "config" / "imapsieve"
+LDA = "/usr/lib/dovecot/dovecot-lda"
 
 
 @pytest.fixture(scope="module")
@@ -157,6 +158,63 @@ def test_imap_moves_train_spamd_exactly_once_and_dovecot_logs_no_error(dovecot, 
             assert os.stat(maildir / folder / "maildirfolder").st_mode & 0o7777 == 0o600
         for path in [*maildir.glob("cur/*"), *maildir.glob("new/*"), *maildir.glob(".*/cur/*")]:
             assert os.stat(path).st_mode & 0o7777 == 0o600, path
+    finally:
+        spamd.stop()
+
+
+@pytest.mark.parametrize("mail_user", [True, False], ids=["as-mail-user", "as-root"])
+def test_mail_dovecot_lda_delivers_is_filed_by_spamd_and_stays_readable(dovecot, spamd_top, mail_user):
+    """Dovecot's LDA delivers (as Postfix's mailbox_command would); spamd scores and files it; IMAP reads and moves it."""
+    if mail_user and python_for(MAIL_UID, MAIL_GID) is None:
+        pytest.skip("no Python interpreter can run spamd as the mail user here")
+    user = "ldauser" if mail_user else "ldaroot"
+    first = dovecot.imap(user)
+    imap_ok(first.select("INBOX"))
+    maildir = dovecot.maildir(user)
+    spamd = Spamd(spamd_top, [maildir], mail_user=mail_user)
+    spamd.start()
+    try:
+        corpus = spamd_top / "corpus"
+        for label, name in ((Label.SPAM, "spam"), (Label.HAM, "ham")):
+            (corpus / name).mkdir(parents=True)
+            for n in range(20):
+                (corpus / name / f"{n}.eml").write_bytes(make_message(label, n, seed=13))
+        for path in [corpus, *corpus.rglob("*")]:
+            os.chmod(path, 0o755 if path.is_dir() else 0o644)
+        for label in ("spam", "ham"):
+            done = spamd.spamctl("train", f"--{label}", str(corpus / label))
+            assert done.returncode == 0, done.stderr.decode()
+        # Delivered by Dovecot's LDA (a ",S=...,W=..." name in INBOX new/, no X-Spam-Status),
+        # while a client has INBOX selected.
+        for label, n in [(Label.SPAM, 1), (Label.SPAM, 2), (Label.HAM, 1), (Label.HAM, 2)]:
+            done = subprocess.run(
+                [LDA, "-c", str(dovecot.conf), "-d", user, "-f", "sender@example.org"],
+                input=make_message(label, n, seed=14), capture_output=True, timeout=30,
+            )  # fmt: skip
+            assert done.returncode == 0, done.stderr.decode()
+        wait_until_sync(lambda: len(list(maildir.glob("new/*.spamd*"))) + len(list(maildir.glob(".Junk/new/*.spamd*"))) == 4)
+        imap_ok(first.noop())
+        first.logout()
+
+        client = dovecot.imap(user)
+        try:
+            junk, inbox = message_ids(client, "Junk"), message_ids(client, "INBOX")
+            assert sorted(junk) == ["spam-1-14", "spam-2-14"] and sorted(inbox) == ["ham-1-14", "ham-2-14"]
+            status, data = client.uid("FETCH", b",".join(inbox.values()), "(BODY.PEEK[])")
+            assert status == "OK" and all(b"X-Spam-Status: No" in item[1] for item in data if isinstance(item, tuple))
+            imap_ok(client.uid("MOVE", inbox["ham-1-14"], "Junk"))  # the filter was wrong: spam
+            message_ids(client, "Junk")
+            imap_ok(client.uid("MOVE", junk["spam-1-14"], "INBOX"))  # and here: ham
+            wait_for_training(spamd, {"spamctl:learned": 40, "maildir:learned": 2})
+            client.logout()
+        finally:
+            try:
+                client.shutdown()
+            except OSError:
+                pass
+        assert dovecot.errors() == []
+        assert spamd.stats()["daemon"]["recent_errors"] == []
+        assert ownership_of_everything(maildir) == {(MAIL_UID, MAIL_GID)}
     finally:
         spamd.stop()
 

@@ -442,9 +442,18 @@ async def test_folders_a_root_spamd_left_owned_by_root_are_repaired(tmp_path):
     for path in [maildir, maildir / "cur", maildir / "new", maildir / "tmp"]:
         os.chown(path, MAIL_UID, MAIL_GID)
         os.chmod(path, 0o700)
-    Mailbox(maildir, MaildirConfig(), "user").ensure_layout()
+    (maildir / ".Junk" / "maildirfolder").touch(mode=0o644)
+    (maildir / "cur" / "1.M1P1.host:2,S").write_bytes(b"Subject: a user's own\n\n")
+    os.chown(maildir / "cur" / "1.M1P1.host:2,S", 0, 0)  # not spamd's layout: left alone
+    mailbox = Mailbox(maildir, MaildirConfig(), "user")
+    mailbox.ensure_layout()
     for sub in (".Junk", ".Junk/cur", ".Junk/new", ".Junk/tmp"):
         assert owned(maildir / sub) == (MAIL_UID, MAIL_GID, 0o700), sub
+    assert owned(maildir / ".Junk" / "maildirfolder") == (MAIL_UID, MAIL_GID, 0o600)
+    assert owned(maildir / "cur" / "1.M1P1.host:2,S")[:2] == (0, 0)
+    assert sorted(mailbox.repaired) == sorted(str(maildir / sub) for sub in (".Junk", ".Junk/cur", ".Junk/new", ".Junk/tmp"))
+    mailbox.ensure_layout()
+    assert mailbox.repaired == []  # once repaired, nothing more to say at the next start
 
 
 async def test_a_symbolic_link_in_a_maildir_is_never_followed(tmp_path):
@@ -504,3 +513,58 @@ async def test_spamd_neither_root_nor_the_owner_says_what_to_change():
     assert done.returncode == 0, done.stderr
     assert f"{maildir}: owned by uid {MAIL_UID}" in done.stdout
     assert "run spamd as the Maildir's user" in done.stdout and "or as root" in done.stdout
+
+
+@needs_root
+async def test_the_daemon_says_at_start_what_it_repaired_or_cannot_mirror(tmp_path):
+    import shutil
+    import signal
+    import tempfile
+
+    from tests.daemon_helpers import DaemonProcess, write_config
+    from tests.dovecot_helpers import as_user, python_for
+
+    if python_for(MAIL_UID + 1, MAIL_GID + 1) is None:
+        pytest.skip("no Python interpreter can run spamd as another user here")
+    top = Path(tempfile.mkdtemp(prefix="spamd-start-"))
+    try:
+        os.chmod(top, 0o755)
+        maildir = top / "Maildir"
+        for sub in ("cur", "new", "tmp"):
+            (maildir / sub).mkdir(parents=True)
+        for path in (maildir, *maildir.iterdir()):
+            os.chown(path, MAIL_UID, MAIL_GID)
+        os.chmod(maildir, 0o777)  # others may write: only the ownership is in the way
+        (maildir / ".Junk" / "cur").mkdir(parents=True)  # an older root spamd's, left root's
+
+        # As root: the folders are given back, with what the admin should still check.
+        config = write_config(top / "spamd.toml", f'[maildir]\npaths = ["{maildir}"]\n')
+        daemon = DaemonProcess("--config", config, "--data-dir", top / "root-data", "--smtp", "127.0.0.1:0")
+        try:
+            line = daemon.wait_for("maildir_ownership_repaired")
+            assert line["maildir"] == str(maildir) and str(maildir / ".Junk") in line["folders"]
+            assert f"chown -R {MAIL_UID}:{MAIL_GID} {maildir}" in line["action"]
+            daemon.wait_for("daemon_started")
+        finally:
+            daemon.signal(signal.SIGTERM)
+            assert daemon.wait() == 0
+        assert owned(maildir / ".Junk" / "cur")[:2] == (MAIL_UID, MAIL_GID)
+
+        # As a user who is neither root nor the owner: one clear line, and spamd serves on.
+        data = top / "user-data"
+        data.mkdir()
+        os.chown(data, MAIL_UID + 1, MAIL_GID + 1)
+        daemon = DaemonProcess(
+            "--config", config, "--data-dir", data, "--smtp", "127.0.0.1:0", **as_user(MAIL_UID + 1, MAIL_GID + 1)
+        )
+        try:
+            line = daemon.wait_for("maildir_ownership_not_mirrored")
+            assert line["maildir"] == str(maildir) and line["level"] == "error"
+            assert "run spamd as the Maildir's user" in line["problem"]
+            daemon.wait_for("daemon_started")
+            assert len(daemon.events("maildir_ownership_not_mirrored")) == 1
+        finally:
+            daemon.signal(signal.SIGTERM)
+            assert daemon.wait() == 0
+    finally:
+        shutil.rmtree(top, ignore_errors=True)

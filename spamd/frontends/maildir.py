@@ -244,8 +244,11 @@ def _open_dir(parent_fd: int, name: str, where: Path) -> int:
         raise
 
 
-def _make_dir(parent_fd: int, name: str, where: Path, ownership: Ownership | None) -> int:
-    """`name` under `parent_fd`, created with `ownership` if missing (or left by a root spamd); its descriptor."""
+def _make_dir(parent_fd: int, name: str, where: Path, ownership: Ownership | None, repaired: list[str] | None = None) -> int:
+    """`name` under `parent_fd`, created with `ownership` if missing; its descriptor.
+
+    One that a root spamd once left root's gets `ownership` too, and is added to `repaired`.
+    """
     try:
         os.mkdir(name, 0o700, dir_fd=parent_fd)
         created = True
@@ -253,7 +256,11 @@ def _make_dir(parent_fd: int, name: str, where: Path, ownership: Ownership | Non
         created = False
     fd = _open_dir(parent_fd, name, where)
     try:
-        if ownership is not None and (created or _made_by_root_spamd(fd, ownership)):
+        if ownership is not None and not created and _made_by_root_spamd(fd, ownership):
+            created = True
+            if repaired is not None:
+                repaired.append(str(where))
+        if ownership is not None and created:
             ownership.apply(fd, directory=True)
     except BaseException:
         os.close(fd)
@@ -263,7 +270,8 @@ def _make_dir(parent_fd: int, name: str, where: Path, ownership: Ownership | Non
 
 def _made_by_root_spamd(fd: int, ownership: Ownership) -> bool:
     # Folders an earlier spamd running as root made root's (0755) broke Dovecot's
-    # moves into Junk; layout objects in that state are repaired at start.
+    # moves into Junk ("[SERVERBUG] Internal error"); layout folders in that state are
+    # repaired at start. Only spamd's own layout: nothing else is re-owned.
     return os.geteuid() == 0 and ownership.uid != 0 and os.fstat(fd).st_uid == 0
 
 
@@ -318,6 +326,8 @@ class Mailbox:
         self.index = index if index is not None else SeenIndex()
         # The root's, read by ensure_layout; None until then (nothing is created before it runs).
         self.ownership: Ownership | None = None
+        # Layout folders ensure_layout gave back to the Maildir's owner (left root's by an older spamd).
+        self.repaired: list[str] = []
 
     @property
     def junk(self) -> str:
@@ -338,14 +348,19 @@ class Mailbox:
         ownership of anything it did not create, except layout folders a root spamd
         once left owned by root.
         """
+        self.repaired = []
         try:
             root_fd, self.ownership = _open_root(self.root)
             try:
                 for folder in (INBOX, self.junk, self.trash):
-                    folder_fd = _make_dir(root_fd, folder, self.root / folder, self.ownership) if folder else os.dup(root_fd)
+                    folder_fd = (
+                        _make_dir(root_fd, folder, self.root / folder, self.ownership, self.repaired)
+                        if folder
+                        else os.dup(root_fd)
+                    )
                     try:
                         for sub in ("cur", "new", "tmp"):
-                            os.close(_make_dir(folder_fd, sub, self.root / folder / sub, self.ownership))
+                            os.close(_make_dir(folder_fd, sub, self.root / folder / sub, self.ownership, self.repaired))
                         if folder:
                             self._mark_folder(folder_fd)
                     finally:
@@ -363,7 +378,13 @@ class Mailbox:
             fd = os.open("maildirfolder", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                          self.ownership.file_mode, dir_fd=folder_fd)  # fmt: skip
         except FileExistsError:
-            return
+            try:
+                fd = os.open("maildirfolder", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder_fd)
+            except OSError:
+                return  # a link or unreadable: not spamd's to touch
+            if not (stat.S_ISREG(os.fstat(fd).st_mode) and _made_by_root_spamd(fd, self.ownership)):
+                os.close(fd)
+                return
         try:
             self.ownership.apply(fd, directory=False)
         finally:
