@@ -294,8 +294,22 @@ def test_imapsieve_trains_spamd_from_moves_in_a_maildir_it_does_not_watch(sieve_
                 client.shutdown()
             except OSError:
                 pass
+        # The same script as an ssh forced command on spamd's host: the label comes from
+        # SSH_ORIGINAL_COMMAND, and nothing but "spam" or "ham" is accepted.
+        script = str(sieve_dovecot.top / "bin" / "spamd-learn")
+        run_as = {k: v for k, v in spamd.run_as.items() if k not in ("python", "env")}
+        for command, status in (("ham", 0), ("spam; touch /tmp/spamd-learn-owned", 64), ("--help", 64)):
+            done = subprocess.run(
+                [script], input=make_message(Label.HAM, 1, seed=12), capture_output=True, timeout=60,
+                env={"PATH": "/usr/bin:/bin", "SSH_ORIGINAL_COMMAND": command}, **run_as,
+            )  # fmt: skip
+            assert done.returncode == status, done.stderr
+        assert not os.path.exists("/tmp/spamd-learn-owned")
+        done = subprocess.run([script], input=b"", capture_output=True, timeout=60, env={"PATH": "/usr/bin:/bin"}, **run_as)
+        assert done.returncode == 64 and b"usage: spamd-learn spam|ham" in done.stderr
+        wait_for_training(spamd, {"spamctl:learned": 7, "spamctl:corrected": 1})
         stats = spamd.stats()
-        assert (stats["trained_spam"], stats["trained_ham"]) == (5, 1)
+        assert (stats["trained_spam"], stats["trained_ham"]) == (5, 2)
         assert sieve_dovecot.errors() == []
     finally:
         spamd.stop()
