@@ -16,6 +16,7 @@ import functools
 import imaplib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -216,6 +217,14 @@ def as_user(uid: int, gid: int) -> dict:
     return {"python": list(python), "env": dict(env), "user": uid, "group": gid, "extra_groups": [], "cwd": "/"}
 
 
+def unit_capabilities_prefix() -> list[str]:
+    """setpriv bounding root to config/spamd.service's CapabilityBoundingSet, with no new privileges."""
+    unit = (REPO / "config" / "spamd.service").read_text()
+    [line] = re.findall(r"^CapabilityBoundingSet=(.*)$", unit, re.M)
+    caps = ",".join("+" + cap.removeprefix("CAP_").lower() for cap in line.split())
+    return ["setpriv", "--no-new-privs", "--inh-caps=-all", f"--bounding-set=-all,{caps}"]
+
+
 class Spamd:
     """spamd as a subprocess serving one Maildir, as root or as the mail user; spamctl beside it."""
 
@@ -231,13 +240,16 @@ class Spamd:
         )
         self.data.mkdir(mode=0o700)
         self.run_as: dict = as_user(MAIL_UID, MAIL_GID) if mail_user else {}
+        # As root: only the capabilities config/spamd.service leaves it, as systemd would.
+        self.daemon_as: dict = self.run_as or {"python": [*unit_capabilities_prefix(), sys.executable]}
+        self.daemon_as = {**self.daemon_as, "umask": 0o077}  # the unit's UMask=
         if mail_user:
             os.chown(self.data, MAIL_UID, MAIL_GID)
             os.chown(self.config, MAIL_UID, MAIL_GID)
         self.process: DaemonProcess | None = None
 
     def start(self) -> DaemonProcess:
-        self.process = DaemonProcess("--config", self.config, **self.run_as)
+        self.process = DaemonProcess("--config", self.config, **self.daemon_as)
         self.process.wait_for("daemon_started")
         return self.process
 

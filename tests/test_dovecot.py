@@ -104,6 +104,9 @@ def test_imap_moves_train_spamd_exactly_once_and_dovecot_logs_no_error(dovecot, 
     first.logout()
     maildir = dovecot.maildir(user)
     assert maildir.is_dir()
+    # A group-readable Maildir: Dovecot then makes folders 0750 and files 0640, and so must
+    # spamd, under the unit's UMask=0077.
+    os.chmod(maildir, 0o750)
     spamd = Spamd(spamd_top, [maildir], mail_user=mail_user)
     spamd.start()
     try:
@@ -151,13 +154,15 @@ def test_imap_moves_train_spamd_exactly_once_and_dovecot_logs_no_error(dovecot, 
         # Nothing in the Maildir belongs to anyone but the mail user: Dovecot's files, spamd's,
         # and those Dovecot hard-linked from spamd's deliveries.
         assert ownership_of_everything(maildir) == {(MAIL_UID, MAIL_GID)}
-        # What spamd made has Dovecot's modes for a 0700 Maildir.
+        # What spamd made has Dovecot's modes for a 0750 Maildir.
         for folder in (".Junk", ".Trash"):
             for sub in ("", "cur", "new", "tmp"):
-                assert os.stat(maildir / folder / sub).st_mode & 0o7777 == 0o700, folder + "/" + sub
-            assert os.stat(maildir / folder / "maildirfolder").st_mode & 0o7777 == 0o600
-        for path in [*maildir.glob("cur/*"), *maildir.glob("new/*"), *maildir.glob(".*/cur/*")]:
-            assert os.stat(path).st_mode & 0o7777 == 0o600, path
+                assert os.stat(maildir / folder / sub).st_mode & 0o7777 == 0o750, folder + "/" + sub
+            assert os.stat(maildir / folder / "maildirfolder").st_mode & 0o7777 == 0o640
+        messages = [*maildir.glob("cur/*"), *maildir.glob("new/*"), *maildir.glob(".*/cur/*"), *maildir.glob(".*/new/*")]
+        assert len(messages) == 12  # 11 delivered, one of them copied
+        for path in messages:
+            assert os.stat(path).st_mode & 0o7777 == 0o640, path
     finally:
         spamd.stop()
 

@@ -203,6 +203,16 @@ class Ownership:
 
         Does not raise for an owner it may not set: `problem()` said so at start.
         """
+        mode = self.dir_mode if directory else self.file_mode
+        # The mode first, while spamd still owns the object: root then needs no CAP_FOWNER.
+        # (A chown keeps a directory's set-group-ID bit; files get no set-ID bits here.)
+        if stat.S_IMODE(os.fstat(fd).st_mode) != mode:
+            try:
+                os.fchmod(fd, mode)
+            except PermissionError:
+                # systemd's RestrictSUIDSGID= refuses the set-group-ID bit: the rest still applies.
+                with contextlib.suppress(PermissionError):
+                    os.fchmod(fd, mode & 0o777)
         st = os.fstat(fd)
         uid = self.uid if st.st_uid != self.uid and os.geteuid() == 0 else -1
         gid = self.gid if st.st_gid != self.gid else -1
@@ -211,13 +221,6 @@ class Ownership:
                 os.fchown(fd, uid, gid)
             except PermissionError:
                 pass  # not root and not in the group: reported once by problem()
-        mode = self.dir_mode if directory else self.file_mode
-        # After the chown, which clears set-ID bits on files.
-        if stat.S_IMODE(os.fstat(fd).st_mode) != mode:
-            try:
-                os.fchmod(fd, mode)
-            except PermissionError:
-                pass
 
     def problem(self, root: Path) -> str | None:
         """Why the mail server may not be able to use what spamd creates here, or None when it can."""
