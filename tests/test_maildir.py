@@ -478,9 +478,24 @@ async def test_a_symbolic_link_in_a_maildir_is_never_followed(tmp_path):
     mailbox.ensure_layout()
     os.rename(maildir / ".Junk" / "tmp", maildir / "junk-tmp")
     (maildir / ".Junk" / "tmp").symlink_to(outside)
-    with pytest.raises(StoreError, match="symbolic link"):
+    with pytest.raises(OSError, match="symbolic link"):
         write_message(mailbox, ".Junk", "1.x.host", b"Subject: x\n\nx\n", fsync=False)
     assert owned(outside) == before and list(outside.iterdir()) == []
+
+
+async def test_smtp_delivery_into_a_linked_folder_is_refused_with_451_and_nothing_written(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    maildir = tmp_path / "Maildir"
+    async with running(daemon_config(tmp_path, maildir={"paths": (str(maildir),)})) as daemon:
+        os.rename(maildir / "tmp", tmp_path / "inbox-tmp")
+        (maildir / "tmp").symlink_to(outside)
+        with pytest.raises(smtplib.SMTPDataError) as refused:
+            await asyncio.to_thread(send, daemon.smtp_address[1], make_message(Label.HAM, 1))
+        assert refused.value.smtp_code == 451
+        assert list(outside.iterdir()) == [] and folder_files(maildir) == []
+        [error] = daemon.metrics.snapshot()["recent_errors"]
+        assert error["event"] == "smtp_delivery_failed" and "symbolic link" in error["error"]
 
 
 @needs_root

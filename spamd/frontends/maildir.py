@@ -238,13 +238,16 @@ class Ownership:
 
 
 def _open_dir(parent_fd: int, name: str, where: Path) -> int:
-    """A sub-directory's descriptor, refusing a symbolic link (a user could point it anywhere)."""
+    """A sub-directory's descriptor, refusing a symbolic link (a user could point it anywhere).
+
+    Failures are OSErrors naming `where`, so delivery answers them as any disk failure (451).
+    """
     try:
         return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
     except OSError as e:
         if e.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise StoreError(f"{where}: is a symbolic link or not a directory; spamd does not follow links in a Maildir") from None
-        raise
+            raise OSError(e.errno, "a symbolic link or not a directory; spamd does not follow links in a Maildir", str(where)) from None
+        raise OSError(e.errno, e.strerror, str(where)) from None
 
 
 def _make_dir(parent_fd: int, name: str, where: Path, ownership: Ownership | None, repaired: list[str] | None = None) -> int:
@@ -371,7 +374,8 @@ class Mailbox:
             finally:
                 os.close(root_fd)
         except OSError as e:
-            raise StoreError(f"{self.root}: cannot create the Maildir folders: {e.strerror}") from None
+            where = f" {e.filename}:" if e.filename and str(e.filename) != str(self.root) else ""
+            raise StoreError(f"{self.root}: cannot create the Maildir folders:{where} {e.strerror}") from None
         return self.ownership.problem(self.root)
 
     def _mark_folder(self, folder_fd: int) -> None:
@@ -778,6 +782,7 @@ class MaildirWatcher:
         except OSError as e:
             mailbox.index.forget(name)
             what = "disk full" if e.errno == errno.ENOSPC else e.strerror
+            what = f"{e.filename}: {what}" if e.filename else what
             log.error("maildir_filing_failed", maildir=str(mailbox.root), name=loc.name, error=what)
             self.on_error("maildir_filing_failed", path=str(loc.path), error=what)
             return
