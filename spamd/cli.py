@@ -165,7 +165,8 @@ def _read_file(path: Path) -> bytes:
 
 
 def input_kind(path: Path) -> str:
-    """'maildir' (a Maildir or Maildir++ folder), 'directory' (of message files), 'mbox' (a file starting 'From '), or 'file'.
+    """'maildir' (a Maildir or Maildir++ folder), 'directory' (of message files), 'mbox'
+    (a file starting 'From '), or 'file'.
 
     A 'mbox' holding a single message is trained as a file (see Inputs).
     """

@@ -268,11 +268,12 @@ class Daemon:
         if mailbox.repaired:
             owner = mailbox.ownership
             assert owner is not None
+            chown = f"chown -R {owner.uid}:{owner.gid} {root}"
             log.warning(
                 "maildir_ownership_repaired",
                 maildir=str(root),
                 folders=mailbox.repaired,
-                action=f"messages an older spamd delivered as root may still be root's: chown -R {owner.uid}:{owner.gid} {root}",
+                action=f"messages an older spamd delivered as root may still be root's: {chown}",
             )
         stale = await asyncio.to_thread(mailbox.remove_stale_tmp)
         if stale:

@@ -209,10 +209,9 @@ def test_an_mbox_on_standard_input_is_split_and_leaves_no_spool_file(home: Path)
     box = write_mbox(home / "ham.mbox", HAM).read_bytes()
     env_tmp = home / "tmp"
     env_tmp.mkdir()
-    done = subprocess.run(
-        [*SPAMCTL, "--config", str(home / "spamd.toml"), "--data-dir", str(home / "data"), "train", "--ham", "-", "--json"],
-        input=box, capture_output=True, timeout=60, env={**os.environ, "TMPDIR": str(env_tmp)},
-    )  # fmt: skip
+    spamctl = [*SPAMCTL, "--config", str(home / "spamd.toml"), "--data-dir", str(home / "data")]
+    env = {**os.environ, "TMPDIR": str(env_tmp)}
+    done = subprocess.run([*spamctl, "train", "--ham", "-", "--json"], input=box, capture_output=True, timeout=60, env=env)
     assert done.returncode == 0, done.stderr
     assert b'"learned": 3' in done.stdout
     assert list(env_tmp.iterdir()) == []
@@ -220,9 +219,8 @@ def test_an_mbox_on_standard_input_is_split_and_leaves_no_spool_file(home: Path)
     assert ctl(home, "train", "--ham", home / "ham.mbox", "--json").json()["skipped_repeat"] == len(HAM)
     # A bad PATH after '-' trains nothing and leaves no spool file.
     failed = subprocess.run(
-        [*SPAMCTL, "--config", str(home / "spamd.toml"), "--data-dir", str(home / "data"), "train", "--ham", "-", "/nonexistent"],
-        input=box, capture_output=True, timeout=60, env={**os.environ, "TMPDIR": str(env_tmp)},
-    )  # fmt: skip
+        [*spamctl, "train", "--ham", "-", "/nonexistent"], input=box, capture_output=True, timeout=60, env=env
+    )
     assert failed.returncode == 1 and b"/nonexistent: no such file" in failed.stderr
     assert list(env_tmp.iterdir()) == []
 

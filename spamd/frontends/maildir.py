@@ -246,7 +246,8 @@ def _open_dir(parent_fd: int, name: str, where: Path) -> int:
         return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
     except OSError as e:
         if e.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise OSError(e.errno, "a symbolic link or not a directory; spamd does not follow links in a Maildir", str(where)) from None
+            refused = "a symbolic link or not a directory; spamd does not follow links in a Maildir"
+            raise OSError(e.errno, refused, str(where)) from None
         raise OSError(e.errno, e.strerror, str(where)) from None
 
 
