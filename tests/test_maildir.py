@@ -583,3 +583,40 @@ async def test_the_daemon_says_at_start_what_it_repaired_or_cannot_mirror(tmp_pa
             assert daemon.wait() == 0
     finally:
         shutil.rmtree(top, ignore_errors=True)
+
+
+@needs_root
+async def test_root_spamd_never_reads_removes_or_files_what_a_link_in_a_maildir_points_at(tmp_path):
+    """A user with a shell may plant links, FIFOs and hard links in their Maildir; root spamd must not follow them."""
+    maildir = tmp_path / "Maildir"
+    for sub in ("cur", "new", "tmp"):
+        (maildir / sub).mkdir(parents=True)
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"Subject: secret\n\nTOPSECRET\n")
+    os.chmod(secret, 0o600)
+    elsewhere = tmp_path / "elsewhere"  # a folder outside, with mail in it and an old tmp/ file
+    for sub in ("cur", "new", "tmp"):
+        (elsewhere / sub).mkdir(parents=True)
+    (elsewhere / "new" / "1.M1P1.host").write_bytes(b"Subject: outside\n\nOUTSIDE\n")
+    old = elsewhere / "tmp" / "2.M2P2.host"
+    old.write_bytes(b"Subject: old\n\n")
+    os.utime(old, (time.time() - 40 * 3600,) * 2)
+    (maildir / ".Evil").symlink_to(elsewhere)
+    (maildir / "new" / "3.M3P3.link").symlink_to(secret)
+    os.mkfifo(maildir / "new" / "4.M4P4.fifo")
+    os.link(secret, maildir / "new" / "5.M5P5.hard")  # as if fs.protected_hardlinks were off
+    for path in (maildir, maildir / "cur", maildir / "new", maildir / "tmp"):
+        os.chown(path, MAIL_UID, MAIL_GID)
+
+    async with running(daemon_config(tmp_path / "data", maildir={"paths": (str(maildir),)})) as daemon:
+        (maildir / "new" / "6.M6P6.live").symlink_to(secret)  # planted while spamd watches
+        ours = drop(maildir, make_message(Label.HAM, 1))
+        os.chown(ours, MAIL_UID, MAIL_GID)
+        await wait_until(lambda: len(filed(maildir)) == 1)
+        await daemon.watcher.drained()
+        assert daemon.watcher.files_read == 1
+    assert secret.read_bytes() == b"Subject: secret\n\nTOPSECRET\n"
+    assert old.exists() and (elsewhere / "new" / "1.M1P1.host").exists()
+    for path in maildir.rglob("*"):
+        if path.is_file() and not path.is_symlink() and path.name != "5.M5P5.hard":
+            assert b"TOPSECRET" not in path.read_bytes(), path

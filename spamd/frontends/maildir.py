@@ -46,7 +46,7 @@ import re
 import socket
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -409,19 +409,74 @@ class Mailbox:
         now = time.time() if now is None else now
         removed = 0
         for folder in self.folders():
-            tmp = self.folder_dir(folder) / "tmp"
             try:
-                entries = list(os.scandir(tmp))
+                with self.open_dir(folder, "tmp") as tmp_fd:
+                    for entry in list(os.scandir(tmp_fd)):
+                        try:
+                            st = entry.stat(follow_symlinks=False)
+                            if stat.S_ISREG(st.st_mode) and now - st.st_mtime > STALE_TMP_S:
+                                os.unlink(entry.name, dir_fd=tmp_fd)
+                                removed += 1
+                        except OSError:
+                            continue
             except OSError:
                 continue
-            for entry in entries:
-                try:
-                    if entry.is_file(follow_symlinks=False) and now - entry.stat(follow_symlinks=False).st_mtime > STALE_TMP_S:
-                        os.unlink(entry.path)
-                        removed += 1
-                except OSError:
-                    continue
         return removed
+
+    @contextlib.contextmanager
+    def open_dir(self, folder: str, sub: str | None = None) -> Iterator[int]:
+        """A descriptor of a folder (or its cur/new/tmp), reached from the root without following links.
+
+        Everything spamd reads, writes, lists or removes inside a Maildir goes through
+        one of these: a user may replace any folder or sub-directory of their Maildir
+        with a link (to /etc, say), and spamd, perhaps root, must not follow it there.
+        """
+        fds = [os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)]
+        try:
+            if folder:
+                fds.append(_open_dir(fds[-1], folder, self.root / folder))
+            if sub:
+                fds.append(_open_dir(fds[-1], sub, self.folder_dir(folder) / sub))
+            yield fds[-1]
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def read_message(self, loc: Location) -> bytes | None:
+        """A message file's bytes (blocking); None if it is gone or is no regular file of this Maildir.
+
+        Opened without following links, and not at all if it is a FIFO or device. As
+        root, a file owned neither by the Maildir's owner nor its group is not read:
+        it cannot be a message of this user (spamd's own files have that owner).
+        """
+        try:
+            with self.open_dir(loc.folder, loc.sub) as dir_fd:
+                fd = os.open(loc.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+        except (FileNotFoundError, IsADirectoryError):
+            return None  # renamed again before we got to it (new/ -> cur/, or moved): its own event follows
+        except OSError as e:
+            log.warning("maildir_file_skipped", maildir=str(self.root), path=str(loc.path), reason=e.strerror)
+            return None
+        with open(fd, "rb", closefd=True) as f:
+            st = os.fstat(f.fileno())
+            reason = None
+            if not stat.S_ISREG(st.st_mode):
+                reason = "not a regular file"
+            elif os.geteuid() == 0 and self.ownership is not None and self.ownership.uid != 0:
+                if st.st_uid != self.ownership.uid and st.st_gid != self.ownership.gid:
+                    reason = f"owned by uid {st.st_uid} gid {st.st_gid}, not by the Maildir's owner"
+            if reason is not None:
+                log.warning("maildir_file_skipped", maildir=str(self.root), path=str(loc.path), reason=reason)
+                return None
+            return f.read()
+
+    def remove(self, loc: Location) -> None:
+        """Unlink a message file (blocking) through its directory's descriptor; gone already is fine."""
+        try:
+            with self.open_dir(loc.folder, loc.sub) as dir_fd:
+                os.unlink(loc.name, dir_fd=dir_fd)
+        except FileNotFoundError:
+            pass
 
     def locate(self, path: str | Path) -> Location | None:
         """The folder and sub-directory of a message file path, or None for anything else."""
@@ -443,7 +498,11 @@ class Mailbox:
         """INBOX and every Maildir++ folder (dot-directory) under the root; [] if there is no root."""
         try:
             with os.scandir(self.root) as entries:
-                dotted = sorted(e.name for e in entries if e.name.startswith(".") and e.name not in (".", "..") and e.is_dir())
+                # A link is no folder: it could lead anywhere (open_dir refuses it too).
+                dotted = sorted(
+                    e.name for e in entries
+                    if e.name.startswith(".") and e.name not in (".", "..") and e.is_dir(follow_symlinks=False)
+                )  # fmt: skip
         except FileNotFoundError:
             return []
         return [INBOX, *dotted]
@@ -455,11 +514,14 @@ class Mailbox:
             for sub in ("new", "cur"):
                 directory = self.folder_dir(folder) / sub
                 try:
-                    with os.scandir(directory) as entries:
+                    with self.open_dir(folder, sub) as dir_fd, os.scandir(dir_fd) as entries:
                         for e in entries:
                             if not e.name.startswith(".") and e.is_file(follow_symlinks=False):
                                 found.append(Location(folder, sub, e.name, directory / e.name))
-                except (FileNotFoundError, NotADirectoryError):
+                except FileNotFoundError:
+                    continue
+                except OSError as e:  # a link in place of the folder or cur/new: not followed
+                    log.warning("maildir_folder_skipped", maildir=str(self.root), path=e.filename, reason=e.strerror)
                     continue
         return found
 
@@ -475,7 +537,7 @@ class Mailbox:
 
 
 def write_message(
-    mailbox: Mailbox, folder: str, name: str, data: bytes, fsync: bool, replaces: Path | None = None
+    mailbox: Mailbox, folder: str, name: str, data: bytes, fsync: bool, replaces: Location | None = None
 ) -> Path:
     """tmp/ write, fsync, rename into new/, fsync new/; then unlink `replaces` (blocking).
 
@@ -524,7 +586,7 @@ def write_message(
         for opened in fds:
             os.close(opened)
     if replaces is not None:
-        replaces.unlink(missing_ok=True)
+        mailbox.remove(replaces)
     return folder_dir / "new" / name
 
 
@@ -648,7 +710,7 @@ class MaildirWatcher:
             for loc in locs:
                 if entry is None and loc.folder == INBOX and loc.sub == "new" and _SIZE_FIELDS_RE.sub("", base) in filed_originals:
                     # A filing interrupted after its copy was renamed into place.
-                    loc.path.unlink(missing_ok=True)
+                    await asyncio.to_thread(mailbox.remove, loc)
                     continue
                 await self._appeared(mailbox, loc, None, context="catch_up")
         dropped = mailbox.index.keep_only(set(by_base))
@@ -710,7 +772,7 @@ class MaildirWatcher:
                 await self._learn(mailbox, loc, label, how="moved", before=before, context=context)
             return
 
-        raw = await self._read(loc)
+        raw = await self._read(mailbox, loc)
         if raw is None:
             return
         self.files_read += 1
@@ -734,30 +796,24 @@ class MaildirWatcher:
         elif loc.folder != mailbox.trash and known is not None and known[0] == Label.SPAM:
             await self._learn(mailbox, loc, Label.HAM, how="found_out_of_junk", before=None, context=context, raw=raw)
 
-    async def _read(self, loc: Location) -> bytes | None:
-        try:
-            return await asyncio.to_thread(loc.path.read_bytes)
-        except FileNotFoundError:
-            # Renamed again before we got to it (new/ -> cur/, or moved): its own event follows.
-            return None
-        except IsADirectoryError:
-            return None
+    async def _read(self, mailbox: Mailbox, loc: Location) -> bytes | None:
+        return await asyncio.to_thread(mailbox.read_message, loc)
 
     async def _learn(
         self, mailbox: Mailbox, loc: Location, label: Label, how: str, before: str | None, context: str, raw: bytes | None = None
     ) -> None:
         if raw is None:
-            raw = await self._read(loc)
+            raw = await self._read(mailbox, loc)
             if raw is None:
                 # Gone before we read it: find it by name where it went next (flags changed).
                 for sub in ("cur", "new"):
                     directory = mailbox.folder_dir(loc.folder) / sub
                     try:
                         names = [n for n in os.listdir(directory) if base_of(n) == loc.base]
-                    except FileNotFoundError:
+                    except OSError:  # gone, or not a directory: read_message refuses links anyway
                         names = []
                     if names:
-                        raw = await self._read(Location(loc.folder, sub, names[0], directory / names[0]))
+                        raw = await self._read(mailbox, Location(loc.folder, sub, names[0], directory / names[0]))
                         break
                 if raw is None:
                     log.warning("training_source_vanished", maildir=str(mailbox.root), folder=loc.folder, name=loc.name)
@@ -777,7 +833,7 @@ class MaildirWatcher:
         # Recorded before the rename: the watcher must see spamd's own filing as no move.
         mailbox.index.record(name, folder, key)
         try:
-            await asyncio.to_thread(write_message, mailbox, folder, name, scored.data, self.config.fsync, loc.path)
+            await asyncio.to_thread(write_message, mailbox, folder, name, scored.data, self.config.fsync, loc)
         except FileExistsError:
             pass  # a scored copy from an interrupted filing is being written again; keep it
         except OSError as e:
