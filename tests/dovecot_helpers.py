@@ -166,6 +166,8 @@ def dovecot_missing() -> str | None:
         return f"{DOVECOT} is not installed (apt-get install dovecot-imapd)"
     if os.geteuid() != 0:
         return "Dovecot with a static mail uid, and spamd run as root and as that uid, need root"
+    if shutil.which("setpriv") is None:
+        return "setpriv (util-linux) is needed to run spamd with the systemd unit's capabilities"
     return None
 
 

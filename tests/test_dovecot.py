@@ -146,6 +146,8 @@ def test_imap_moves_train_spamd_exactly_once_and_dovecot_logs_no_error(dovecot, 
                 client.shutdown()
             except OSError:
                 pass
+        # Nothing was seen twice (a repeat would show as "maildir:skipped_repeat").
+        assert {k: v for k, v in spamd.training().items() if v} == counts
         stats = spamd.stats()
         # Each decision once: spam 1, 2, 4, 5, 6, 7 (2 sits in Trash, still spam), ham 0 and 3.
         assert (stats["trained_spam"], stats["trained_ham"], stats["ledger_entries"]) == (6, 2, 8), counts
@@ -210,7 +212,7 @@ def test_mail_dovecot_lda_delivers_is_filed_by_spamd_and_stays_readable(dovecot,
             imap_ok(client.uid("MOVE", inbox["ham-1-14"], "Junk"))  # the filter was wrong: spam
             message_ids(client, "Junk")
             imap_ok(client.uid("MOVE", junk["spam-1-14"], "INBOX"))  # and here: ham
-            wait_for_training(spamd, {"spamctl:learned": 40, "maildir:learned": 2})
+            counts = wait_for_training(spamd, {"spamctl:learned": 40, "maildir:learned": 2})
             client.logout()
         finally:
             try:
@@ -219,6 +221,7 @@ def test_mail_dovecot_lda_delivers_is_filed_by_spamd_and_stays_readable(dovecot,
                 pass
         assert dovecot.errors() == []
         assert spamd.stats()["daemon"]["recent_errors"] == []
+        assert {k: v for k, v in spamd.training().items() if v} == counts  # spamd's own filing trained nothing
         assert ownership_of_everything(maildir) == {(MAIL_UID, MAIL_GID)}
     finally:
         spamd.stop()
@@ -315,8 +318,9 @@ def test_imapsieve_trains_spamd_from_moves_in_a_maildir_it_does_not_watch(sieve_
         assert not os.path.exists("/tmp/spamd-learn-owned")
         done = subprocess.run([script], input=b"", capture_output=True, timeout=60, env={"PATH": "/usr/bin:/bin"}, **run_as)
         assert done.returncode == 64 and b"usage: spamd-learn spam|ham" in done.stderr
-        wait_for_training(spamd, {"spamctl:learned": 7, "spamctl:corrected": 1})
+        counts = wait_for_training(spamd, {"spamctl:learned": 7, "spamctl:corrected": 1})
         stats = spamd.stats()
+        assert {k: v for k, v in stats["training_events"].items() if v} == counts
         assert (stats["trained_spam"], stats["trained_ham"]) == (5, 2)
         assert sieve_dovecot.errors() == []
     finally:
