@@ -620,3 +620,21 @@ async def test_root_spamd_never_reads_removes_or_files_what_a_link_in_a_maildir_
     for path in maildir.rglob("*"):
         if path.is_file() and not path.is_symlink() and path.name != "5.M5P5.hard":
             assert b"TOPSECRET" not in path.read_bytes(), path
+
+
+async def test_a_users_maildir_that_is_a_link_is_not_served(tmp_path):
+    root = tmp_path / "vmail"
+    (root / "bob" / "Maildir").mkdir(parents=True)
+    (root / "alice").mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (root / "alice" / "Maildir").symlink_to(elsewhere)
+    async with running(daemon_config(tmp_path / "data", maildir={"root": str(root)})) as daemon:
+        assert [m.user for m in daemon.mailboxes] == ["bob"]
+        [error] = daemon.metrics.snapshot()["recent_errors"]
+        assert error["event"] == "maildir_not_served" and error["path"] == str(root / "alice" / "Maildir")
+        with pytest.raises(smtplib.SMTPRecipientsRefused):
+            await asyncio.to_thread(send, daemon.smtp_address[1], make_message(Label.HAM, 1), ["alice@example.com"])
+        await daemon.reload()
+        assert [m.user for m in daemon.mailboxes] == ["bob"]
+    assert list(elsewhere.iterdir()) == []
