@@ -53,10 +53,12 @@ LDA = "/usr/lib/dovecot/dovecot-lda"
 def dovecot() -> Iterator[Dovecot]:
     top = private_dir("spamd-dc-")
     server = Dovecot(top)
-    server.start()
-    yield server
-    server.stop()
-    shutil.rmtree(top, ignore_errors=True)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(top, ignore_errors=True)
 
 
 @pytest.fixture
@@ -236,24 +238,27 @@ def sieve_dovecot() -> Iterator[Dovecot]:
     if not os.path.exists(SIEVEC):
         pytest.skip(f"{SIEVEC} is not installed (apt-get install dovecot-sieve)")
     top = private_dir("spamd-ds-")
-    sieve_dir, bin_dir = top / "sieve", top / "bin"
-    sieve_dir.mkdir()
-    bin_dir.mkdir()
-    for directory in (sieve_dir, bin_dir):
-        os.chmod(directory, 0o755)
-    snippet = (IMAPSIEVE / "90-spamd-imapsieve.conf").read_text()
-    snippet = snippet.replace("/etc/dovecot/sieve", str(sieve_dir)).replace("/usr/local/lib/spamd/imapsieve", str(bin_dir))
-    server = Dovecot(top, extra=snippet)
-    for name in ("spamd-report-spam.sieve", "spamd-report-ham.sieve"):
-        shutil.copy(IMAPSIEVE / name, sieve_dir / name)
-        # Compiled ahead, as the snippet says: the mail user may not write beside a global script.
-        compile_ = [SIEVEC, "-c", str(server.conf), str(sieve_dir / name)]
-        done = subprocess.run(compile_, capture_output=True, text=True, timeout=30)
-        assert done.returncode == 0, done.stderr
-    server.start()
-    yield server
-    server.stop()
-    shutil.rmtree(top, ignore_errors=True)
+    server: Dovecot | None = None
+    try:
+        sieve_dir, bin_dir = top / "sieve", top / "bin"
+        for directory in (sieve_dir, bin_dir):
+            directory.mkdir()
+            os.chmod(directory, 0o755)
+        snippet = (IMAPSIEVE / "90-spamd-imapsieve.conf").read_text()
+        snippet = snippet.replace("/etc/dovecot/sieve", str(sieve_dir)).replace("/usr/local/lib/spamd/imapsieve", str(bin_dir))
+        server = Dovecot(top, extra=snippet)
+        for name in ("spamd-report-spam.sieve", "spamd-report-ham.sieve"):
+            shutil.copy(IMAPSIEVE / name, sieve_dir / name)
+            # Compiled ahead, as the snippet says: the mail user may not write beside a global script.
+            compile_ = [SIEVEC, "-c", str(server.conf), str(sieve_dir / name)]
+            done = subprocess.run(compile_, capture_output=True, text=True, timeout=30)
+            assert done.returncode == 0, done.stderr
+        server.start()
+        yield server
+    finally:
+        if server is not None:
+            server.stop()
+        shutil.rmtree(top, ignore_errors=True)
 
 
 def install_learn_script(bin_dir: Path, spamd: Spamd) -> None:
