@@ -16,7 +16,9 @@ import argparse
 import json
 import mailbox
 import math
+import os
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -163,7 +165,8 @@ def _read_file(path: Path) -> bytes:
 
 
 def input_kind(path: Path) -> str:
-    """'maildir' (a Maildir or Maildir++ folder), 'mbox' (a file starting 'From '), or 'file'.
+    """'maildir' (a Maildir or Maildir++ folder), 'directory' (of message files), 'mbox'
+    (a file starting 'From '), or 'file'.
 
     A 'mbox' holding a single message is trained as a file (see Inputs).
     """
@@ -171,7 +174,7 @@ def input_kind(path: Path) -> str:
         if path.is_dir():
             if (path / "cur").is_dir() or (path / "new").is_dir():
                 return "maildir"
-            raise NotAMessageError(f"{path}: a directory but not a Maildir folder (no cur/ or new/ in it)")
+            return "directory"
         with open(path, "rb") as f:
             start = f.read(5)
     except FileNotFoundError:
@@ -181,6 +184,15 @@ def input_kind(path: Path) -> str:
     except OSError as e:
         raise SpamdError(f"{path}: cannot read: {e.strerror}") from None
     return "mbox" if start == b"From " else "file"
+
+
+def directory_files(directory: Path) -> list[Path]:
+    """The message files directly in a plain directory (as sa-learn takes one): not its sub-directories, no dotfiles."""
+    try:
+        entries = sorted(directory.iterdir())
+    except PermissionError:
+        raise SpamdError(f"{directory}: permission denied") from None
+    return [p for p in entries if not p.name.startswith(".") and p.is_file()]
 
 
 def maildir_files(folder: Path) -> list[Path]:
@@ -199,32 +211,68 @@ def maildir_files(folder: Path) -> list[Path]:
 
 
 class Inputs:
-    """Every message named by the PATH arguments, counted up front (for the progress bar)."""
+    """Every message named by the PATH arguments, counted up front (for the progress bar).
+
+    A PATH is a message file, an mbox, a Maildir folder, a plain directory of
+    message files, or '-': standard input, one message (an mbox when it starts
+    with a 'From ' line and holds several), as sa-learn and Dovecot's pipe give it.
+    """
 
     def __init__(self, paths: list[str]):
         self._items: list[tuple[str, Path, str]] = []  # (kind, path, description)
         self._mboxes: dict[Path, mailbox.mbox] = {}
+        self._stdin: bytes | None = None
+        self._spool: Path | None = None
         self.total = 0
-        for name in paths:
-            path = Path(name)
-            kind = input_kind(path)
-            if kind == "maildir":
-                files = maildir_files(path)
-                self._items.extend(("file", f, str(f)) for f in files)
-                self.total += len(files)
-                continue
-            if kind == "mbox":
-                box = mailbox.mbox(str(path), create=False)
-                if len(box) > 1:
-                    self._mboxes[path] = box
-                    self._items.append(("mbox", path, str(path)))
-                    self.total += len(box)
+        if paths.count("-") > 1:
+            raise SpamdError("- (standard input) can be given only once")
+        try:
+            for name in paths:
+                if name == "-":
+                    self._add_stdin(sys.stdin.buffer.read())
                     continue
-                box.close()
-            # One message, even with an mbox "From " line (TREC files, some MDAs): its bytes
-            # as they are, so its key is the one the daemon computes for the same file.
-            self._items.append(("file", path, str(path)))
-            self.total += 1
+                path = Path(name)
+                kind = input_kind(path)
+                if kind in ("maildir", "directory"):
+                    files = maildir_files(path) if kind == "maildir" else directory_files(path)
+                    self._items.extend(("file", f, str(f)) for f in files)
+                    self.total += len(files)
+                    continue
+                if kind == "mbox" and self._add_mbox(path, str(path)):
+                    continue
+                # One message, even with an mbox "From " line (TREC files, some MDAs): its bytes
+                # as they are, so its key is the one the daemon computes for the same file.
+                self._items.append(("file", path, str(path)))
+                self.total += 1
+        except BaseException:
+            self.close()  # a bad PATH after '-': no spool file left behind
+            raise
+
+    def _add_mbox(self, path: Path, described: str) -> bool:
+        """Queue an mbox's messages; False (nothing queued) when it holds one message or none."""
+        box = mailbox.mbox(str(path), create=False)
+        if len(box) > 1:
+            self._mboxes[path] = box
+            self._items.append(("mbox", path, described))
+            self.total += len(box)
+            return True
+        box.close()
+        return False
+
+    def _add_stdin(self, data: bytes) -> None:
+        if data.startswith(b"From "):
+            # The mailbox module parses files only: spool it, read it, remove it when done.
+            fd, spool = tempfile.mkstemp(prefix="spamctl-stdin-", suffix=".mbox")
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            self._spool = Path(spool)
+            if self._add_mbox(self._spool, "standard input"):
+                return
+            self._spool.unlink()
+            self._spool = None
+        self._stdin = data
+        self._items.append(("stdin", Path("-"), "standard input"))
+        self.total += 1
 
     def __iter__(self) -> Iterator[tuple[str, bytes | None, str | None]]:
         """(name, message bytes or None, problem or None), in order."""
@@ -233,12 +281,21 @@ class Inputs:
                 box = self._mboxes[path]
                 for number, key in enumerate(box.iterkeys(), 1):
                     yield f"{described} message {number}", box.get_bytes(key), None
-                box.close()
+                continue
+            if kind == "stdin":
+                yield described, self._stdin, None
                 continue
             try:
                 yield described, path.read_bytes(), None
             except OSError as e:  # a file that vanished (moved by a mail client) or is unreadable
                 yield described, None, e.strerror or str(e)
+
+    def close(self) -> None:
+        """Close the mboxes and remove standard input's spool file, if any."""
+        for box in self._mboxes.values():
+            box.close()
+        if self._spool is not None:
+            self._spool.unlink(missing_ok=True)
 
 
 # ---------------------------------------------------------------- output helpers
@@ -396,6 +453,11 @@ def cmd_untrain(config: Config, args: argparse.Namespace) -> int:
 
 def _train_paths(config: Config, args: argparse.Namespace, command: str, label: str | None) -> int:
     inputs = Inputs(args.paths)  # resolve every PATH before training any: a typo trains nothing
+    with closing(inputs):
+        return _train_inputs(config, args, command, label, inputs)
+
+
+def _train_inputs(config: Config, args: argparse.Namespace, command: str, label: str | None, inputs: Inputs) -> int:
     tally: Counter[str] = Counter()
     problems: list[tuple[str, str]] = []
     failure: str | None = None
@@ -650,13 +712,13 @@ def build_parser() -> argparse.ArgumentParser:
         return sub
 
     command("stats", "counters, model size, snapshot and journal state, scoring speed", cmd_stats)
-    train = command("train", "train messages: files, Maildir folders, mbox files", cmd_train)
+    train = command("train", "train messages: files, Maildir folders, directories, mbox files, - for stdin", cmd_train)
     which = train.add_mutually_exclusive_group(required=True)
     which.add_argument("--spam", action="store_true", help="train as spam")
     which.add_argument("--ham", action="store_true", help="train as ham")
-    train.add_argument("paths", nargs="+", metavar="PATH")
+    train.add_argument("paths", nargs="+", metavar="PATH", help="message file, mbox, Maildir folder, directory, or -")
     untrain = command("untrain", "remove messages from the model", cmd_untrain)
-    untrain.add_argument("paths", nargs="+", metavar="PATH")
+    untrain.add_argument("paths", nargs="+", metavar="PATH", help="message file, mbox, Maildir folder, directory, or -")
     classify = command("classify", "verdict, score and spam probability of one message", cmd_classify)
     classify.add_argument("file", metavar="FILE|-")
     explain = command("explain", "the tokens that moved a message's score most, each way", cmd_explain)

@@ -170,7 +170,8 @@ class Config:
             if root.is_dir():
                 for user_dir in sorted(p for p in root.iterdir() if p.is_dir()):
                     nested = user_dir / "Maildir"
-                    found.append(nested if nested.is_dir() else user_dir)
+                    # A link is kept as found (not taken for "no Maildir"): the daemon refuses to serve it.
+                    found.append(nested if nested.is_dir() or nested.is_symlink() else user_dir)
         if not found:
             found.append(self.data_dir / "Maildir")
         return found

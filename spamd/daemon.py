@@ -130,7 +130,8 @@ class Daemon:
         remove_stale_temps(config.data_dir, f".{INDEX_FILE}.tmp-*")
         indexes = await asyncio.to_thread(load_indexes, self.index_path)
         for root in config.maildirs():
-            self.mailboxes.append(await self._open_mailbox(root, indexes.get(str(root))))
+            if not self._refused_link(root):
+                self.mailboxes.append(await self._open_mailbox(root, indexes.get(str(root))))
         self.watcher = MaildirWatcher(
             self.mailboxes,
             config.maildir,
@@ -257,10 +258,38 @@ class Daemon:
                     log.error("snapshot_failed", error=str(e), action="the journal holds all training; retrying")
                     self.metrics.error("snapshot_failed", error=str(e))
 
+    def _refused_link(self, root: Path) -> bool:
+        """A user's Maildir under `maildir.root` that is a symbolic link: not served (logged).
+
+        The user may point it anywhere (another user's home, /etc): spamd, perhaps root,
+        would make folders and deliver there. Links in `maildir.paths` are the admin's own.
+        """
+        if not self.config.maildir.root or str(root) in self.config.maildir.paths or not root.is_symlink():
+            return False
+        reason = "a symbolic link under maildir.root: its user could point it anywhere"
+        action = f"make {root} a directory, or list it in maildir.paths"
+        log.error("maildir_not_served", maildir=str(root), reason=reason, action=action)
+        self.metrics.error("maildir_not_served", path=str(root), error=reason)
+        return True
+
     async def _open_mailbox(self, root: Path, index: Any) -> Mailbox:
         """A Maildir ready to serve (at start, or on reload for a new user): layout made, stale tmp/ files gone."""
         mailbox = Mailbox(root, self.config.maildir, user_of(root), index)
-        mailbox.ensure_layout()
+        problem = await asyncio.to_thread(mailbox.ensure_layout)
+        if problem:
+            # Served all the same: refusing would bounce the user's mail; the admin must act.
+            log.error("maildir_ownership_not_mirrored", maildir=str(root), problem=problem)
+            self.metrics.error("maildir_ownership_not_mirrored", path=str(root), error=problem)
+        if mailbox.repaired:
+            owner = mailbox.ownership
+            assert owner is not None
+            chown = f"chown -R {owner.uid}:{owner.gid} {root}"
+            log.warning(
+                "maildir_ownership_repaired",
+                maildir=str(root),
+                folders=mailbox.repaired,
+                action=f"messages an older spamd delivered as root may still be root's: {chown}",
+            )
         stale = await asyncio.to_thread(mailbox.remove_stale_tmp)
         if stale:
             log.info("maildir_stale_tmp_removed", maildir=str(root), files=stale)
@@ -279,7 +308,7 @@ class Daemon:
         served = {mailbox.root for mailbox in self.mailboxes}
         added = []
         for root in await asyncio.to_thread(self.config.maildirs):
-            if root in served:
+            if root in served or self._refused_link(root):
                 continue
             mailbox = await self._open_mailbox(root, None)
             self.mailboxes.append(mailbox)

@@ -152,15 +152,16 @@ def set_flags(path: Path, flags: str) -> Path:
 class DaemonProcess:
     """`python -m spamd` with its JSON log lines collected by a reader thread."""
 
-    def __init__(self, *args: str | Path):
+    def __init__(self, *args: str | Path, python: list[str] | None = None, env: dict[str, str] | None = None, **popen):
+        """`python`, `env` and `popen` (user=, group=, ...) run it as another user (tests/dovecot_helpers.py)."""
         import subprocess
         import sys
         import threading
 
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(env if env is not None else os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "spamd", *map(str, args)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+            [*(python or [sys.executable]), "-m", "spamd", *map(str, args)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, **popen,
         )  # fmt: skip
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)

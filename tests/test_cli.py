@@ -175,14 +175,54 @@ def test_errors_are_one_line_and_a_nonzero_status(home: Path, args: tuple[str, .
     assert "Traceback" not in result.stderr
 
 
-def test_a_directory_that_is_not_a_maildir_is_refused_before_training_anything(home: Path) -> None:
-    (home / "plain").mkdir()
-    message = home / "one.eml"
-    message.write_bytes(SPAM[0])
-    result = ctl(home, "train", "--spam", message, home / "plain")
-    assert result.returncode == 1 and "not a Maildir folder" in result.stderr
-    assert ctl(home, "stats", "--json").json()["trained_spam"] == 0
-    assert "is a directory" in ctl(home, "classify", home / "plain").stderr
+def test_a_plain_directory_of_message_files_is_trained_as_sa_learn_takes_one(home: Path) -> None:
+    plain = home / "plain"
+    (plain / "nested").mkdir(parents=True)
+    for i, raw in enumerate(SPAM):
+        (plain / f"{i}.eml").write_bytes(raw)
+    (plain / ".hidden").write_bytes(HAM[0])  # a dotfile is no message
+    (plain / "nested" / "deeper.eml").write_bytes(HAM[1])  # nor is a sub-directory followed
+    result = ctl(home, "train", "--spam", plain, "--json")
+    assert result.returncode == 0, result.stderr
+    assert result.json()["messages"] == len(SPAM) and result.json()["learned"] == len(SPAM)
+    stats = ctl(home, "stats", "--json").json()
+    assert (stats["trained_spam"], stats["trained_ham"]) == (len(SPAM), 0)
+    assert "is a directory" in ctl(home, "classify", plain).stderr
+
+
+def test_standard_input_is_one_message_and_keyed_as_the_same_file(home: Path) -> None:
+    result = ctl(home, "train", "--spam", "-", "--json", input=SPAM[0])
+    assert result.returncode == 0, result.stderr
+    assert result.json()["messages"] == 1 and result.json()["learned"] == 1
+    (home / "same.eml").write_bytes(SPAM[0])
+    assert ctl(home, "train", "--spam", home / "same.eml", "--json").json()["skipped_repeat"] == 1
+    # Standard input beside files; the other label corrects it.
+    (home / "other.eml").write_bytes(SPAM[1])
+    mixed = ctl(home, "train", "--ham", home / "other.eml", "-", "--json", input=SPAM[0]).json()
+    assert (mixed["messages"], mixed["learned"], mixed["corrected"]) == (2, 1, 1)
+    assert ctl(home, "untrain", "-", "--json", input=SPAM[0]).json()["unlearned"] == 1
+    twice = ctl(home, "train", "--spam", "-", "-", input=SPAM[0])
+    assert twice.returncode == 1 and "only once" in twice.stderr
+
+
+def test_an_mbox_on_standard_input_is_split_and_leaves_no_spool_file(home: Path) -> None:
+    box = write_mbox(home / "ham.mbox", HAM).read_bytes()
+    env_tmp = home / "tmp"
+    env_tmp.mkdir()
+    spamctl = [*SPAMCTL, "--config", str(home / "spamd.toml"), "--data-dir", str(home / "data")]
+    env = {**os.environ, "TMPDIR": str(env_tmp)}
+    done = subprocess.run([*spamctl, "train", "--ham", "-", "--json"], input=box, capture_output=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    assert b'"learned": 3' in done.stdout
+    assert list(env_tmp.iterdir()) == []
+    # The same mbox as a file: every message a repeat (the same keys).
+    assert ctl(home, "train", "--ham", home / "ham.mbox", "--json").json()["skipped_repeat"] == len(HAM)
+    # A bad PATH after '-' trains nothing and leaves no spool file.
+    failed = subprocess.run(
+        [*spamctl, "train", "--ham", "-", "/nonexistent"], input=box, capture_output=True, timeout=60, env=env
+    )
+    assert failed.returncode == 1 and b"/nonexistent: no such file" in failed.stderr
+    assert list(env_tmp.iterdir()) == []
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")

@@ -38,13 +38,15 @@ This module decides; it does not score or learn. It calls the `score` and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import itertools
 import os
 import re
 import socket
+import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,7 +69,7 @@ from spamd.errors import StoreError
 from spamd.message import message_key
 from spamd.model import Label, Verdict
 from spamd.scoring import Scored, has_spam_status, spam_flagged
-from spamd.store import fsync_directory, write_atomically
+from spamd.store import write_atomically
 
 log = structlog.get_logger()
 
@@ -169,6 +171,146 @@ def load_indexes(path: Path) -> dict[str, SeenIndex]:
         return {}
 
 
+# ---------------------------------------------------------------- ownership
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+@dataclass(frozen=True, slots=True)
+class Ownership:
+    """Owner, group and modes of what spamd creates in a Maildir: those of its root, as Dovecot derives them.
+
+    Dovecot gives a new folder its Maildir root's mode and a new file that mode
+    without execute bits (0700 -> 0600, 0770 -> 0660), in the root's group. spamd
+    does the same, so the mail server can always use what spamd made. It applies
+    them only through descriptors of objects spamd itself just opened without
+    following links; it never changes anything by a path.
+    """
+
+    uid: int
+    gid: int
+    dir_mode: int
+    file_mode: int
+
+    @classmethod
+    def of(cls, st: os.stat_result) -> "Ownership":
+        # The set-group-ID bit is kept: group-shared Maildirs rely on it for new folders.
+        dir_mode = stat.S_IMODE(st.st_mode) & 0o2777
+        return cls(st.st_uid, st.st_gid, dir_mode, dir_mode & 0o666)
+
+    def apply(self, fd: int, directory: bool) -> None:
+        """Give an object spamd created (open as `fd`) this owner, group and mode, as far as allowed.
+
+        Does not raise for an owner it may not set: `problem()` said so at start.
+        """
+        mode = self.dir_mode if directory else self.file_mode
+        # The mode first, while spamd still owns the object: root then needs no CAP_FOWNER.
+        # (A chown keeps a directory's set-group-ID bit; files get no set-ID bits here.)
+        if stat.S_IMODE(os.fstat(fd).st_mode) != mode:
+            try:
+                os.fchmod(fd, mode)
+            except PermissionError:
+                # systemd's RestrictSUIDSGID= refuses the set-group-ID bit: the rest still applies.
+                with contextlib.suppress(PermissionError):
+                    os.fchmod(fd, mode & 0o777)
+        st = os.fstat(fd)
+        uid = self.uid if st.st_uid != self.uid and os.geteuid() == 0 else -1
+        gid = self.gid if st.st_gid != self.gid else -1
+        if uid != -1 or gid != -1:
+            try:
+                os.fchown(fd, uid, gid)
+            except PermissionError:
+                pass  # not root and not in the group: reported once by problem()
+
+    def problem(self, root: Path) -> str | None:
+        """Why the mail server may not be able to use what spamd creates here, or None when it can."""
+        euid = os.geteuid()
+        if euid == 0 or euid == self.uid:
+            return None
+        if self.gid in os.getgroups() or self.gid == os.getegid():
+            if self.dir_mode & 0o070 == 0o070:
+                return None  # a group-shared Maildir: the mail server gets group access to it
+        return (
+            f"{root}: owned by uid {self.uid} gid {self.gid} mode {self.dir_mode:04o}, but spamd runs as uid {euid}: "
+            f"folders and messages it creates there would be spamd's and unusable by the mail server; "
+            f"run spamd as the Maildir's user (User= in spamd.service) or as root"
+        )
+
+
+def _open_dir(parent_fd: int, name: str, where: Path) -> int:
+    """A sub-directory's descriptor, refusing a symbolic link (a user could point it anywhere).
+
+    Failures are OSErrors naming `where`, so delivery answers them as any disk failure (451).
+    """
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            refused = "a symbolic link or not a directory; spamd does not follow links in a Maildir"
+            raise OSError(e.errno, refused, str(where)) from None
+        raise OSError(e.errno, e.strerror, str(where)) from None
+
+
+def _make_dir(parent_fd: int, name: str, where: Path, ownership: Ownership | None, repaired: list[str] | None = None) -> int:
+    """`name` under `parent_fd`, created with `ownership` if missing; its descriptor.
+
+    One that a root spamd once left root's gets `ownership` too, and is added to `repaired`.
+    """
+    try:
+        os.mkdir(name, 0o700, dir_fd=parent_fd)
+        created = True
+    except FileExistsError:
+        created = False
+    fd = _open_dir(parent_fd, name, where)
+    try:
+        if ownership is not None and not created and _made_by_root_spamd(fd, ownership):
+            created = True
+            if repaired is not None:
+                repaired.append(str(where))
+        if ownership is not None and created:
+            ownership.apply(fd, directory=True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _made_by_root_spamd(fd: int, ownership: Ownership) -> bool:
+    # Folders an earlier spamd running as root made root's (0755) broke Dovecot's
+    # moves into Junk ("[SERVERBUG] Internal error"); layout folders in that state are
+    # repaired at start. Only spamd's own layout: nothing else is re-owned.
+    return os.geteuid() == 0 and ownership.uid != 0 and os.fstat(fd).st_uid == 0
+
+
+def _open_root(root: Path) -> tuple[int, Ownership]:
+    """Open the Maildir root, creating it (with its parents) if missing; its descriptor and ownership.
+
+    A missing root gets the owner and group of its nearest existing parent and
+    mode 0700, as an MDA creating a user's first Maildir would.
+    """
+    missing: list[str] = []
+    existing = root
+    while not existing.exists():
+        if existing.parent == existing:
+            break
+        missing.append(existing.name)
+        existing = existing.parent
+    fd = os.open(existing, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        parent = os.fstat(fd)
+        made = Ownership(parent.st_uid, parent.st_gid, 0o700, 0o600)
+        where = existing
+        for name in reversed(missing):
+            where = where / name
+            child = _make_dir(fd, name, where, made)
+            os.close(fd)
+            fd = child
+        return fd, Ownership.of(os.fstat(fd))
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 # ---------------------------------------------------------------- one Maildir
 
 
@@ -189,6 +331,10 @@ class Mailbox:
         self.config = config
         self.user = user
         self.index = index if index is not None else SeenIndex()
+        # The root's, read by ensure_layout; None until then (nothing is created before it runs).
+        self.ownership: Ownership | None = None
+        # Layout folders ensure_layout gave back to the Maildir's owner (left root's by an older spamd).
+        self.repaired: list[str] = []
 
     @property
     def junk(self) -> str:
@@ -201,17 +347,56 @@ class Mailbox:
     def folder_dir(self, folder: str) -> Path:
         return self.root / folder if folder else self.root
 
-    def ensure_layout(self) -> None:
-        """Create INBOX, Junk and Trash (cur/new/tmp) where missing, as Maildir++ has them."""
+    def ensure_layout(self) -> str | None:
+        """Create INBOX, Junk and Trash (cur/new/tmp, maildirfolder) where missing, owned as the root is.
+
+        Returns why the mail server may be unable to use what spamd creates (spamd
+        is neither root nor the Maildir's owner), or None. It does not change the
+        ownership of anything it did not create, except layout folders a root spamd
+        once left owned by root.
+        """
+        self.repaired = []
         try:
-            for folder in (INBOX, self.junk, self.trash):
-                base = self.folder_dir(folder)
-                for sub in ("cur", "new", "tmp"):
-                    (base / sub).mkdir(parents=True, exist_ok=True, mode=0o700)
-                if folder:
-                    (base / "maildirfolder").touch(exist_ok=True)
+            root_fd, self.ownership = _open_root(self.root)
+            try:
+                for folder in (INBOX, self.junk, self.trash):
+                    folder_fd = (
+                        _make_dir(root_fd, folder, self.root / folder, self.ownership, self.repaired)
+                        if folder
+                        else os.dup(root_fd)
+                    )
+                    try:
+                        for sub in ("cur", "new", "tmp"):
+                            os.close(_make_dir(folder_fd, sub, self.root / folder / sub, self.ownership, self.repaired))
+                        if folder:
+                            self._mark_folder(folder_fd)
+                    finally:
+                        os.close(folder_fd)
+            finally:
+                os.close(root_fd)
         except OSError as e:
-            raise StoreError(f"{self.root}: cannot create the Maildir folders: {e.strerror}") from None
+            where = f" {e.filename}:" if e.filename and str(e.filename) != str(self.root) else ""
+            raise StoreError(f"{self.root}: cannot create the Maildir folders:{where} {e.strerror}") from None
+        return self.ownership.problem(self.root)
+
+    def _mark_folder(self, folder_fd: int) -> None:
+        """The empty `maildirfolder` file Maildir++ (Courier, Dovecot) puts in every sub-folder."""
+        assert self.ownership is not None
+        try:
+            fd = os.open("maildirfolder", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         self.ownership.file_mode, dir_fd=folder_fd)  # fmt: skip
+        except FileExistsError:
+            try:
+                fd = os.open("maildirfolder", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder_fd)
+            except OSError:
+                return  # a link or unreadable: not spamd's to touch
+            if not (stat.S_ISREG(os.fstat(fd).st_mode) and _made_by_root_spamd(fd, self.ownership)):
+                os.close(fd)
+                return
+        try:
+            self.ownership.apply(fd, directory=False)
+        finally:
+            os.close(fd)
 
     def remove_stale_tmp(self, now: float | None = None) -> int:
         """Delete files left in the folders' tmp/ for over 36 hours; returns how many.
@@ -224,19 +409,74 @@ class Mailbox:
         now = time.time() if now is None else now
         removed = 0
         for folder in self.folders():
-            tmp = self.folder_dir(folder) / "tmp"
             try:
-                entries = list(os.scandir(tmp))
+                with self.open_dir(folder, "tmp") as tmp_fd:
+                    for entry in list(os.scandir(tmp_fd)):
+                        try:
+                            st = entry.stat(follow_symlinks=False)
+                            if stat.S_ISREG(st.st_mode) and now - st.st_mtime > STALE_TMP_S:
+                                os.unlink(entry.name, dir_fd=tmp_fd)
+                                removed += 1
+                        except OSError:
+                            continue
             except OSError:
                 continue
-            for entry in entries:
-                try:
-                    if entry.is_file(follow_symlinks=False) and now - entry.stat(follow_symlinks=False).st_mtime > STALE_TMP_S:
-                        os.unlink(entry.path)
-                        removed += 1
-                except OSError:
-                    continue
         return removed
+
+    @contextlib.contextmanager
+    def open_dir(self, folder: str, sub: str | None = None) -> Iterator[int]:
+        """A descriptor of a folder (or its cur/new/tmp), reached from the root without following links.
+
+        Everything spamd reads, writes, lists or removes inside a Maildir goes through
+        one of these: a user may replace any folder or sub-directory of their Maildir
+        with a link (to /etc, say), and spamd, perhaps root, must not follow it there.
+        """
+        fds = [os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)]
+        try:
+            if folder:
+                fds.append(_open_dir(fds[-1], folder, self.root / folder))
+            if sub:
+                fds.append(_open_dir(fds[-1], sub, self.folder_dir(folder) / sub))
+            yield fds[-1]
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def read_message(self, loc: Location) -> bytes | None:
+        """A message file's bytes (blocking); None if it is gone or is no regular file of this Maildir.
+
+        Opened without following links, and not at all if it is a FIFO or device. As
+        root, a file owned neither by the Maildir's owner nor its group is not read:
+        it cannot be a message of this user (spamd's own files have that owner).
+        """
+        try:
+            with self.open_dir(loc.folder, loc.sub) as dir_fd:
+                fd = os.open(loc.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+        except (FileNotFoundError, IsADirectoryError):
+            return None  # renamed again before we got to it (new/ -> cur/, or moved): its own event follows
+        except OSError as e:
+            log.warning("maildir_file_skipped", maildir=str(self.root), path=str(loc.path), reason=e.strerror)
+            return None
+        with open(fd, "rb", closefd=True) as f:
+            st = os.fstat(f.fileno())
+            reason = None
+            if not stat.S_ISREG(st.st_mode):
+                reason = "not a regular file"
+            elif os.geteuid() == 0 and self.ownership is not None and self.ownership.uid != 0:
+                if st.st_uid != self.ownership.uid and st.st_gid != self.ownership.gid:
+                    reason = f"owned by uid {st.st_uid} gid {st.st_gid}, not by the Maildir's owner"
+            if reason is not None:
+                log.warning("maildir_file_skipped", maildir=str(self.root), path=str(loc.path), reason=reason)
+                return None
+            return f.read()
+
+    def remove(self, loc: Location) -> None:
+        """Unlink a message file (blocking) through its directory's descriptor; gone already is fine."""
+        try:
+            with self.open_dir(loc.folder, loc.sub) as dir_fd:
+                os.unlink(loc.name, dir_fd=dir_fd)
+        except FileNotFoundError:
+            pass
 
     def locate(self, path: str | Path) -> Location | None:
         """The folder and sub-directory of a message file path, or None for anything else."""
@@ -258,7 +498,11 @@ class Mailbox:
         """INBOX and every Maildir++ folder (dot-directory) under the root; [] if there is no root."""
         try:
             with os.scandir(self.root) as entries:
-                dotted = sorted(e.name for e in entries if e.name.startswith(".") and e.name not in (".", "..") and e.is_dir())
+                # A link is no folder: it could lead anywhere (open_dir refuses it too).
+                dotted = sorted(
+                    e.name for e in entries
+                    if e.name.startswith(".") and e.name not in (".", "..") and e.is_dir(follow_symlinks=False)
+                )  # fmt: skip
         except FileNotFoundError:
             return []
         return [INBOX, *dotted]
@@ -270,11 +514,14 @@ class Mailbox:
             for sub in ("new", "cur"):
                 directory = self.folder_dir(folder) / sub
                 try:
-                    with os.scandir(directory) as entries:
+                    with self.open_dir(folder, sub) as dir_fd, os.scandir(dir_fd) as entries:
                         for e in entries:
                             if not e.name.startswith(".") and e.is_file(follow_symlinks=False):
                                 found.append(Location(folder, sub, e.name, directory / e.name))
-                except (FileNotFoundError, NotADirectoryError):
+                except FileNotFoundError:
+                    continue
+                except OSError as e:  # a link in place of the folder or cur/new: not followed
+                    log.warning("maildir_folder_skipped", maildir=str(self.root), path=e.filename, reason=e.strerror)
                     continue
         return found
 
@@ -289,36 +536,58 @@ class Mailbox:
         return None
 
 
-def write_message(folder_dir: Path, name: str, data: bytes, fsync: bool, replaces: Path | None = None) -> Path:
+def write_message(
+    mailbox: Mailbox, folder: str, name: str, data: bytes, fsync: bool, replaces: Location | None = None
+) -> Path:
     """tmp/ write, fsync, rename into new/, fsync new/; then unlink `replaces` (blocking).
 
     The message is in new/ whole before the original is removed: a crash leaves
     the original, a copy, or both, never a half-written file and never neither.
+    The file gets the Maildir's owner, group and file mode. Every directory is
+    opened without following links, so a link a user planted in their Maildir
+    cannot make spamd write, or chown, anything outside it.
     """
-    tmp = folder_dir / "tmp" / name
-    target = folder_dir / "new" / name
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    folder_dir = mailbox.folder_dir(folder)
+    ownership = mailbox.ownership
+    fds: list[int] = []
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        if fsync:
-            os.fsync(fd)
-    except BaseException:
+        fds.append(os.open(mailbox.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+        if folder:
+            fds.append(_open_dir(fds[-1], folder, folder_dir))
+        folder_fd = fds[-1]
+        tmp_fd = _open_dir(folder_fd, "tmp", folder_dir / "tmp")
+        fds.append(tmp_fd)
+        new_fd = _open_dir(folder_fd, "new", folder_dir / "new")
+        fds.append(new_fd)
+        mode = ownership.file_mode if ownership is not None else 0o600
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=tmp_fd)
+        try:
+            if ownership is not None:
+                ownership.apply(fd, directory=False)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if fsync:
+                os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            os.unlink(name, dir_fd=tmp_fd)
+            raise
         os.close(fd)
-        tmp.unlink(missing_ok=True)
-        raise
-    os.close(fd)
-    try:
-        os.rename(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    if fsync:
-        fsync_directory(target.parent)
+        try:
+            os.rename(name, name, src_dir_fd=tmp_fd, dst_dir_fd=new_fd)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name, dir_fd=tmp_fd)
+            raise
+        if fsync:
+            os.fsync(new_fd)
+    finally:
+        for opened in fds:
+            os.close(opened)
     if replaces is not None:
-        replaces.unlink(missing_ok=True)
-    return target
+        mailbox.remove(replaces)
+    return folder_dir / "new" / name
 
 
 # ---------------------------------------------------------------- the watcher
@@ -441,7 +710,7 @@ class MaildirWatcher:
             for loc in locs:
                 if entry is None and loc.folder == INBOX and loc.sub == "new" and _SIZE_FIELDS_RE.sub("", base) in filed_originals:
                     # A filing interrupted after its copy was renamed into place.
-                    loc.path.unlink(missing_ok=True)
+                    await asyncio.to_thread(mailbox.remove, loc)
                     continue
                 await self._appeared(mailbox, loc, None, context="catch_up")
         dropped = mailbox.index.keep_only(set(by_base))
@@ -503,7 +772,7 @@ class MaildirWatcher:
                 await self._learn(mailbox, loc, label, how="moved", before=before, context=context)
             return
 
-        raw = await self._read(loc)
+        raw = await self._read(mailbox, loc)
         if raw is None:
             return
         self.files_read += 1
@@ -527,30 +796,24 @@ class MaildirWatcher:
         elif loc.folder != mailbox.trash and known is not None and known[0] == Label.SPAM:
             await self._learn(mailbox, loc, Label.HAM, how="found_out_of_junk", before=None, context=context, raw=raw)
 
-    async def _read(self, loc: Location) -> bytes | None:
-        try:
-            return await asyncio.to_thread(loc.path.read_bytes)
-        except FileNotFoundError:
-            # Renamed again before we got to it (new/ -> cur/, or moved): its own event follows.
-            return None
-        except IsADirectoryError:
-            return None
+    async def _read(self, mailbox: Mailbox, loc: Location) -> bytes | None:
+        return await asyncio.to_thread(mailbox.read_message, loc)
 
     async def _learn(
         self, mailbox: Mailbox, loc: Location, label: Label, how: str, before: str | None, context: str, raw: bytes | None = None
     ) -> None:
         if raw is None:
-            raw = await self._read(loc)
+            raw = await self._read(mailbox, loc)
             if raw is None:
                 # Gone before we read it: find it by name where it went next (flags changed).
                 for sub in ("cur", "new"):
                     directory = mailbox.folder_dir(loc.folder) / sub
                     try:
                         names = [n for n in os.listdir(directory) if base_of(n) == loc.base]
-                    except FileNotFoundError:
+                    except OSError:  # gone, or not a directory: read_message refuses links anyway
                         names = []
                     if names:
-                        raw = await self._read(Location(loc.folder, sub, names[0], directory / names[0]))
+                        raw = await self._read(mailbox, Location(loc.folder, sub, names[0], directory / names[0]))
                         break
                 if raw is None:
                     log.warning("training_source_vanished", maildir=str(mailbox.root), folder=loc.folder, name=loc.name)
@@ -570,14 +833,13 @@ class MaildirWatcher:
         # Recorded before the rename: the watcher must see spamd's own filing as no move.
         mailbox.index.record(name, folder, key)
         try:
-            await asyncio.to_thread(
-                write_message, mailbox.folder_dir(folder), name, scored.data, self.config.fsync, loc.path
-            )
+            await asyncio.to_thread(write_message, mailbox, folder, name, scored.data, self.config.fsync, loc)
         except FileExistsError:
             pass  # a scored copy from an interrupted filing is being written again; keep it
         except OSError as e:
             mailbox.index.forget(name)
             what = "disk full" if e.errno == errno.ENOSPC else e.strerror
+            what = f"{e.filename}: {what}" if e.filename else what
             log.error("maildir_filing_failed", maildir=str(mailbox.root), name=loc.name, error=what)
             self.on_error("maildir_filing_failed", path=str(loc.path), error=what)
             return
@@ -593,7 +855,7 @@ async def deliver(mailbox: Mailbox, scored: Scored, fsync: bool) -> Path:
     mailbox.index.record(name, folder, scored.key)
     try:
         data = scored.data.replace(b"\r\n", b"\n")  # Maildir files use LF, as Dovecot and Courier write them
-        return await asyncio.to_thread(write_message, mailbox.folder_dir(folder), name, data, fsync)
+        return await asyncio.to_thread(write_message, mailbox, folder, name, data, fsync)
     except BaseException:
         mailbox.index.forget(name)
         raise

@@ -266,6 +266,7 @@ class SmtpHandler:
             except OSError as e:
                 # Copies already written stay: a retry duplicates them rather than losing any.
                 what = "disk full" if e.errno == errno.ENOSPC else e.strerror
+                what = f"{e.filename}: {what}" if e.filename else what
                 log.error("smtp_delivery_failed", peer=peer, maildir=str(mailbox.root), error=what)
                 self.on_error("smtp_delivery_failed", maildir=str(mailbox.root), error=what)
                 if e.errno in (errno.ENOSPC, errno.EDQUOT):
