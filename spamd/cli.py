@@ -672,8 +672,11 @@ def cmd_import(config: Config, args: argparse.Namespace) -> int:
 
 
 def cmd_eval(config: Config, args: argparse.Namespace) -> int:
-    from spamd.evaluation import eval_command  # heavy (numpy reports, optional matplotlib): only when asked
+    from spamd.evaluation import default_jobs, eval_command  # heavy (numpy reports, optional matplotlib): only when asked
 
+    if args.jobs is not None and args.jobs < 1:
+        raise SpamdError(f"--jobs {args.jobs}: need at least 1 (1 = analyze in this process)")
+    jobs = default_jobs() if args.jobs is None else (0 if args.jobs == 1 else args.jobs)
     return eval_command(
         config,
         Path(args.index),
@@ -681,6 +684,7 @@ def cmd_eval(config: Config, args: argparse.Namespace) -> int:
         Path(args.plot) if args.plot else None,
         args.json,
         sys.stderr.isatty(),
+        jobs,
     )
 
 
@@ -734,6 +738,9 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("index", metavar="INDEX")
     evaluate.add_argument("--results", metavar="FILE", help="write TREC results lines here")
     evaluate.add_argument("--plot", metavar="FILE.png", help="draw the ROC curve here")
+    evaluate.add_argument(
+        "--jobs", type=int, metavar="N", help="processes analyzing messages (default: one per core; 1: none beside eval)"
+    )
     return parser
 
 

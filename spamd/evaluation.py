@@ -8,8 +8,9 @@ scored or learned: the caller passes the real classifier and trainer in.
 from __future__ import annotations
 
 import math
+import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -20,6 +21,7 @@ from spamd.errors import SpamdError
 from spamd.model import Label
 
 if TYPE_CHECKING:
+    from spamd.classifier import Classifier
     from spamd.config import Config
 
 Prepared = TypeVar("Prepared")  # what the caller's analysis makes of a message
@@ -84,30 +86,16 @@ BATCH_MESSAGES = 64
 BATCH_BYTES = 16 << 20
 
 
-def run_online(
-    entries: list[IndexEntry],
-    analyze_many: Callable[[list[bytes]], list[Prepared]],
-    score: Callable[[Prepared], tuple[float, bool, bool]],
-    learn: Callable[[Prepared, Label], None],
-    on_skip: Callable[[IndexEntry, str], None] = lambda entry, reason: None,
-    progress: Callable[[int], None] = lambda n: None,
-) -> tuple[list[Result], int, float]:
-    """Score each message, record it, then learn it with its gold label (TREC immediate feedback).
+Batch = list[tuple[IndexEntry, "Prepared | None", str]]  # (entry, analyzed or None, why it was skipped)
 
-    Messages are read and analyzed (`analyze_many`: raw bytes -> what `score` and
-    `learn` take) a batch at a time, which depends on nothing learned; each is then
-    scored and learned in index order, so every score comes from a model trained on
-    exactly the messages before it. `score(prepared)` returns (score, judged_spam,
-    unsure). Unreadable messages are skipped and reported through `on_skip`.
-    Returns the results, the number skipped, and seconds.
-    """
-    results: list[Result] = []
-    skipped = 0
-    started = time.perf_counter()
+
+def read_batches(entries: list[IndexEntry], analyze_many: Callable[[list[bytes]], list[Prepared]]) -> Iterator[Batch]:
+    """Read and analyze the messages a batch at a time, in this process, in index order."""
     position = 0
     while position < len(entries):
         batch: list[IndexEntry] = []
         raws: list[bytes] = []
+        failed: dict[int, str] = {}  # place in the batch -> why it could not be read
         size = 0
         while position < len(entries) and len(raws) < BATCH_MESSAGES and size < BATCH_BYTES:
             entry = entries[position]
@@ -115,19 +103,102 @@ def run_online(
             try:
                 raw = entry.path.read_bytes()
             except OSError as e:
-                skipped += 1
-                on_skip(entry, e.strerror or str(e))
-                progress(1)
-                continue
+                failed[len(batch)] = e.strerror or str(e)
+            else:
+                raws.append(raw)
+                size += len(raw)
             batch.append(entry)
-            raws.append(raw)
-            size += len(raw)
-        for entry, prepared in zip(batch, analyze_many(raws)):
-            value, judged_spam, unsure = score(prepared)
-            results.append(Result(entry.name, entry.label, value, judged_spam, unsure))
-            learn(prepared, entry.label)
+        analyzed = iter(analyze_many(raws))
+        yield [(entry, None, failed[n]) if n in failed else (entry, next(analyzed), "") for n, entry in enumerate(batch)]
+
+
+def run_online(
+    batches: Iterable[Batch],
+    score: Callable[[Prepared], tuple[float, bool, bool]],
+    learn: Callable[[Prepared, Label], None],
+    on_skip: Callable[[IndexEntry, str], None] = lambda entry, reason: None,
+    progress: Callable[[int], None] = lambda n: None,
+) -> tuple[list[Result], int, float]:
+    """Score each message, record it, then learn it with its gold label (TREC immediate feedback).
+
+    `batches` yields the messages in index order, already analyzed (raw bytes ->
+    what `score` and `learn` take), which depends on nothing learned: by
+    `read_batches` here, or by worker processes (`analyze_in_workers`). Each is
+    then scored and learned in index order, so every score comes from a model
+    trained on exactly the messages before it. `score(prepared)` returns (score,
+    judged_spam, unsure). Unreadable messages are skipped and reported through
+    `on_skip`. Returns the results, the number skipped, and seconds.
+    """
+    results: list[Result] = []
+    skipped = 0
+    started = time.perf_counter()
+    for batch in batches:
+        for entry, prepared, reason in batch:
+            if prepared is None:
+                skipped += 1
+                on_skip(entry, reason)
+            else:
+                value, judged_spam, unsure = score(prepared)
+                results.append(Result(entry.name, entry.label, value, judged_spam, unsure))
+                learn(prepared, entry.label)
             progress(1)
     return results, skipped, time.perf_counter() - started
+
+
+# ---------------------------------------------------------------- analysis in worker processes
+
+_worker_classifier: "Classifier | None" = None
+
+
+def _start_worker(config: "Config") -> None:
+    from spamd.classifier import Classifier
+    from spamd.engine import tune_gc_for_message_streams
+
+    global _worker_classifier
+    tune_gc_for_message_streams()
+    _worker_classifier = Classifier(config, None)  # analysis only: it never scores
+
+
+def _analyze_in_worker(entries: list[IndexEntry]) -> Batch:
+    assert _worker_classifier is not None
+    raws: list[bytes] = []
+    readable: list[IndexEntry] = []
+    failed: dict[int, str] = {}
+    for number, entry in enumerate(entries):
+        try:
+            raws.append(entry.path.read_bytes())
+            readable.append(entry)
+        except OSError as e:
+            failed[number] = e.strerror or str(e)
+    analyzed = iter(_worker_classifier.analyze_many(raws))
+    return [(entry, None, failed[n]) if n in failed else (entry, next(analyzed), "") for n, entry in enumerate(entries)]
+
+
+def analyze_in_workers(config: "Config", entries: list[IndexEntry], jobs: int) -> Iterator[Batch]:
+    """The batches of `read_batches`, read and analyzed by `jobs` worker processes, yielded in index order.
+
+    Analysis (parse, tokenize, hash) is most of the work per message and needs no
+    model, so it runs beside the one process that scores and trains in index order:
+    the same scores as one process, to the last digit (tests/test_evaluation.py).
+    Batches stop at BATCH_MESSAGES only (workers read the files; sizes are not known here).
+    """
+    import multiprocessing
+
+    chunks = [entries[i : i + BATCH_MESSAGES] for i in range(0, len(entries), BATCH_MESSAGES)]
+    # The platform's default start method: fork on Linux before Python 3.14 (workers
+    # start in milliseconds), forkserver after it, which is safe beside threads.
+    with multiprocessing.get_context().Pool(jobs, _start_worker, (config,)) as pool:
+        # imap keeps index order and runs ahead of the consumer by the pool's queue.
+        yield from pool.imap(_analyze_in_worker, chunks)
+
+
+def default_jobs() -> int:
+    """Worker processes for analysis: one per usable core, none on a single core."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return cores if cores > 1 else 0
 
 
 def roc_points(scores: np.ndarray, is_spam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -220,12 +291,14 @@ def evaluate_index(
     index: Path,
     progress: bool = False,
     on_skip: Callable[[IndexEntry, str], None] = lambda entry, reason: None,
+    jobs: int = 0,
 ) -> tuple[list[Result], Report]:
     """Run the protocol through the real Engine (parse, score, journaled training) on a fresh model.
 
     The model lives in a temporary data directory that is removed afterwards; the
     journal is written as in the daemon but not fsynced (durable=False), since a
-    crash mid-evaluation loses nothing of value.
+    crash mid-evaluation loses nothing of value. `jobs` > 0 analyzes the messages
+    in that many worker processes (`analyze_in_workers`); the scores are the same.
     """
     import dataclasses
     import tempfile
@@ -248,9 +321,13 @@ def evaluate_index(
 
             bar = _progress_bar(len(entries)) if progress else None
             try:
+                batches = (
+                    analyze_in_workers(config, entries, jobs)
+                    if jobs > 0
+                    else read_batches(entries, engine.classifier.analyze_many)
+                )
                 results, skipped, seconds = run_online(
-                    entries,
-                    engine.classifier.analyze_many,
+                    batches,
                     score,
                     learn,
                     on_skip,
@@ -326,7 +403,7 @@ def format_report(report: Report, index: Path) -> str:
 
 
 def eval_command(
-    config: "Config", index: Path, results: Path | None, plot: Path | None, as_json: bool, progress: bool
+    config: "Config", index: Path, results: Path | None, plot: Path | None, as_json: bool, progress: bool, jobs: int
 ) -> int:
     """`spamctl eval INDEX`: print the report (a table, or JSON as the last line) and write extras."""
     import json
@@ -335,7 +412,7 @@ def eval_command(
     def on_skip(entry: IndexEntry, reason: str) -> None:
         print(f"spamctl eval: skipped {entry.name}: {reason}", file=sys.stderr)
 
-    found, report = evaluate_index(config, index, progress=progress, on_skip=on_skip)
+    found, report = evaluate_index(config, index, progress=progress, on_skip=on_skip, jobs=jobs)
     if results is not None:
         try:
             with open(results, "w", encoding="utf-8") as f:

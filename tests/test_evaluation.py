@@ -171,8 +171,9 @@ def test_analyze_many_equals_analyze_one_at_a_time():
         assert np.array_equal(batched.features.counts, single.features.counts)
 
 
-def test_batched_evaluation_scores_each_message_with_the_model_of_the_messages_before_it(tmp_path, monkeypatch):
-    """Analysis runs ahead in batches; scoring and training stay in index order, one message each."""
+@pytest.mark.parametrize("jobs", [0, 2], ids=["in-process", "two-workers"])
+def test_batched_evaluation_scores_each_message_with_the_model_of_the_messages_before_it(tmp_path, monkeypatch, jobs):
+    """Analysis runs ahead in batches (here or in worker processes); scoring and training stay in index order."""
     monkeypatch.setattr(evaluation, "BATCH_MESSAGES", 16)  # 150 messages span ten batches
     messages = _varied_messages(150)
     (tmp_path / "data").mkdir()
@@ -183,8 +184,9 @@ def test_batched_evaluation_scores_each_message_with_the_model_of_the_messages_b
     lines.insert(33, "ham data/missing")  # a skipped line inside a batch
     index = tmp_path / "index"
     index.write_text("\n".join(lines) + "\n")
-    batched, report = evaluate_index(Config(), index)
-    assert report.messages == 150 and report.skipped == 1
+    skipped = []
+    batched, report = evaluate_index(Config(), index, on_skip=lambda e, why: skipped.append(e.name), jobs=jobs)
+    assert report.messages == 150 and report.skipped == 1 and skipped == ["data/missing"]
 
     # The reference: one message at a time, as the daemon does it.
     engine = Engine.open(Config(data_dir=tmp_path / "reference"), durable=False)
