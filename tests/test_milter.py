@@ -172,3 +172,168 @@ def test_sigterm_with_postfix_sessions_open_exits_at_once(postfix: Postfix, sink
     spamd.start()
     assert postfix.send(message(Label.HAM, "sigterm")) == {}
     assert len(sink.wait_for("sigterm")) == 1
+
+
+# ---------------------------------------------------------------- hostile milter clients
+
+
+class RawMilter:
+    """A socket speaking (or abusing) the milter protocol packet by packet, as no MTA would."""
+
+    def __init__(self, port: int, timeout: float = 10.0):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def negotiate(self) -> tuple[int, int, int]:
+        self.send(packet(SMFIC_OPTNEG, struct.pack("!III", 6, 0x1FF, 0x1FFFFF)))
+        command, data = self.read_packet()
+        assert command == SMFIC_OPTNEG
+        return struct.unpack("!III", data[:12])
+
+    def _exactly(self, n: int) -> bytes:
+        got = b""
+        while len(got) < n:
+            chunk = self.sock.recv(n - len(got))
+            if not chunk:
+                raise ConnectionError("closed by spamd")
+            got += chunk
+        return got
+
+    def read_packet(self) -> tuple[bytes, bytes]:
+        (length,) = struct.unpack("!I", self._exactly(4))
+        data = self._exactly(length)
+        return data[:1], data[1:]
+
+    def closed_by_spamd(self) -> bool:
+        """Whether spamd ends the connection (read to EOF, bounded by the socket timeout)."""
+        try:
+            while self.sock.recv(65536):
+                pass
+        except ConnectionResetError:
+            pass
+        finally:
+            self.sock.close()
+        return True
+
+    def reset(self) -> None:
+        """Vanish: close with RST, as a crashed MTA host does."""
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.sock.close()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def header(name: bytes, value: bytes) -> bytes:
+    return packet(SMFIC_HEADER, name + b"\0" + value + b"\0")
+
+
+def test_hostile_milter_clients_never_stall_postfix(postfix: Postfix, sink: Sink, spamd: Spamd):
+    port = spamd.milter_port
+    failures: list[str] = []
+    idle: list[RawMilter] = []
+
+    def attack(name: str, action) -> threading.Thread:
+        def run() -> None:
+            try:
+                action()
+            except Exception as e:  # collected, so the test names the scenario that broke
+                failures.append(f"{name}: {type(e).__name__}: {e}")
+
+        thread = threading.Thread(target=run, name=name)
+        thread.start()
+        return thread
+
+    def random_bytes() -> None:
+        rng = random.Random(7)
+        for _ in range(30):
+            client = RawMilter(port)
+            client.send(rng.randbytes(rng.randrange(1, 4096)))
+            client.close()
+
+    def bad_lengths() -> None:
+        for prefix in (b"\xff\xff\xff\xff", struct.pack("!I", 0), struct.pack("!I", 64 * 1024 * 1024)):
+            client = RawMilter(port)
+            client.send(prefix + b"O")
+            assert client.closed_by_spamd()
+
+    def protocol_breaches() -> None:
+        for breach in (packet(SMFIC_HEADER, b"From\0x\0"), packet(b"Z", b"??")):  # header before OPTNEG; unknown command
+            client = RawMilter(port)
+            client.send(breach)
+            assert client.closed_by_spamd()
+        client = RawMilter(port)
+        client.negotiate()
+        client.send(packet(SMFIC_OPTNEG, struct.pack("!III", 6, 0x1FF, 0)))
+        assert client.closed_by_spamd()
+        client = RawMilter(port)
+        client.negotiate()
+        client.send(b"".join(header(b"X-Spam-A", b"x") for _ in range(2000)))  # over the cap of removals
+        assert client.closed_by_spamd()
+
+    def vanish_mid_message() -> None:
+        for i in range(20):
+            client = RawMilter(port)
+            client.negotiate()
+            client.send(header(b"Subject", f"vanish {i}".encode()) + packet(SMFIC_BODY, b"half a body"))
+            client.reset()
+
+    def tiny_packet_flood() -> None:
+        # 20,000 one-byte body chunks in one write, then the end: answered, and nobody waits on it.
+        client = RawMilter(port, timeout=30)
+        client.negotiate()
+        client.send(header(b"Subject", b"flood") + b"".join(packet(SMFIC_BODY, b"x") for _ in range(20000)) + packet(SMFIC_BODYEOB))
+        replies = []
+        while not replies or replies[-1][0] not in (b"c", b"y"):
+            replies.append(client.read_packet())
+        assert replies[-1][0] == b"c" and [c for c, _ in replies].count(b"h") == 3
+        client.close()
+
+    def idle_crowd() -> None:
+        for i in range(300):
+            client = RawMilter(port)
+            if i % 3 == 0:
+                client.negotiate()
+            if i % 3 == 1:
+                client.send(struct.pack("!I", 1000) + b"O")  # a packet announced, never finished
+            idle.append(client)
+
+    with WellBehaved(postfix.smtp_port, pause=0.02) as probe:
+        threads = [
+            attack("random bytes", random_bytes),
+            attack("bad lengths", bad_lengths),
+            attack("protocol breaches", protocol_breaches),
+            attack("vanish mid-message", vanish_mid_message),
+            attack("tiny packet flood", tiny_packet_flood),
+            attack("idle crowd", idle_crowd),
+        ]
+        watch(threads, 60)
+    try:
+        assert not failures, failures
+        probe.check(minimum=3, limit_s=2.0)
+        assert spamd.alive(), "spamd died:\n" + "\n".join(spamd.proc.lines[-20:])
+        assert not spamd.events("milter_scoring_failed")
+        assert spamd.milter_sessions() >= 300  # the idle crowd is still there, and so is the control socket
+        # Every probe reached the sink through the milter, marked once.
+        for tag in probe.tags:
+            [data] = [m for m in sink.with_subject(tag) if tag_of(m.replace(b"\r\n", b"\n")) == tag] or [None]
+            assert data is not None and len(named(data, "X-Spam-Status")) == 1, tag
+        assert spamd.events("milter_protocol_error") and spamd.events("milter_client_vanished")
+    finally:
+        for client in idle:
+            client.close()
+
+
+def test_idle_connections_time_out_and_strangers_are_refused(postfix: Postfix, spamd: Spamd):
+    with spamd.reconfigured("[milter]\nidle_timeout_s = 0.5\n"):
+        client = RawMilter(spamd.milter_port)
+        client.negotiate()
+        started = time.monotonic()
+        assert client.closed_by_spamd() and time.monotonic() - started < 5
+        assert spamd.events("milter_timeout")[-1]["during"] == "idle"
+    with spamd.reconfigured('[smtp]\nallowed_peers = ["::1"]\n'):
+        client = RawMilter(spamd.milter_port)
+        assert client.closed_by_spamd()
+        assert spamd.events("milter_peer_refused")[-1]["peer"] == "127.0.0.1"

@@ -248,11 +248,11 @@ class MilterSession:
         except asyncio.IncompleteReadError:
             if self.message is not None:
                 log.warning("milter_client_vanished", peer=self.peer, during="message", **self._ids())
-        except (ConnectionError, OSError) as e:
-            log.warning("milter_client_vanished", peer=self.peer, error=f"{type(e).__name__}: {e}", **self._ids())
-        except TimeoutError:
+        except TimeoutError:  # (before OSError, its base class)
             # The MTA applies its milter_default_action (tempfail) to a message in progress.
             log.warning("milter_timeout", peer=self.peer, during="message" if self.message else "idle", **self._ids())
+        except OSError as e:
+            log.warning("milter_client_vanished", peer=self.peer, error=f"{type(e).__name__}: {e}", **self._ids())
         except MilterProtocolError as e:
             log.warning("milter_protocol_error", peer=self.peer, error=str(e))
 
