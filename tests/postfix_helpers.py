@@ -98,7 +98,9 @@ class Sink(NextHop):
 class Postfix:
     """One private Postfix: smtpd on `smtp_port`, every message relayed to `relay_port`."""
 
-    def __init__(self, directory: Path, relay_port: int, main: dict[str, str] | None = None, services: str = ""):
+    def __init__(
+        self, directory: Path, relay_port: int, main: dict[str, str] | None = None, smtpd_options: str = "", services: str = ""
+    ):
         self.dir = directory
         self.conf = directory / "conf"
         self.queue = directory / "queue"
@@ -107,7 +109,8 @@ class Postfix:
         self.smtp_port = free_port()
         self.relay_port = relay_port
         self.main = main or {}
-        self.services = services
+        self.smtpd_options = smtpd_options  # "  -o name=value" lines for the smtpd the tests talk to
+        self.services = services  # more master.cf services
         self.proc: subprocess.Popen[bytes] | None = None
 
     def main_cf(self) -> str:
@@ -157,7 +160,7 @@ class Postfix:
                 line = "  ".join(fields)
             lines.append(line)
         listener = f"127.0.0.1:{self.smtp_port} inet n - n - - smtpd\n"
-        return "\n".join(lines) + "\n" + listener + self.services
+        return "\n".join(lines) + "\n" + listener + self.smtpd_options + self.services
 
     def start(self) -> "Postfix":
         open_to_postfix(self.dir)
