@@ -348,6 +348,9 @@ def format_stats(stats: dict[str, Any]) -> str:
         if extra.get("smtp_listen"):
             rows.append(("smtp", f"{extra['smtp_listen']} ({extra.get('smtp_mode', '?')}), "
                                  f"{extra.get('smtp_sessions', 0)} sessions open"))
+        if extra.get("milter_listen"):
+            rows.append(("milter", f"{extra['milter_listen']}, {extra.get('milter_sessions', 0)} connections open, "
+                                   f"{extra.get('milter_in_flight', 0)} messages in flight"))
         for served in extra.get("maildirs") or []:
             rows.append(("maildir", f"{served.get('path')} ({served.get('indexed_messages', 0)} messages indexed)"))
     out = [header, "", table(rows, numbers=False)]
