@@ -30,7 +30,7 @@ from spamd.frontends.milter import (
 from spamd.model import Label
 from tests.attack_helpers import WellBehaved, tag_of
 from tests.daemon_helpers import crlf, wait_until_sync
-from tests.postfix_helpers import Postfix, Sink, Spamd, message, postfix_missing, running_postfix, watch
+from tests.postfix_helpers import Postfix, Sink, Spamd, free_port, message, postfix_missing, running_postfix, watch
 
 pytestmark = pytest.mark.skipif(postfix_missing() is not None, reason=str(postfix_missing()))
 
@@ -64,8 +64,18 @@ def postfix(tmp_path_factory, sink, spamd_process):
         "milter_default_action": "tempfail",
         "milter_mail_macros": "i {mail_addr} {client_addr} {client_name} {auth_authen}",
     }
-    with running_postfix(tmp_path_factory.mktemp("postfix-milter"), sink.port, main=main) as postfix:
+    # Two more listeners whose milter speaks older protocol versions (no "no reply" flags:
+    # spamd answers every header and body chunk), per Postfix's per-milter settings.
+    services = "".join(
+        f"127.0.0.1:{port} inet n - n - - smtpd\n  -o {{ smtpd_milters = {{ {milter}, protocol={version} }} }}\n"
+        for version, port in OLDER_PROTOCOLS.items()
+    )
+    directory = tmp_path_factory.mktemp("postfix-milter")
+    with running_postfix(directory, sink.port, main=main, services=services) as postfix:
         yield postfix
+
+
+OLDER_PROTOCOLS = {version: free_port() for version in (2, 4)}
 
 
 def headers_of(data: bytes) -> list[bytes]:
@@ -105,6 +115,18 @@ def test_forged_verdicts_are_removed(postfix: Postfix, sink: Sink, spamd: Spamd)
     assert named(data, "X-Spam-Other") == []
     [line] = [e for e in spamd.events("message_scored") if e.get("removed_headers") == 4]
     assert line["verdict"] == "spam"
+
+
+@pytest.mark.parametrize("version", sorted(OLDER_PROTOCOLS))
+def test_older_protocol_versions_get_a_reply_to_every_packet(postfix: Postfix, sink: Sink, spamd: Spamd, version: int):
+    forged = "X-Spam-Status: No, forged\n"
+    marker = f"protocol-{version}"
+    with smtplib.SMTP("127.0.0.1", OLDER_PROTOCOLS[version], timeout=30) as client:
+        assert client.sendmail("sender@example.org", ["user@example.com"], crlf(message(Label.SPAM, marker, extra_headers=forged))) == {}
+    [data] = sink.wait_for(marker)
+    [status] = named(data, "X-Spam-Status")
+    assert status.startswith(b"X-Spam-Status: Yes, score=") and b"forged" not in data
+    assert f"milter inet:127.0.0.1:{spamd.milter_port}" not in postfix.log()  # no warning about spamd
 
 
 def test_reject_at_refuses_spam_with_554(postfix: Postfix, sink: Sink, spamd: Spamd):
