@@ -1,7 +1,7 @@
 """Debian's real Postfix for the tests, private to one test module, with spamd beside it as a subprocess.
 
-`Postfix` writes a main.cf / master.cf under a tmp directory (queue, data and log
-there too), listens on 127.0.0.1 only and relays every message to a `Sink`, a plain
+`Postfix` writes a main.cf / master.cf into a directory of its own under /tmp (queue,
+data and log there too; removed after), listens on 127.0.0.1 only and relays every message to a `Sink`, a plain
 aiosmtpd server that keeps what it got. Its master runs in the foreground as the
 test's child, in its own process group, and is stopped with SIGTERM. `Spamd` runs
 `python -m spamd` on fixed ports (so a restart after a kill is found at the same
@@ -63,14 +63,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def open_to_postfix(directory: Path) -> None:
-    """Let the postfix user reach `directory`: pytest makes its tmp directories 0700, root's only."""
+def postfix_directory() -> Path:
+    """A directory the postfix user can reach (queue, data, log), of its own under /tmp.
+
+    Not under pytest's tmp_path: every pytest session start takes /tmp/pytest-of-root
+    back to 0700, so a run beside this one would lock Postfix's daemons (which run as
+    the postfix user) out of their queue in the middle of the tests.
+    """
+    directory = Path(tempfile.mkdtemp(prefix="spamd-postfix-"))
     directory.chmod(0o755)
-    top = Path(tempfile.gettempdir()).resolve()
-    for parent in directory.resolve().parents:
-        if parent == top or top not in parent.parents:
-            break
-        parent.chmod(parent.stat().st_mode | 0o011)
+    return directory
 
 
 class Sink(NextHop):
@@ -98,14 +100,12 @@ class Sink(NextHop):
 class Postfix:
     """One private Postfix: smtpd on `smtp_port`, every message relayed to `relay_port`."""
 
-    def __init__(
-        self, directory: Path, relay_port: int, main: dict[str, str] | None = None, smtpd_options: str = "", services: str = ""
-    ):
-        self.dir = directory
-        self.conf = directory / "conf"
-        self.queue = directory / "queue"
-        self.data = directory / "data"
-        self.log_path = directory / "maillog"
+    def __init__(self, relay_port: int, main: dict[str, str] | None = None, smtpd_options: str = "", services: str = ""):
+        self.dir = postfix_directory()
+        self.conf = self.dir / "conf"
+        self.queue = self.dir / "queue"
+        self.data = self.dir / "data"
+        self.log_path = self.dir / "maillog"
         self.smtp_port = free_port()
         self.relay_port = relay_port
         self.main = main or {}
@@ -163,7 +163,6 @@ class Postfix:
         return "\n".join(lines) + "\n" + listener + self.smtpd_options + self.services
 
     def start(self) -> "Postfix":
-        open_to_postfix(self.dir)
         self.conf.mkdir(exist_ok=True)
         (self.conf / "main.cf").write_text(self.main_cf())
         (self.conf / "master.cf").write_text(self.master_cf())
@@ -194,17 +193,19 @@ class Postfix:
         return True
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
+        """Stop the master (it takes its daemons with it) and remove the instance's directory."""
         try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
+            if self.proc is not None and self.proc.poll() is None:
+                self.proc.terminate()
+                try:
+                    self.proc.wait(15)
+                except subprocess.TimeoutExpired:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                    self.proc.wait(10)
         finally:
-            if self.proc.stderr is not None:
+            if self.proc is not None and self.proc.stderr is not None:
                 self.proc.stderr.close()
+            shutil.rmtree(self.dir, ignore_errors=True)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -224,8 +225,8 @@ class Postfix:
 
 
 @contextlib.contextmanager
-def running_postfix(directory: Path, relay_port: int, **options: Any) -> Iterator[Postfix]:
-    postfix = Postfix(directory, relay_port, **options)
+def running_postfix(relay_port: int, **options: Any) -> Iterator[Postfix]:
+    postfix = Postfix(relay_port, **options)
     try:
         yield postfix.start()
     finally:
@@ -308,6 +309,14 @@ class Spamd:
 
     def events(self, name: str) -> list[dict]:
         return [] if self.proc is None else self.proc.events(name)
+
+    def last_event(self, name: str, timeout: float = 10.0, **fields: object) -> dict:
+        """The latest `name` log line with these fields, waited for (the log is read by a thread)."""
+
+        def found() -> list[dict]:
+            return [e for e in self.events(name) if all(e.get(k) == v for k, v in fields.items())]
+
+        return wait_until_sync(found, timeout)[-1]  # type: ignore[index]
 
     @contextlib.contextmanager
     def reconfigured(self, text: str) -> Iterator[None]:

@@ -55,7 +55,7 @@ def spamd(spamd_process):
 
 
 @pytest.fixture(scope="module")
-def postfix(tmp_path_factory, sink, spamd_process):
+def postfix(sink, spamd_process):
     milter = f"inet:127.0.0.1:{spamd_process.milter_port}"
     main = {
         "smtpd_milters": milter,
@@ -70,8 +70,7 @@ def postfix(tmp_path_factory, sink, spamd_process):
         f"127.0.0.1:{port} inet n - n - - smtpd\n  -o {{ smtpd_milters = {{ {milter}, protocol={version} }} }}\n"
         for version, port in OLDER_PROTOCOLS.items()
     )
-    directory = tmp_path_factory.mktemp("postfix-milter")
-    with running_postfix(directory, sink.port, main=main, services=services) as postfix:
+    with running_postfix(sink.port, main=main, services=services) as postfix:
         yield postfix
 
 
@@ -99,6 +98,7 @@ def test_marks_each_message_once_in_place(postfix: Postfix, sink: Sink, spamd: S
         assert len(named(data, "X-Spam-Score")) == 1
         assert len(named(data, "Received")) == 1  # once through Postfix: no re-injection
         assert data.endswith(b"\r\nend " + marker + b"\r\n")  # the body as sent
+    spamd.last_event("message_scored", via="milter", verdict="ham")
     scored = [e for e in spamd.events("message_scored") if e.get("via") == "milter"]
     assert sorted(e["verdict"] for e in scored[-2:]) == ["ham", "spam"]
     assert all(e.get("queue_id") for e in scored)  # Postfix's queue id, from the "i" macro
@@ -113,8 +113,7 @@ def test_forged_verdicts_are_removed(postfix: Postfix, sink: Sink, spamd: Spamd)
     assert status.startswith(b"X-Spam-Status: Yes, score=")
     assert named(data, "X-Spam-Flag") == [b"X-Spam-Flag: YES"]
     assert named(data, "X-Spam-Other") == []
-    [line] = [e for e in spamd.events("message_scored") if e.get("removed_headers") == 4]
-    assert line["verdict"] == "spam"
+    assert spamd.last_event("message_scored", removed_headers=4)["verdict"] == "spam"
 
 
 @pytest.mark.parametrize("version", sorted(OLDER_PROTOCOLS))
@@ -138,7 +137,7 @@ def test_reject_at_refuses_spam_with_554(postfix: Postfix, sink: Sink, spamd: Sp
         assert postfix.send(message(Label.HAM, "reject-ham")) == {}  # ham still passes
         sink.wait_for("reject-ham")
     assert sink.with_subject("reject-spam") == []
-    assert [e["action"] for e in spamd.events("message_scored") if e.get("action") == "rejected"] == ["rejected"]
+    assert spamd.last_event("message_scored", action="rejected")["verdict"] == "spam"
 
 
 def test_own_failure_answers_451_and_the_retry_is_delivered(postfix: Postfix, sink: Sink, spamd: Spamd):
@@ -148,7 +147,7 @@ def test_own_failure_answers_451_and_the_retry_is_delivered(postfix: Postfix, si
             postfix.send(big)
         assert tempfailed.value.smtp_code == 451
         assert tempfailed.value.smtp_error.startswith(b"4.7.1")
-        assert spamd.events("milter_message_refused")[-1]["reason"] == "too_big"
+        assert spamd.last_event("milter_message_refused", reason="too_big")["limit"] == 4096
     assert postfix.queued() == []  # refused before the queue: the client keeps it
     assert sink.with_subject("too-big") == []
     assert postfix.send(big) == {}  # the sender's retry, once the limit allows it
@@ -342,7 +341,8 @@ def test_hostile_milter_clients_never_stall_postfix(postfix: Postfix, sink: Sink
         for tag in probe.tags:
             [data] = [m for m in sink.with_subject(tag) if tag_of(m.replace(b"\r\n", b"\n")) == tag] or [None]
             assert data is not None and len(named(data, "X-Spam-Status")) == 1, tag
-        assert spamd.events("milter_protocol_error") and spamd.events("milter_client_vanished")
+        spamd.last_event("milter_protocol_error")
+        spamd.last_event("milter_client_vanished")
     finally:
         for client in idle:
             client.close()
@@ -354,8 +354,25 @@ def test_idle_connections_time_out_and_strangers_are_refused(postfix: Postfix, s
         client.negotiate()
         started = time.monotonic()
         assert client.closed_by_spamd() and time.monotonic() - started < 5
-        assert spamd.events("milter_timeout")[-1]["during"] == "idle"
+        spamd.last_event("milter_timeout", during="idle")
     with spamd.reconfigured('[smtp]\nallowed_peers = ["::1"]\n'):
         client = RawMilter(spamd.milter_port)
         assert client.closed_by_spamd()
-        assert spamd.events("milter_peer_refused")[-1]["peer"] == "127.0.0.1"
+        spamd.last_event("milter_peer_refused", peer="127.0.0.1")
+
+
+def test_sigterm_lets_a_slow_clients_message_finish(postfix: Postfix, spamd: Spamd):
+    # A client in the middle of a message when SIGTERM comes (slower than any Postfix):
+    # spamd waits for its end, answers it, then closes and exits cleanly.
+    client = RawMilter(spamd.milter_port)
+    client.negotiate()
+    client.send(header(b"Subject", b"slow") + header(b"X-Spam-Flag", b"YES"))
+    wait_until_sync(lambda: spamd.milter_sessions() >= 1, 10)
+    spamd.proc.signal(signal.SIGTERM)
+    spamd.proc.wait_for("daemon_stopping")
+    client.send(packet(SMFIC_BODY, b"meeting agenda\r\n") + packet(SMFIC_BODYEOB))
+    replies = [client.read_packet() for _ in range(5)]
+    assert [command for command, _ in replies] == [b"m", b"h", b"h", b"h", b"c"]  # one removal, three headers
+    assert replies[0][1] == struct.pack("!I", 1) + b"X-Spam-Flag\0\0"
+    assert client.closed_by_spamd()
+    assert spamd.proc.wait(20) == 0

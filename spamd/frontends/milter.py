@@ -11,6 +11,7 @@ lost. It never re-injects or stores mail (the MTA does) and holds no model logic
 from __future__ import annotations
 
 import asyncio
+import socket
 import struct
 import time
 from collections.abc import Callable
@@ -230,6 +231,8 @@ class MilterSession:
         self.macros: dict[str, str] = {}
         self.message: Message | None = None
         self.deadline = 0.0
+        sock = writer.get_extra_info("socket")
+        self.quickack = sock if sock is not None and hasattr(socket, "TCP_QUICKACK") else None
 
     def close(self) -> None:
         if not self.writer.is_closing():
@@ -265,6 +268,13 @@ class MilterSession:
             timeout = config.idle_timeout_s
         else:
             timeout = max(0.0, self.deadline - time.monotonic())
+        if self.quickack:
+            # Postfix writes a message's packets without waiting for replies (no_reply flags) and
+            # Nagle holds each small write until the last is acknowledged, which Linux delays up
+            # to 40 ms: acknowledging at once took the client's wait per message through Postfix
+            # from 52.9 to 30.1 ms (scripts/bench_postfix.py, 300 messages, 4 clients; 13.8 with
+            # no filter). It is a one-shot flag, so it is set again before every read.
+            self.quickack.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
         async with asyncio.timeout(timeout):
             (length,) = struct.unpack("!I", await self.reader.readexactly(4))
             if not 1 <= length <= MAX_PACKET_BYTES:
