@@ -8,7 +8,9 @@ the hostile ones: everything a well-behaved MTA does is done by Postfix itself.
 
 from __future__ import annotations
 
+import json
 import random
+import re
 import signal
 import smtplib
 import socket
@@ -87,8 +89,13 @@ def named(data: bytes, name: str) -> list[bytes]:
 
 
 def test_marks_each_message_once_in_place(postfix: Postfix, sink: Sink, spamd: Spamd):
-    assert postfix.send(message(Label.HAM, "mark-ham")) == {}
-    assert postfix.send(message(Label.SPAM, "mark-spam")) == {}
+    # One SMTP session, so one milter connection: two messages and an abandoned one between.
+    with smtplib.SMTP("127.0.0.1", postfix.smtp_port, timeout=30) as client:
+        assert client.sendmail("sender@example.org", ["user@example.com"], crlf(message(Label.HAM, "mark-ham"))) == {}
+        client.mail("sender@example.org")
+        client.rcpt("user@example.com")
+        client.rset()  # Postfix sends the milter an ABORT
+        assert client.sendmail("sender@example.org", ["user@example.com"], crlf(message(Label.SPAM, "mark-spam"))) == {}
     [ham] = sink.wait_for("mark-ham")
     [spam] = sink.wait_for("mark-spam")
     for data, status, flag, marker in ((ham, b"No", b"NO", b"mark-ham"), (spam, b"Yes", b"YES", b"mark-spam")):
@@ -175,6 +182,23 @@ def test_spamd_killed_mid_session_loses_nothing(postfix: Postfix, sink: Sink, sp
     [delivered] = sink.wait_for("killed")
     assert len(named(delivered, "X-Spam-Status")) == 1
     assert postfix.queued() == []
+
+
+def test_local_submission_waits_in_postfix_while_spamd_is_down(postfix: Postfix, sink: Sink, spamd: Spamd):
+    def pickup_tempfails() -> int:  # cleanup's word on the milter for a locally submitted message
+        return len(re.findall(r"postfix/cleanup\[\d+\]: \w+: milter-reject: CONNECT .* 4\.7\.1 ", postfix.log()))
+
+    before = pickup_tempfails()
+    assert spamd.stop() == 0
+    postfix.submit(message(Label.HAM, "local-submission"))  # sendmail(1): pickup, non_smtpd_milters
+    wait_until_sync(lambda: pickup_tempfails() > before, 20)
+    assert [json.loads(row)["queue_name"] for row in postfix.queued()] == ["maildrop"]  # kept, to be tried again
+    assert sink.with_subject("local-submission") == []
+    spamd.start()
+    wait_until_sync(lambda: postfix.flush() or sink.with_subject("local-submission"), 30, interval=0.5)
+    [data] = sink.with_subject("local-submission")
+    assert len(named(data, "X-Spam-Status")) == 1
+    wait_until_sync(lambda: postfix.queued() == [], 20)
 
 
 def test_sigterm_with_postfix_sessions_open_exits_at_once(postfix: Postfix, sink: Sink, spamd: Spamd):

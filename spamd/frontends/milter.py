@@ -258,6 +258,9 @@ class MilterSession:
             log.warning("milter_client_vanished", peer=self.peer, error=f"{type(e).__name__}: {e}", **self._ids())
         except MilterProtocolError as e:
             log.warning("milter_protocol_error", peer=self.peer, error=str(e))
+        except Exception as e:  # a bug of spamd's own: the MTA sees the connection close and tempfails
+            log.error("milter_session_failed", peer=self.peer, error=f"{type(e).__name__}: {e}", exc_info=e, **self._ids())
+            self.server.on_error("milter_session_failed", error=f"{type(e).__name__}: {e}")
 
     def _ids(self) -> dict[str, str]:
         return {"queue_id": self.macros["i"]} if "i" in self.macros else {}
@@ -366,6 +369,7 @@ class MilterSession:
         chosen = WANTED_PROTOCOL & protocol
         self.no_reply = {command for command, flag in NO_REPLY_FLAGS.items() if chosen & flag}
         self.negotiated = True
+        log.debug("milter_negotiated", peer=self.peer, version=version, actions=hex(actions), offered=hex(protocol), chosen=hex(chosen))
         await self._send(packet(SMFIC_OPTNEG, struct.pack("!III", min(version, PROTOCOL_VERSION), ACTIONS, chosen)))
 
     def _macros(self, data: bytes) -> None:
