@@ -108,6 +108,7 @@ class MilterProtocolError(Exception):
 
 
 def packet(command: bytes, data: bytes = b"") -> bytes:
+    """One milter packet: 4-byte big-endian length (command included), command, data."""
     return struct.pack("!I", len(data) + 1) + command + data
 
 
@@ -118,7 +119,10 @@ def _cstrings(data: bytes) -> list[bytes]:
 
 
 class Message:
-    """One message as the MTA shows it: headers and body reassembled (CRLF), only as much as the parser reads."""
+    """One message as the MTA shows it: headers and body reassembled (CRLF), counted whole.
+
+    Keeps only as many bytes as the parser reads (the verdict is the same); never parses.
+    """
 
     def __init__(self, keep_bytes: int, max_bytes: int):
         self.keep_bytes = keep_bytes  # the parser reads no further (parser.max_bytes)
@@ -164,7 +168,10 @@ class Message:
 
 
 class MilterServer:
-    """Milter connections: one session task each; `config` is read per message, so a reload applies to the next."""
+    """Milter connections: the peer check, one session task each, the drain at shutdown.
+
+    `config` is read per message, so a reload applies to the next one; it never scores itself.
+    """
 
     def __init__(self, config: Callable[[], Config], scorer: Scorer, on_error: Callable[..., None]):
         self.config = config
@@ -219,7 +226,10 @@ class MilterServer:
 
 
 class MilterSession:
-    """One MTA connection: option negotiation, then any number of messages (ABORT or end of body ends one)."""
+    """One MTA connection: option negotiation, then any number of messages (ABORT or end of body ends one).
+
+    Answers only what was not negotiated away; a peer that breaks the protocol is disconnected, not argued with.
+    """
 
     def __init__(self, server: MilterServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str):
         self.server = server
