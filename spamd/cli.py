@@ -24,6 +24,8 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any, Protocol
 
+import structlog
+
 from spamd.config import Config, load_config
 from spamd.frontends.control import (
     DEFAULT_EXPLAIN_LIMIT,
@@ -703,5 +705,8 @@ def run(argv: list[str] | None = None) -> int:
 
 
 def main() -> None:
+    # The store's warnings (a stale snapshot temp removed, say) go to stderr: structlog's
+    # default printer writes to stdout, where they broke `--json` output for scripts.
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=sys.stderr))
     tune_gc_for_message_streams()
     sys.exit(run())
