@@ -26,6 +26,8 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any, Protocol
 
+import structlog
+
 from spamd.config import Config, load_config
 from spamd.frontends.control import (
     DEFAULT_EXPLAIN_LIMIT,
@@ -405,6 +407,9 @@ def format_stats(stats: dict[str, Any]) -> str:
         if extra.get("smtp_listen"):
             rows.append(("smtp", f"{extra['smtp_listen']} ({extra.get('smtp_mode', '?')}), "
                                  f"{extra.get('smtp_sessions', 0)} sessions open"))
+        if extra.get("milter_listen"):
+            rows.append(("milter", f"{extra['milter_listen']}, {extra.get('milter_sessions', 0)} connections open, "
+                                   f"{extra.get('milter_in_flight', 0)} messages in flight"))
         for served in extra.get("maildirs") or []:
             rows.append(("maildir", f"{served.get('path')} ({served.get('indexed_messages', 0)} messages indexed)"))
     out = [header, "", table(rows, numbers=False)]
@@ -769,5 +774,8 @@ def run(argv: list[str] | None = None) -> int:
 
 
 def main() -> None:
+    # The store's warnings (a stale snapshot temp removed, say) go to stderr: structlog's
+    # default printer writes to stdout, where they broke `--json` output for scripts.
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=sys.stderr))
     tune_gc_for_message_streams()
     sys.exit(run())

@@ -110,6 +110,27 @@ class SmtpConfig:
 
 
 @dataclass(frozen=True)
+class MilterConfig:
+    """The Postfix/Sendmail milter listener: headers added in place, optional reject."""
+
+    # "HOST:PORT" to listen on (Postfix: smtpd_milters = inet:HOST:PORT). Empty: no milter.
+    # Peers are checked against smtp.allowed_peers, loopback only by default.
+    listen: str = ""
+    # Spam probability at or above which the message is refused with 554 5.7.1.
+    # 0 (the default): never refuse, only mark. Must be above 0.5 otherwise: an
+    # empty model says 0.5 for every message.
+    reject_at: float = 0.0
+    # Bigger messages are not scored but answered 451 4.7.1, so the sender retries and
+    # the admin can raise the limit: a 5xx would bounce mail for spamd's own setting.
+    # Above Postfix's message_size_limit (10,240,000 by default) it never triggers.
+    max_message_bytes: int = 32 * 1024 * 1024
+    # Seconds a connection may sit between messages (Postfix keeps one open per SMTP
+    # session), and one message (first header to end of body) may take.
+    idle_timeout_s: float = 3600.0
+    message_timeout_s: float = 600.0
+
+
+@dataclass(frozen=True)
 class MaildirConfig:
     """Maildir++ delivery, watching and learning from moves."""
 
@@ -148,6 +169,7 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     smtp: SmtpConfig = field(default_factory=SmtpConfig)
+    milter: MilterConfig = field(default_factory=MilterConfig)
     maildir: MaildirConfig = field(default_factory=MaildirConfig)
     control: ControlConfig = field(default_factory=ControlConfig)
     log: LogConfig = field(default_factory=LogConfig)
@@ -182,6 +204,7 @@ _SECTION_CLASSES = {
     "model": ModelConfig,
     "store": StoreConfig,
     "smtp": SmtpConfig,
+    "milter": MilterConfig,
     "maildir": MaildirConfig,
     "control": ControlConfig,
     "log": LogConfig,
@@ -234,6 +257,18 @@ def _validate(config: Config, source: str) -> None:
         problems.append("smtp ports must be within 0..65535")
     if s.max_recipients < 1 or s.max_message_bytes < 1024:
         problems.append("smtp.max_recipients >= 1 and smtp.max_message_bytes >= 1024 required")
+    mi = config.milter
+    if mi.listen:
+        try:
+            parse_host_port(mi.listen, "[milter] listen")
+        except ConfigError as e:
+            problems.append(str(e))
+    if mi.reject_at != 0.0 and not 0.5 < mi.reject_at <= 1.0:
+        problems.append(f"milter.reject_at must be 0 (never reject) or above 0.5 and at most 1, got {mi.reject_at}")
+    if mi.max_message_bytes < 1024:
+        problems.append("milter.max_message_bytes >= 1024 required")
+    if min(mi.idle_timeout_s, mi.message_timeout_s) <= 0:
+        problems.append("milter timeouts must be > 0")
     if config.store.snapshots_kept < 1:
         problems.append("store.snapshots_kept must be >= 1")
     if config.log.format not in ("auto", "json", "console"):
@@ -250,6 +285,7 @@ def load_config(
     *,
     data_dir: Path | None = None,
     smtp_listen: str | None = None,
+    milter_listen: str | None = None,
 ) -> Config:
     """Embedded defaults, overlaid with the TOML file (if any), then command-line overrides."""
     config = Config()
@@ -271,6 +307,9 @@ def load_config(
     if smtp_listen is not None:
         host, port = parse_host_port(smtp_listen)
         config = replace(config, smtp=replace(config.smtp, host=host, port=port))
+    if milter_listen is not None:
+        parse_host_port(milter_listen, "--milter")
+        config = replace(config, milter=replace(config.milter, listen=milter_listen))
     config = replace(config, data_dir=Path(config.data_dir).expanduser())
     _validate(config, source)
     return config
@@ -301,12 +340,12 @@ def _apply(config: Config, raw: dict[str, Any], source: str) -> Config:
     return replace(config, **changes)
 
 
-def parse_host_port(text: str) -> tuple[str, int]:
+def parse_host_port(text: str, where: str = "--smtp") -> tuple[str, int]:
     """'127.0.0.1:2525' or '[::1]:2525' -> (host, port)."""
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ConfigError(f"--smtp {text!r}: expected HOST:PORT, e.g. 127.0.0.1:10025")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"{where} {text!r}: expected HOST:PORT, e.g. 127.0.0.1:10025")
     host = host.strip("[]")
     if not host:
-        raise ConfigError(f"--smtp {text!r}: missing host")
+        raise ConfigError(f"{where} {text!r}: missing host")
     return host, int(port)

@@ -4,8 +4,8 @@ Startup opens the Engine (lock, snapshot, journal replay), catches the Maildirs
 up with moves made while spamd was down, then listens. Serve waits on an Event
 that SIGTERM/SIGINT set; SIGHUP reloads the config. Shutdown stops accepting,
 lets messages in flight finish, handles queued Maildir events, writes a
-snapshot and releases the state. Business logic lives in smtp.py, maildir.py
-and scoring.py; the model in the Engine.
+snapshot and releases the state. Business logic lives in the frontends (smtp.py,
+milter.py, maildir.py) and scoring.py; the model in the Engine.
 """
 
 from __future__ import annotations
@@ -24,13 +24,14 @@ from typing import Any
 
 import structlog
 
-from spamd.config import Config, load_config
+from spamd.config import Config, load_config, parse_host_port
 from spamd.engine import Engine, tune_gc_for_message_streams
 from spamd.errors import SpamdError
 from spamd.logs import configure_logging, set_level
 from spamd.frontends.maildir import Mailbox, MaildirWatcher, export_indexes, load_indexes, save_indexes, user_of
 from spamd.model import Label
 from spamd.scoring import Metrics, Scorer
+from spamd.frontends.milter import MilterServer
 from spamd.frontends.smtp import FilterSMTP, SmtpHandler
 from spamd.store import remove_stale_temps
 
@@ -54,6 +55,7 @@ LIVE_SETTINGS = {
         "mode", "next_hop_host", "next_hop_port", "next_hop_timeout_s", "max_message_bytes",
         "max_recipients", "idle_timeout_s", "data_timeout_s", "allowed_peers",
     },
+    "milter": {"reject_at", "max_message_bytes", "idle_timeout_s", "message_timeout_s"},
     "maildir": {"watch_inbox", "autolearn", "fsync"},
     "log": {"level"},
 }  # fmt: skip
@@ -68,11 +70,12 @@ class Daemon:
         *,
         data_dir: Path | None = None,
         smtp_listen: str | None = None,
+        milter_listen: str | None = None,
         config: Config | None = None,
         install_signals: bool = True,
     ):
         self.config_path = config_path
-        self.overrides = {"data_dir": data_dir, "smtp_listen": smtp_listen}
+        self.overrides = {"data_dir": data_dir, "smtp_listen": smtp_listen, "milter_listen": milter_listen}
         self.config = config if config is not None else load_config(config_path, **self.overrides)
         self.install_signals = install_signals
         self.engine: Engine | None = None
@@ -82,6 +85,9 @@ class Daemon:
         self.watcher: MaildirWatcher | None = None
         self.smtp: SmtpHandler | None = None
         self.server: asyncio.AbstractServer | None = None
+        self.milter: MilterServer | None = None
+        self.milter_server: asyncio.AbstractServer | None = None
+        self.milter_address: tuple[str, int] | None = None
         self.control: Any = None
         self.smtp_address: tuple[str, int] | None = None
         self.started = False
@@ -157,6 +163,8 @@ class Daemon:
         except OSError as e:
             raise SpamdError(f"cannot listen for SMTP on {s.host}:{s.port}: {e.strerror} (smtp.host / smtp.port, or --smtp)") from None
         self.smtp_address = self.server.sockets[0].getsockname()[:2]
+        if config.milter.listen:
+            await self._start_milter(config)
 
         if importlib.util.find_spec("spamd.frontends.control") is not None:
             from spamd.frontends.control import ControlServer
@@ -174,6 +182,8 @@ class Daemon:
             smtp_host=self.smtp_address[0],
             smtp_port=self.smtp_address[1],
             mode=s.mode,
+            milter_host=None if self.milter_address is None else self.milter_address[0],
+            milter_port=None if self.milter_address is None else self.milter_address[1],
             maildirs=[str(m.root) for m in self.mailboxes],
             data_dir=str(config.data_dir),
             trained_ham=int(self.engine.model.doc_totals[Label.HAM]),
@@ -189,8 +199,12 @@ class Daemon:
         log.info("daemon_stopping")
         if self.server is not None:
             self.server.close()  # stop accepting
-        if self.smtp is not None:
-            await self.smtp.drain(DRAIN_TIMEOUT_S)
+        if self.milter_server is not None:
+            self.milter_server.close()
+        # Both ways in drain at once, within one timeout.
+        await asyncio.gather(
+            *(d.drain(DRAIN_TIMEOUT_S) for d in (self.smtp, self.milter) if d is not None)
+        )
         if self.control is not None:
             await self.control.close()
         if self.watcher is not None:
@@ -219,6 +233,17 @@ class Daemon:
                 self.engine.close()
                 self.engine = None
         log.info("daemon_stopped")
+
+    async def _start_milter(self, config: Config) -> None:
+        """Listen for milter connections (Postfix smtpd_milters), with the SMTP peer allow-list."""
+        assert self.scorer is not None
+        host, port = parse_host_port(config.milter.listen, "[milter] listen")
+        self.milter = MilterServer(lambda: self.config, self.scorer, self.metrics.error)
+        try:
+            self.milter_server = await asyncio.start_server(self.milter.handle, host, port)
+        except OSError as e:
+            raise SpamdError(f"cannot listen for milter connections on {host}:{port}: {e.strerror} ([milter] listen, or --milter)") from None
+        self.milter_address = self.milter_server.sockets[0].getsockname()[:2]
 
     def request_exit(self) -> None:
         if self.should_exit is not None:
@@ -378,6 +403,9 @@ class Daemon:
             smtp_sessions=0 if self.smtp is None else len(self.smtp.sessions),
             smtp_in_flight=0 if self.smtp is None else self.smtp.in_flight,
             smtp_accepted=0 if self.smtp is None else self.smtp.accepted,
+            milter_listen=None if self.milter_address is None else f"{self.milter_address[0]}:{self.milter_address[1]}",
+            milter_sessions=0 if self.milter is None else len(self.milter.sessions),
+            milter_in_flight=0 if self.milter is None else self.milter.in_flight,
             maildirs=[{"path": str(m.root), "user": m.user, "indexed_messages": len(m.index)} for m in self.mailboxes],
             maildir_events_queued=0 if self.watcher is None else self.watcher.queue.qsize(),
         )
@@ -402,10 +430,11 @@ def raise_open_files_limit() -> int:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="spamd", description="Online spam filter daemon (SMTP content filter, Maildir watcher).")
+    parser = argparse.ArgumentParser(prog="spamd", description="Online spam filter daemon (SMTP content filter, milter, Maildir watcher).")
     parser.add_argument("--config", type=Path, help="TOML config file (default: embedded defaults; see config/spamd.toml)")
     parser.add_argument("--data-dir", type=Path, help="data directory: model state and the default Maildir (overrides data_dir)")
     parser.add_argument("--smtp", metavar="HOST:PORT", help="SMTP listen address (overrides [smtp] host and port)")
+    parser.add_argument("--milter", metavar="HOST:PORT", help="milter listen address for Postfix smtpd_milters (overrides [milter] listen)")
     return parser.parse_args(argv)
 
 
@@ -413,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     tune_gc_for_message_streams()
     try:
-        daemon = Daemon(args.config, data_dir=args.data_dir, smtp_listen=args.smtp)
+        daemon = Daemon(args.config, data_dir=args.data_dir, smtp_listen=args.smtp, milter_listen=args.milter)
         configure_logging(daemon.config.log)
         asyncio.run(daemon.run())
     except SpamdError as e:

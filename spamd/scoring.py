@@ -1,6 +1,6 @@
 """Score one message for delivery and apply one training event, through the Engine, with their log lines.
 
-The SMTP handler and the Maildir watcher both come here, so a message gets the
+The SMTP handler, the milter and the Maildir watcher all come here, so a message gets the
 same X-Spam-* headers and the same `message_scored` line whichever way it
 arrived, and every training event the same `training_applied` line. The model
 itself is the Engine's: nothing here computes a score or touches counts.
@@ -30,6 +30,7 @@ _STATUS_RE = re.compile(rb"^x-spam-status:", re.IGNORECASE | re.MULTILINE)
 class Scored:
     data: bytes  # the message with spamd's headers
     classified: Classified
+    headers: tuple[tuple[str, str], ...] = ()  # those headers, for a way in that adds them itself (the milter)
 
     @property
     def score(self) -> Score:
@@ -123,7 +124,7 @@ class Scorer:
         classified = self.engine.classify(raw)
         model = self.engine.config.model
         headers = spam_headers(classified.score, model.ham_threshold, model.spam_threshold)
-        return Scored(with_own_headers(raw, headers), classified)
+        return Scored(with_own_headers(raw, headers), classified, tuple(headers))
 
     def scored(self, scored: Scored, raw: bytes, started: float, **context: object) -> None:
         """The canonical line for one message, once it is delivered (or failed)."""

@@ -46,6 +46,18 @@ def test_stats_on_a_fresh_state_directory(home: Path) -> None:
     assert "no spamd running" in table.stdout and "spam in the model" in table.stdout
 
 
+def test_json_output_stays_json_when_the_store_warns(home: Path) -> None:
+    # A snapshot temp left by a killed daemon is removed with a warning: on stderr, not
+    # in the JSON a script reads (it broke tests/test_crash.py's spamctl runs).
+    assert ctl(home, "stats", "--json").returncode == 0
+    stale = home / "data" / "state" / ".snapshot-000000000001.spamd.tmp-99999"
+    stale.write_bytes(b"half a snapshot")
+    result = ctl(home, "stats", "--json")
+    assert result.returncode == 0, result.stderr
+    assert result.json()["mode"] == "offline"
+    assert "snapshot_temp_removed" in result.stderr and not stale.exists()
+
+
 def test_options_before_and_after_the_command_agree(home: Path) -> None:
     after = run_spamctl("stats", "--json", "--data-dir", home / "data", "--config", home / "spamd.toml")
     assert after.returncode == 0, after.stderr
