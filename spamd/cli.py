@@ -563,8 +563,17 @@ def _progress_bar(total: int, what: str) -> Any:
 
 
 def cmd_classify(config: Config, args: argparse.Namespace) -> int:
-    raw = read_message(args.file)
-    _check_size(args.file, raw)
+    [only] = args.paths if len(args.paths) == 1 else [None]
+    if only is None or (only != "-" and input_kind(Path(only)) in ("maildir", "directory")):
+        return _classify_many(config, args, Inputs(args.paths))
+    inputs = Inputs(args.paths)  # one file, stdin, or an mbox (of one message, or a line each)
+    if inputs.total != 1:
+        return _classify_many(config, args, inputs)
+    with closing(inputs):
+        [(name, raw, problem)] = list(inputs)
+    if problem is not None or raw is None:
+        raise SpamdError(f"{name}: {problem}")
+    _check_size(name, raw)
     with closing(open_backend(config)) as backend:
         result = backend.request("classify", raw=raw)
     if args.json:
@@ -577,6 +586,51 @@ def cmd_classify(config: Config, args: argparse.Namespace) -> int:
         ]
         print(table(rows, numbers=False))
     return 0
+
+
+# Messages per classify_many request: analyzed together, one round trip (64 as in eval).
+CLASSIFY_BATCH_MESSAGES = 64
+
+
+def _classify_many(config: Config, args: argparse.Namespace, inputs: Inputs) -> int:
+    """One line per message, as `bogofilter -b` prints them: name, verdict, probability, score.
+
+    With --json, one JSON object per line. Unreadable inputs are named on stderr and
+    make the exit status 1; the others are still classified.
+    """
+    problems = 0
+    with closing(inputs), closing(open_backend(config)) as backend:
+        names: list[str] = []
+        batch: list[bytes] = []
+
+        def send() -> None:
+            results = backend.request("classify_many", messages=batch)["results"]
+            for name, result in zip(names, results):
+                if args.json:
+                    print(json.dumps({"path": name, **result}))
+                else:
+                    print(f"{name} {result['verdict']} {result['probability']:.4f} {result['score']:+.4f}")
+            names.clear()
+            batch.clear()
+
+        size = 0
+        for name, raw, problem in inputs:
+            if raw is not None and len(raw) > MAX_MESSAGE_BYTES:
+                problem = f"too large ({human_bytes(len(raw))}; the limit is {human_bytes(MAX_MESSAGE_BYTES)})"
+            if problem is not None:
+                print(f"spamctl: {name}: {problem}", file=sys.stderr)
+                problems += 1
+                continue
+            assert raw is not None
+            if batch and (len(batch) >= CLASSIFY_BATCH_MESSAGES or size + len(raw) > BATCH_BYTES):
+                send()
+                size = 0
+            names.append(name)
+            batch.append(raw)
+            size += len(raw)
+        if batch:
+            send()
+    return 1 if problems else 0
 
 
 def cmd_explain(config: Config, args: argparse.Namespace) -> int:
@@ -728,8 +782,12 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("paths", nargs="+", metavar="PATH", help="message file, mbox, Maildir folder, directory, or -")
     untrain = command("untrain", "remove messages from the model", cmd_untrain)
     untrain.add_argument("paths", nargs="+", metavar="PATH", help="message file, mbox, Maildir folder, directory, or -")
-    classify = command("classify", "verdict, score and spam probability of one message", cmd_classify)
-    classify.add_argument("file", metavar="FILE|-")
+    classify = command(
+        "classify", "verdict, score and spam probability: of one message, or a line each for many", cmd_classify
+    )
+    classify.add_argument(
+        "paths", nargs="+", metavar="PATH", help="message file or -; several, a directory, Maildir folder or mbox: a line each"
+    )
     explain = command("explain", "the tokens that moved a message's score most, each way", cmd_explain)
     explain.add_argument("file", metavar="FILE|-")
     explain.add_argument("--limit", type=int, default=DEFAULT_EXPLAIN_LIMIT, metavar="N", help="tokens per direction")

@@ -199,7 +199,30 @@ def test_a_plain_directory_of_message_files_is_trained_as_sa_learn_takes_one(hom
     assert result.json()["messages"] == len(SPAM) and result.json()["learned"] == len(SPAM)
     stats = ctl(home, "stats", "--json").json()
     assert (stats["trained_spam"], stats["trained_ham"]) == (len(SPAM), 0)
-    assert "is a directory" in ctl(home, "classify", plain).stderr
+    lines = ctl(home, "classify", plain).stdout.splitlines()  # a line per message, as bogofilter -b
+    assert [line.split()[0] for line in lines] == [str(plain / f"{i}.eml") for i in range(len(SPAM))]
+
+
+def test_classify_of_many_prints_a_line_each_agreeing_with_one_at_a_time(home: Path) -> None:
+    assert ctl(home, "train", "--spam", write_mbox(home / "spam.mbox", SPAM[:-1])).returncode == 0
+    assert ctl(home, "train", "--ham", write_mbox(home / "ham.mbox", HAM[:-1])).returncode == 0
+    files = []
+    for i, raw in enumerate([SPAM[-1], HAM[-1]]):
+        files.append(home / f"new{i}.eml")
+        files[-1].write_bytes(raw)
+    box = write_mbox(home / "both.mbox", [SPAM[-1], HAM[-1]])
+    missing = ctl(home, "classify", *files, home / "missing.eml")
+    assert missing.returncode == 1 and "missing.eml" in missing.stderr and not missing.stdout  # every PATH first
+    result = ctl(home, "classify", *files, box)
+    assert result.returncode == 0, result.stderr
+    lines = [line.rsplit(" ", 3) for line in result.stdout.splitlines()]  # a name may hold spaces
+    assert [line[0] for line in lines[:2]] == [str(f) for f in files] and len(lines) == 4
+    for path, line in zip(files, lines):
+        single = ctl(home, "classify", path, "--json").json()
+        assert line[1:] == [single["verdict"], f"{single['probability']:.4f}", f"{single['score']:+.4f}"]
+    assert lines[2][1:] == lines[0][1:] and lines[3][1:] == lines[1][1:]  # the same messages in the mbox
+    as_json = [__import__("json").loads(line) for line in ctl(home, "classify", *files, "--json").stdout.splitlines()]
+    assert [r["path"] for r in as_json] == [str(f) for f in files] and lines[0][1] == as_json[0]["verdict"]
 
 
 def test_standard_input_is_one_message_and_keyed_as_the_same_file(home: Path) -> None:

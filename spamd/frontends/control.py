@@ -152,6 +152,13 @@ def op_classify(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
     return {"verdict": score.verdict.value, "score": score.log_odds, "probability": score.probability}
 
 
+def op_classify_many(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
+    """`op_classify` of each message of a batch (`spamctl classify` of many files), analyzed together."""
+    classifier = engine.classifier
+    scores = [classifier.score(analyzed) for analyzed in classifier.analyze_many(_messages(args))]
+    return {"results": [{"verdict": s.verdict.value, "score": s.log_odds, "probability": s.probability} for s in scores]}
+
+
 def op_explain(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
     limit = args.get("limit", DEFAULT_EXPLAIN_LIMIT)
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
@@ -199,6 +206,7 @@ def op_untrain(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
 
 ENGINE_OPERATIONS: dict[str, Callable[[EngineLike, dict[str, Any]], dict[str, Any]]] = {
     "classify": op_classify,
+    "classify_many": op_classify_many,
     "explain": op_explain,
     "train": op_train,
     "untrain": op_untrain,
