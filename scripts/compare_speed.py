@@ -40,12 +40,37 @@ TARGET_MSGS_PER_S = 1500
 REFERENCE_BOGOFILTER_MSGS_PER_S = 2911  # bulk classify on the machine the target was set on
 
 
-def spamd_eval_rate(index: Path) -> float:
-    """msgs/s reported by one `spamctl eval --json` run (a fresh model in a temp dir)."""
+def spamctl_command() -> list[str]:
     spamctl = Path(sys.executable).with_name("spamctl")
-    command = [str(spamctl)] if spamctl.exists() else [sys.executable, "-m", "spamd.cli"]
-    done = subprocess.run([*command, "eval", str(index), "--json"], capture_output=True, text=True, check=True)
+    return [str(spamctl)] if spamctl.exists() else [sys.executable, "-m", "spamd.cli"]
+
+
+def spamd_eval_rate(index: Path, jobs: int | None = None) -> float:
+    """msgs/s reported by one `spamctl eval --json` run (a fresh model in a temp dir)."""
+    extra = [] if jobs is None else ["--jobs", str(jobs)]
+    done = subprocess.run([*spamctl_command(), "eval", str(index), "--json", *extra], capture_output=True, text=True, check=True)
     return float(json.loads(done.stdout.strip().splitlines()[-1])["msgs_per_s"])
+
+
+def trained_data_dir(entries: list[IndexEntry], where: Path) -> Path:
+    """A spamd state directory trained on the whole index (untimed), for bulk classification."""
+    data = where / "data"
+    for label in Label:
+        paths = [str(e.path) for e in entries if e.label == label and e.path.is_file()]
+        flag = "--spam" if label == Label.SPAM else "--ham"
+        subprocess.run([*spamctl_command(), "--data-dir", str(data), "train", flag, *paths], capture_output=True, check=True)
+    return data
+
+
+def spamd_bulk_classify_rate(entries: list[IndexEntry], data: Path) -> float:
+    """msgs/s of `spamctl classify FILE...` over the whole index, process start included (as bogofilter's)."""
+    paths = [str(e.path) for e in entries if e.path.is_file()]
+    started = time.perf_counter()
+    done = subprocess.run([*spamctl_command(), "--data-dir", str(data), "classify", *paths], capture_output=True, text=True)
+    seconds = time.perf_counter() - started
+    if done.returncode != 0 or done.stdout.count("\n") != len(paths):
+        raise SystemExit(f"spamctl classify failed: {done.stderr.strip()[:500]}")
+    return len(paths) / seconds
 
 
 def bogofilter_bulk_rate(entries: list[IndexEntry]) -> tuple[float, float]:
@@ -76,24 +101,33 @@ def main() -> int:
     if bogofilter_missing():
         return 2
     entries = read_index(args.index)
-    spamd_rates, bogo_train_rates, bogo_classify_rates = [], [], []
-    for round_number in range(1, args.rounds + 1):
-        spamd_rates.append(spamd_eval_rate(args.index))
-        train_rate, classify_rate = bogofilter_bulk_rate(entries)
-        bogo_train_rates.append(train_rate)
-        bogo_classify_rates.append(classify_rate)
-        ratio = spamd_rates[-1] / classify_rate
-        print(
-            f"round {round_number}: spamctl eval {spamd_rates[-1]:,.0f} msgs/s, "
-            f"bogofilter bulk classify {classify_rate:,.0f} msgs/s, ratio {ratio:.3f}",
-            file=sys.stderr,
-        )
+    spamd_rates, one_process_rates, classify_rates, bogo_train_rates, bogo_classify_rates = [], [], [], [], []
+    with tempfile.TemporaryDirectory(prefix="spamd-speed-") as tmp:
+        data = trained_data_dir(entries, Path(tmp))
+        for round_number in range(1, args.rounds + 1):
+            spamd_rates.append(spamd_eval_rate(args.index))
+            one_process_rates.append(spamd_eval_rate(args.index, jobs=1))
+            classify_rates.append(spamd_bulk_classify_rate(entries, data))
+            train_rate, classify_rate = bogofilter_bulk_rate(entries)
+            bogo_train_rates.append(train_rate)
+            bogo_classify_rates.append(classify_rate)
+            print(
+                f"round {round_number}: spamctl eval {spamd_rates[-1]:,.0f} msgs/s (--jobs 1: {one_process_rates[-1]:,.0f}), "
+                f"spamctl classify {classify_rates[-1]:,.0f}, bogofilter bulk classify {classify_rate:,.0f} msgs/s, "
+                f"eval ratio {spamd_rates[-1] / classify_rate:.3f}, classify ratio {classify_rates[-1] / classify_rate:.3f}",
+                file=sys.stderr,
+            )
     ratios = [s / b for s, b in zip(spamd_rates, bogo_classify_rates)]
     summary = {
         "index": str(args.index),
         "messages": len(entries),
         "rounds": args.rounds,
         "spamd_eval_msgs_per_s": statistics.median(spamd_rates),
+        "spamd_eval_one_process_msgs_per_s": statistics.median(one_process_rates),
+        "spamd_bulk_classify_msgs_per_s": statistics.median(classify_rates),
+        "ratio_spamd_classify_over_bogofilter_classify": statistics.median(
+            [s / b for s, b in zip(classify_rates, bogo_classify_rates)]
+        ),
         "bogofilter_bulk_train_msgs_per_s": statistics.median(bogo_train_rates),
         "bogofilter_bulk_classify_msgs_per_s": statistics.median(bogo_classify_rates),
         "ratio_spamd_eval_over_bogofilter_classify": statistics.median(ratios),
@@ -107,12 +141,15 @@ def main() -> int:
         return 0
     print(f"index: {args.index} ({len(entries):,} messages), median of {args.rounds} interleaved rounds")
     print(f"spamctl eval (score + journaled training)   {summary['spamd_eval_msgs_per_s']:>8,.0f} msgs/s")
+    print(f"spamctl eval --jobs 1 (one process)         {summary['spamd_eval_one_process_msgs_per_s']:>8,.0f} msgs/s")
+    print(f"spamctl classify FILE... (bulk)             {summary['spamd_bulk_classify_msgs_per_s']:>8,.0f} msgs/s")
     print(f"bogofilter bulk classify (-b)                {summary['bogofilter_bulk_classify_msgs_per_s']:>8,.0f} msgs/s")
     print(f"bogofilter bulk train (-s/-n -b)             {summary['bogofilter_bulk_train_msgs_per_s']:>8,.0f} msgs/s")
     print(
         f"ratio spamd eval / bogofilter classify       {summary['ratio_spamd_eval_over_bogofilter_classify']:>8.3f}"
         f"   (target {summary['target_ratio']:.3f} = {TARGET_MSGS_PER_S:,} / {REFERENCE_BOGOFILTER_MSGS_PER_S:,})"
     )
+    print(f"ratio spamd classify / bogofilter classify   {summary['ratio_spamd_classify_over_bogofilter_classify']:>8.3f}")
     print(
         f"spamctl eval scaled to the reference machine {summary['spamd_eval_msgs_per_s_on_reference_machine']:>7,.0f} msgs/s"
         f"   (target {TARGET_MSGS_PER_S:,})"
