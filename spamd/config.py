@@ -131,6 +131,31 @@ class MilterConfig:
 
 
 @dataclass(frozen=True)
+class SpamcConfig:
+    """The SpamAssassin spamc/spamd protocol listener (for Exim, procmail, spamc, aiospamc)."""
+
+    # "HOST:PORT" to listen on (SpamAssassin's own port is 783); empty: off.
+    listen: str = ""
+    # Let clients train the model with TELL (`spamc -L spam|ham|forget`), as
+    # SpamAssassin's spamd --allow-tell. Off: TELL is answered 69 EX_UNAVAILABLE.
+    allow_tell: bool = False
+    # Peers allowed to connect. Empty: the same as [smtp] allowed_peers.
+    allowed_peers: tuple[str, ...] = ()
+    # Bigger messages are answered 65 EX_DATAERR. 0: the same as [smtp] max_message_bytes.
+    max_message_bytes: int = 0
+    # Seconds from connect to the end of the request headers (SpamAssassin's
+    # --timeout-tcp is 30), and for the message body to arrive and the answer to go out.
+    idle_timeout_s: float = 30.0
+    data_timeout_s: float = 300.0
+    # Open connections at most. At the cap a new connection takes the place of the
+    # one that has waited longest for its request (answered 75 EX_TEMPFAIL).
+    max_connections: int = 1024
+    # The threshold clients see in "Spam: True ; 7.3 / 5.0": spamd's spam_threshold
+    # probability is shown as exactly this score (README "SpamAssassin clients").
+    required_score: float = 5.0
+
+
+@dataclass(frozen=True)
 class MaildirConfig:
     """Maildir++ delivery, watching and learning from moves."""
 
@@ -170,6 +195,7 @@ class Config:
     store: StoreConfig = field(default_factory=StoreConfig)
     smtp: SmtpConfig = field(default_factory=SmtpConfig)
     milter: MilterConfig = field(default_factory=MilterConfig)
+    spamc: SpamcConfig = field(default_factory=SpamcConfig)
     maildir: MaildirConfig = field(default_factory=MaildirConfig)
     control: ControlConfig = field(default_factory=ControlConfig)
     log: LogConfig = field(default_factory=LogConfig)
@@ -178,6 +204,14 @@ class Config:
     def state_dir(self) -> Path:
         """Where snapshots, the journal and the lock live."""
         return self.data_dir / "state"
+
+    @property
+    def spamc_allowed_peers(self) -> tuple[str, ...]:
+        return self.spamc.allowed_peers or self.smtp.allowed_peers
+
+    @property
+    def spamc_max_message_bytes(self) -> int:
+        return self.spamc.max_message_bytes or self.smtp.max_message_bytes
 
     @property
     def control_socket(self) -> Path:
@@ -205,6 +239,7 @@ _SECTION_CLASSES = {
     "store": StoreConfig,
     "smtp": SmtpConfig,
     "milter": MilterConfig,
+    "spamc": SpamcConfig,
     "maildir": MaildirConfig,
     "control": ControlConfig,
     "log": LogConfig,
@@ -269,6 +304,18 @@ def _validate(config: Config, source: str) -> None:
         problems.append("milter.max_message_bytes >= 1024 required")
     if min(mi.idle_timeout_s, mi.message_timeout_s) <= 0:
         problems.append("milter timeouts must be > 0")
+    c = config.spamc
+    if c.listen:
+        try:
+            parse_host_port(c.listen, "[spamc] listen")
+        except ConfigError as e:
+            problems.append(str(e))
+    if c.max_connections < 1 or (c.max_message_bytes and c.max_message_bytes < 1024):
+        problems.append("spamc.max_connections >= 1 and spamc.max_message_bytes 0 or >= 1024 required")
+    if not c.idle_timeout_s > 0 or not c.data_timeout_s > 0:
+        problems.append("spamc.idle_timeout_s and spamc.data_timeout_s must be > 0")
+    if not -1000.0 <= c.required_score <= 1000.0:
+        problems.append("spamc.required_score must be between -1000 and 1000")
     if config.store.snapshots_kept < 1:
         problems.append("store.snapshots_kept must be >= 1")
     if config.log.format not in ("auto", "json", "console"):
@@ -286,6 +333,7 @@ def load_config(
     data_dir: Path | None = None,
     smtp_listen: str | None = None,
     milter_listen: str | None = None,
+    spamc_listen: str | None = None,
 ) -> Config:
     """Embedded defaults, overlaid with the TOML file (if any), then command-line overrides."""
     config = Config()
@@ -310,6 +358,9 @@ def load_config(
     if milter_listen is not None:
         parse_host_port(milter_listen, "--milter")
         config = replace(config, milter=replace(config.milter, listen=milter_listen))
+    if spamc_listen is not None:
+        parse_host_port(spamc_listen, "--spamc")
+        config = replace(config, spamc=replace(config.spamc, listen=spamc_listen))
     config = replace(config, data_dir=Path(config.data_dir).expanduser())
     _validate(config, source)
     return config

@@ -33,6 +33,7 @@ from spamd.model import Label
 from spamd.scoring import Metrics, Scorer
 from spamd.frontends.milter import MilterServer
 from spamd.frontends.smtp import FilterSMTP, SmtpHandler
+from spamd.frontends.spamc import SpamcServer
 from spamd.store import remove_stale_temps
 
 log = structlog.get_logger()
@@ -56,6 +57,10 @@ LIVE_SETTINGS = {
         "max_recipients", "idle_timeout_s", "data_timeout_s", "allowed_peers",
     },
     "milter": {"reject_at", "max_message_bytes", "idle_timeout_s", "message_timeout_s"},
+    "spamc": {
+        "allow_tell", "allowed_peers", "max_message_bytes", "idle_timeout_s", "data_timeout_s",
+        "max_connections", "required_score",
+    },
     "maildir": {"watch_inbox", "autolearn", "fsync"},
     "log": {"level"},
 }  # fmt: skip
@@ -71,11 +76,14 @@ class Daemon:
         data_dir: Path | None = None,
         smtp_listen: str | None = None,
         milter_listen: str | None = None,
+        spamc_listen: str | None = None,
         config: Config | None = None,
         install_signals: bool = True,
     ):
         self.config_path = config_path
-        self.overrides = {"data_dir": data_dir, "smtp_listen": smtp_listen, "milter_listen": milter_listen}
+        self.overrides = {
+            "data_dir": data_dir, "smtp_listen": smtp_listen, "milter_listen": milter_listen, "spamc_listen": spamc_listen,
+        }  # fmt: skip
         self.config = config if config is not None else load_config(config_path, **self.overrides)
         self.install_signals = install_signals
         self.engine: Engine | None = None
@@ -88,6 +96,7 @@ class Daemon:
         self.milter: MilterServer | None = None
         self.milter_server: asyncio.AbstractServer | None = None
         self.milter_address: tuple[str, int] | None = None
+        self.spamc: SpamcServer | None = None
         self.control: Any = None
         self.smtp_address: tuple[str, int] | None = None
         self.started = False
@@ -165,6 +174,9 @@ class Daemon:
         self.smtp_address = self.server.sockets[0].getsockname()[:2]
         if config.milter.listen:
             await self._start_milter(config)
+        if config.spamc.listen:
+            self.spamc = SpamcServer(lambda: self.config, self.scorer, self.metrics.error)
+            await self.spamc.start()
 
         if importlib.util.find_spec("spamd.frontends.control") is not None:
             from spamd.frontends.control import ControlServer
@@ -184,6 +196,9 @@ class Daemon:
             mode=s.mode,
             milter_host=None if self.milter_address is None else self.milter_address[0],
             milter_port=None if self.milter_address is None else self.milter_address[1],
+            spamc_host=None if self.spamc is None or self.spamc.address is None else self.spamc.address[0],
+            spamc_port=None if self.spamc is None or self.spamc.address is None else self.spamc.address[1],
+            spamc_allow_tell=config.spamc.allow_tell,
             maildirs=[str(m.root) for m in self.mailboxes],
             data_dir=str(config.data_dir),
             trained_ham=int(self.engine.model.doc_totals[Label.HAM]),
@@ -203,7 +218,8 @@ class Daemon:
             self.milter_server.close()
         # Both ways in drain at once, within one timeout.
         await asyncio.gather(
-            *(d.drain(DRAIN_TIMEOUT_S) for d in (self.smtp, self.milter) if d is not None)
+            *(d.drain(DRAIN_TIMEOUT_S) for d in (self.smtp, self.milter) if d is not None),
+            *([self.spamc.close(DRAIN_TIMEOUT_S)] if self.spamc is not None else []),  # stops accepting, too
         )
         if self.control is not None:
             await self.control.close()
@@ -406,6 +422,11 @@ class Daemon:
             milter_listen=None if self.milter_address is None else f"{self.milter_address[0]}:{self.milter_address[1]}",
             milter_sessions=0 if self.milter is None else len(self.milter.sessions),
             milter_in_flight=0 if self.milter is None else self.milter.in_flight,
+            spamc_listen=None if self.spamc is None or self.spamc.address is None
+            else f"{self.spamc.address[0]}:{self.spamc.address[1]}",
+            spamc_connections=0 if self.spamc is None else len(self.spamc.connections),
+            spamc_in_flight=0 if self.spamc is None else self.spamc.in_flight,
+            spamc_answered=0 if self.spamc is None else self.spamc.answered,
             maildirs=[{"path": str(m.root), "user": m.user, "indexed_messages": len(m.index)} for m in self.mailboxes],
             maildir_events_queued=0 if self.watcher is None else self.watcher.queue.qsize(),
         )
@@ -430,11 +451,12 @@ def raise_open_files_limit() -> int:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="spamd", description="Online spam filter daemon (SMTP content filter, milter, Maildir watcher).")
+    parser = argparse.ArgumentParser(prog="spamd", description="Online spam filter daemon (SMTP content filter, milter, SpamAssassin spamc protocol, Maildir watcher).")
     parser.add_argument("--config", type=Path, help="TOML config file (default: embedded defaults; see config/spamd.toml)")
     parser.add_argument("--data-dir", type=Path, help="data directory: model state and the default Maildir (overrides data_dir)")
     parser.add_argument("--smtp", metavar="HOST:PORT", help="SMTP listen address (overrides [smtp] host and port)")
     parser.add_argument("--milter", metavar="HOST:PORT", help="milter listen address for Postfix smtpd_milters (overrides [milter] listen)")
+    parser.add_argument("--spamc", metavar="HOST:PORT", help="serve SpamAssassin's spamc protocol here (overrides [spamc] listen)")
     return parser.parse_args(argv)
 
 
@@ -442,7 +464,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     tune_gc_for_message_streams()
     try:
-        daemon = Daemon(args.config, data_dir=args.data_dir, smtp_listen=args.smtp, milter_listen=args.milter)
+        daemon = Daemon(
+            args.config, data_dir=args.data_dir, smtp_listen=args.smtp, milter_listen=args.milter, spamc_listen=args.spamc
+        )
         configure_logging(daemon.config.log)
         asyncio.run(daemon.run())
     except SpamdError as e:

@@ -153,3 +153,17 @@ class Scorer:
             **context,
         )
         return outcome
+
+    def forget(self, raw: bytes, source: str, **context: object) -> Outcome:
+        """Untrain (journaled and fsynced by the Engine before it returns), then log it like `learn`."""
+        outcome = self.engine.untrain(raw, source)
+        log.info(
+            "training_applied",
+            message_id=message_id(raw),
+            label=None,
+            source=source,
+            user=True,
+            outcome=outcome.value,
+            **context,
+        )
+        return outcome
