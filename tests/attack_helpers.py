@@ -21,6 +21,7 @@ import subprocess
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -474,11 +475,16 @@ class RawClient:
 
 
 class WellBehaved:
-    """A normal smtplib sender running beside the abuse: every send timed, every one must get 250."""
+    """A normal client running beside the abuse: every send timed, every one must succeed.
 
-    def __init__(self, port: int, pause: float = 0.05):
+    By default an smtplib sender that must get 250; `send(tag)` replaces it with
+    another protocol's client (it raises on a bad answer).
+    """
+
+    def __init__(self, port: int, pause: float = 0.05, send: Callable[[str], None] | None = None):
         self.port = port
         self.pause = pause
+        self.send = send or self._send_smtp
         self.latencies: list[float] = []
         self.failures: list[str] = []
         self.tags: list[str] = []
@@ -492,14 +498,17 @@ class WellBehaved:
             tag = f"probe{self._serial}"
             started = time.monotonic()
             try:
-                with smtplib.SMTP("127.0.0.1", self.port, timeout=10) as client:
-                    client.sendmail("probe@example.org", ["user@example.com"], tagged_message(tag, spam=False).replace(b"\n", b"\r\n"))
-            except (smtplib.SMTPException, OSError) as e:
+                self.send(tag)
+            except (smtplib.SMTPException, OSError, AssertionError, subprocess.SubprocessError) as e:
                 self.failures.append(f"{tag}: {type(e).__name__}: {e}")
             else:
                 self.tags.append(tag)
             self.latencies.append(time.monotonic() - started)
             self._stop.wait(self.pause)
+
+    def _send_smtp(self, tag: str) -> None:
+        with smtplib.SMTP("127.0.0.1", self.port, timeout=10) as client:
+            client.sendmail("probe@example.org", ["user@example.com"], tagged_message(tag, spam=False).replace(b"\n", b"\r\n"))
 
     def __enter__(self) -> "WellBehaved":
         self._thread.start()
