@@ -208,3 +208,204 @@ def test_dovecot_training_scripts_work_unchanged(tmp_path):
         assert daemon.stop() == 0
     finally:
         daemon.process.kill()
+
+
+# ---------------------------------------------------------------- Exim and hand-written requests
+
+
+def test_exims_request_gets_the_answer_exim_parses(spamd):
+    # src/spam.c: "REPORT SPAMC/1.2\r\nUser: %s\r\nContent-length: %ld\r\n\r\n", the spool
+    # file, shutdown(SHUT_WR), read to EOF; anything its two sscanf formats miss is a DEFER.
+    for raw in SAMPLES:
+        message = raw.replace(b"\n", b"\r\n")
+        answer = raw_exchange(spamd.port, b"REPORT SPAMC/1.2\r\nUser: nobody\r\nContent-length: %d\r\n\r\n%s" % (len(message), message))
+        parsed = exim_parse(answer)
+        assert parsed is not None, answer[:200]
+        score, threshold, report = parsed
+        verdict = spamd.classify(message)["verdict"]
+        # Exim: spam_rc = spamd_score >= spamd_threshold ? OK : FAIL.
+        assert (score >= threshold) == (verdict == "spam"), (score, threshold, verdict)
+        assert threshold == 5.0
+        assert report.startswith(b"spamd classified this message as ")
+        assert answer.startswith(b"SPAMD/1.1 0 EX_OK\r\nSpam: ")
+
+
+def test_protocol_versions_frame_answers_as_spamassassin_does(spamd):
+    raw = make_message(Label.SPAM, 510)
+    _, (points, required) = verdict_of(spamd, raw)
+    spam = f"Spam: True ; {points} / {required}\r\n".encode()
+    # CHECK: the Spam header alone, at every version.
+    assert raw_exchange(spamd.port, request("CHECK", raw)) == b"SPAMD/1.1 0 EX_OK\r\n" + spam + b"\r\n"
+    # PROCESS 1.5: Content-length and Spam; 1.2: Content-length only; 1.0: no headers, body to EOF.
+    answer = raw_exchange(spamd.port, request("PROCESS", raw))
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head == b"SPAMD/1.1 0 EX_OK\r\nContent-length: %d\r\n" % len(body) + spam.rstrip(b"\r\n")
+    assert body.endswith(raw) and body.startswith(b"X-Spam-Status: Yes")
+    assert raw_exchange(spamd.port, request("PROCESS", raw, version="1.2")) == b"SPAMD/1.1 0 EX_OK\r\nContent-length: %d\r\n\r\n" % len(body) + body
+    assert raw_exchange(spamd.port, b"PROCESS SPAMC/1.0\r\n" + raw) == b"SPAMD/1.0 0 EX_OK\r\n" + body
+    # SYMBOLS before 1.3 ends its line with CRLF; from 1.3 on it does not.
+    old = raw_exchange(spamd.port, request("SYMBOLS", raw, version="1.2"))
+    assert old.startswith(b"SPAMD/1.1 0 EX_OK\r\n" + spam + b"\r\nSPAMD_SPAM,") and old.endswith(b"\r\n")
+    new = raw_exchange(spamd.port, request("SYMBOLS", raw))
+    assert not new.endswith(b"\n")
+    # HEADERS: up to and including the empty line after the header.
+    headers = raw_exchange(spamd.port, request("HEADERS", raw)).partition(b"\r\n\r\n")[2]
+    assert headers == body[: body.index(b"\n\n") + 2]
+    # PING before 1.5 has no header block; SKIP gets no answer at all.
+    assert raw_exchange(spamd.port, b"PING SPAMC/1.2\r\n", half_close=False) == b"SPAMD/1.5 0 PONG\r\n"
+    assert raw_exchange(spamd.port, b"PING SPAMC/1.5\r\n\r\n") == b"SPAMD/1.5 0 PONG\r\n"
+    assert raw_exchange(spamd.port, b"SKIP SPAMC/1.5\r\n\r\n") == b""
+    # Without shutting down its side, a client that sent Content-length is answered at once.
+    assert raw_exchange(spamd.port, request("CHECK", raw), half_close=False).startswith(b"SPAMD/1.1 0 EX_OK\r\nSpam: True")
+
+
+def test_compressed_requests_are_inflated_and_damaged_ones_refused(spamd):
+    # Debian's spamc is built without zlib ("spamc -z support not available"): the request is
+    # framed as libspamc frames it with -z.
+    raw = make_message(Label.SPAM, 511)
+    plain = raw_exchange(spamd.port, request("CHECK", raw))
+    packed = zlib.compress(raw)
+    assert raw_exchange(spamd.port, request("CHECK", packed, headers={"Compress": "zlib"})) == plain
+    answer = raw_exchange(spamd.port, request("PROCESS", packed, headers={"Compress": "zlib"}))
+    assert answer.endswith(raw), "answers are not compressed: no client inflates one"
+    assert raw_exchange(spamd.port, request("CHECK", b"not zlib at all", headers={"Compress": "zlib"})).startswith(b"SPAMD/1.0 65 ")
+    assert raw_exchange(spamd.port, request("CHECK", packed[:-6], headers={"Compress": "zlib"})).startswith(b"SPAMD/1.0 65 ")
+    assert raw_exchange(spamd.port, request("CHECK", raw, headers={"Compress": "gzip"})).startswith(b"SPAMD/1.0 76 ")
+    assert raw_exchange(spamd.port, request("CHECK", packed, headers={"Compress": "zlib"}, length=False)).startswith(b"SPAMD/1.0 76 ")
+
+
+def test_malformed_requests_get_their_ex_code(spamd):
+    raw = make_message(Label.HAM, 512)
+    cases = {
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n": 76,
+        b"CHECK SPAMC/x.y\r\n\r\n": 76,
+        b"CHECK SPAMC/1.5\r\nno colon here\r\n\r\n" + raw: 76,
+        b"CHECK SPAMC/1.5\r\nContent-length: 12ab\r\n\r\n" + raw: 76,
+        b"CHECK SPAMC/1.5\r\nContent-length: %d\r\n\r\n" % (len(raw) + 10) + raw: 76,  # mismatch at EOF
+        b"CHECK SPAMC/1.5\r\nUser: a\x01b\r\n\r\n" + raw: 76,
+        b"CHECK SPAMC/1.5\r\nContent-length: 5": 76,  # EOF during headers
+        b"": 76,  # closed before headers
+        b"CHECK SPAMC/1.5\r\n" + b"X-Junk: 1\r\n" * 300 + b"\r\n": 76,
+        b"TELL SPAMC/1.5\r\nMessage-class: spam\r\nSet: local\r\nRemove: local\r\nContent-length: %d\r\n\r\n" % len(raw) + raw: 76,
+        b"TELL SPAMC/1.5\r\nMessage-class: maybe\r\nSet: local\r\nContent-length: %d\r\n\r\n" % len(raw) + raw: 76,
+        b"TELL SPAMC/1.5\r\nSet: local\r\nContent-length: %d\r\n\r\n" % len(raw) + raw: 76,
+        b"TELL SPAMC/1.5\r\nMessage-class: spam\r\nSet: local\r\nContent-length: 9\r\n\r\n\x89PNG\r\n\x1a\n\x00": 65,
+    }
+    before = stats_counts(spamd.stats())
+    for data, code in cases.items():
+        answer = raw_exchange(spamd.port, data)
+        assert re.fullmatch(rb"SPAMD/1\.0 %d [ -~]+\r\n" % code, answer), (data[:60], answer)
+    assert stats_counts(spamd.stats()) == before, "nothing learned from a malformed TELL"
+
+
+@needs_spamc
+def test_tell_is_refused_unless_allowed(tmp_path):
+    daemon = start_spamd(tmp_path, "", train=False)
+    try:
+        raw = make_message(Label.SPAM, 513)
+        # As SpamAssassin's spamd without --allow-tell: 69 EX_UNAVAILABLE, nothing learned.
+        answer = raw_exchange(daemon.port, request("TELL", raw, headers={"Message-class": "spam", "Set": "local"}))
+        assert answer == b"SPAMD/1.0 69 Service Unavailable: TELL commands are not enabled, set [spamc] allow_tell = true\r\n"
+        done = daemon.spamc("-L", "spam", input=raw)
+        assert done.returncode != 0 and b"successfully" not in done.stdout
+        assert stats_counts(daemon.stats()) == (0, 0, 0)
+        assert daemon.spamc("-c", input=raw).returncode == 0  # scoring is served all the same
+    finally:
+        daemon.process.kill()
+
+
+@needs_spamc
+def test_tell_is_durable_when_acknowledged(tmp_path):
+    # SIGKILL right after spamc reports the learning: the restarted spamd holds it.
+    daemon = start_spamd(tmp_path, "allow_tell = true\n", train=False)
+    try:
+        for i in range(5):
+            done = daemon.spamc("-L", "spam" if i % 2 else "ham", input=make_message(Label.SPAM, 520 + i))
+            assert done.stdout == b"Message successfully un/learned\n"
+        daemon.process.kill()
+        offline = daemon.stats()
+        assert offline["mode"] == "offline" and stats_counts(offline) == (2, 3, 5)
+    finally:
+        daemon.process.kill()
+
+
+def test_peers_outside_the_allow_list_are_refused_and_the_listener_is_off_by_default(tmp_path):
+    async def scenario() -> None:
+        config = daemon_config(tmp_path / "a", smtp=dict(allowed_peers=("::1",)), spamc=dict(listen="127.0.0.1:0"))
+        async with running(config) as daemon:
+            port = daemon.spamc.address[1]
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(request("PING", version="1.5"))
+            assert await asyncio.wait_for(reader.read(), 10) == b"SPAMD/1.0 77 connections from 127.0.0.1 are not accepted\r\n"
+            writer.close()
+        async with running(daemon_config(tmp_path / "b")) as daemon:
+            assert daemon.spamc is None and daemon.stats()["daemon"]["spamc_listen"] is None
+
+    asyncio.run(scenario())
+
+
+def test_config_keys_and_command_line(tmp_path):
+    path = tmp_path / "spamd.toml"
+    path.write_text('[spamc]\nlisten = "127.0.0.1:7830"\nallow_tell = true\nrequired_score = 6.0\n')
+    config = load_config(path)
+    assert (config.spamc.listen, config.spamc.allow_tell, config.spamc.required_score) == ("127.0.0.1:7830", True, 6.0)
+    assert config.spamc_allowed_peers == config.smtp.allowed_peers == ("127.0.0.1", "::1")
+    assert config.spamc_max_message_bytes == config.smtp.max_message_bytes
+    assert load_config(path, spamc_listen="[::1]:783").spamc.listen == "[::1]:783"
+    assert load_config().spamc.listen == ""  # off unless asked for
+    for bad in ('listen = "783"', "max_connections = 0", "idle_timeout_s = 0", "allow_tell = 1"):
+        path.write_text(f"[spamc]\n{bad}\n")
+        with pytest.raises(ConfigError, match="spamc"):
+            load_config(path)
+    with pytest.raises(ConfigError, match="--spamc"):
+        load_config(None, spamc_listen="localhost")
+
+
+# ---------------------------------------------------------------- aiospamc
+
+
+def test_aiospamc_every_command(tmp_path):
+    aiospamc = pytest.importorskip("aiospamc")
+    from aiospamc.responses import ProtocolException
+    from loguru import logger
+
+    logger.remove()  # aiospamc logs every request through loguru to stderr
+
+    async def scenario() -> None:
+        config = daemon_config(tmp_path, spamc=dict(listen="127.0.0.1:0", allow_tell=True))
+        async with running(config) as daemon:
+            train(daemon)
+            where = {"host": "127.0.0.1", "port": daemon.spamc.address[1]}
+            spam, ham = make_message(Label.SPAM, 600), make_message(Label.HAM, 600)
+            assert (await aiospamc.ping(**where)).message == "PONG"
+            for compress in (False, True):
+                for raw, is_spam in ((spam, True), (ham, False)):
+                    check = await aiospamc.check(raw, compress=compress, user="bob", **where)
+                    value = check.headers["Spam"]
+                    assert (value.value, value.threshold) == (is_spam, 5.0)
+                    assert (value.score >= value.threshold) == is_spam
+                    processed = await aiospamc.process(raw, compress=compress, **where)
+                    assert processed.body.endswith(raw) and processed.body.startswith(b"X-Spam-Status: ")
+                    headers = await aiospamc.headers(raw, compress=compress, **where)
+                    assert processed.body.startswith(headers.body) and headers.body.endswith(b"\n\n")
+                    symbols = await aiospamc.symbols(raw, compress=compress, **where)
+                    assert symbols.body.startswith(b"SPAMD_SPAM," if is_spam else b"SPAMD_HAM,")
+                    report = await aiospamc.report(raw, compress=compress, **where)
+                    assert b"toward spam:" in report.body
+                    if_spam = await aiospamc.report_if_spam(raw, compress=compress, **where)
+                    assert bool(if_spam.body) == is_spam
+            fresh = make_message(Label.SPAM, 601)
+            told = await aiospamc.tell(fresh, "spam", set_action="local", **where)
+            assert told.headers["DidSet"].action.local
+            again = await aiospamc.tell(fresh, "spam", set_action="local", **where)
+            assert "DidSet" not in again.headers
+            corrected = await aiospamc.tell(fresh, "ham", set_action="local", compress=True, **where)
+            assert corrected.headers["DidSet"].action.local
+            assert daemon.engine.trainer.label_of(daemon.engine.classifier.analyze(fresh).key) is Label.HAM
+            forgotten = await aiospamc.tell(fresh, "ham", remove_action="local", **where)
+            assert forgotten.headers["DidRemove"].action.local
+            assert daemon.engine.trainer.label_of(daemon.engine.classifier.analyze(fresh).key) is None
+            with pytest.raises(ProtocolException):
+                await aiospamc.tell(fresh, "spam", set_action="local", remove_action="local", **where)
+
+    asyncio.run(scenario())

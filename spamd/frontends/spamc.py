@@ -497,6 +497,7 @@ class SpamcServer:
         if peer not in config.spamc_allowed_peers:
             log.warning("spamc_peer_refused", peer=peer)
             writer.write(SpamcRequestError(Ex.EX_NOPERM, f"connections from {peer} are not accepted").reply())
+            await _linger(reader, writer)
             writer.close()
             return
         loop = asyncio.get_running_loop()
@@ -504,6 +505,7 @@ class SpamcServer:
         if len(self.connections) >= config.spamc.max_connections and not self._make_room():
             log.warning("spamc_connection_refused", peer=peer, connections=len(self.connections))
             writer.write(SpamcRequestError(Ex.EX_TEMPFAIL, "too many connections, try again later").reply())
+            await _linger(reader, writer)
             writer.close()
             return
         assert conn.task is not None
