@@ -9,12 +9,14 @@ with Exim's own sscanf formats. Verdicts and points are checked against
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import re
 import signal
 import socket
 import subprocess
 import threading
+import tomllib
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spamd.config import load_config
+from spamd.config import SpamcConfig, load_config
 from spamd.errors import ConfigError
 from spamd.frontends.spamc import Ex, Request, RequestParser, SpamcRequestError, sa_score, shown_score, symbol_name
 from spamd.model import Label, Score, Verdict
@@ -685,3 +687,14 @@ def test_sigterm_answers_the_request_in_flight_and_turns_idle_ones_away(tmp_path
         assert stats_counts(daemon.stats()) == (1, 0, 1)
     finally:
         daemon.process.kill()
+
+
+def test_config_file_documents_every_spamc_key():
+    text = (Path(__file__).parent.parent / "config" / "spamd.toml").read_text()
+    section = text.split("\n[spamc]\n", 1)[1].split("\n[", 1)[0]
+    documented = dict(re.findall(r"^# (\w+) = (.+)$", section, re.MULTILINE))
+    assert set(documented) == {f.name for f in dataclasses.fields(SpamcConfig)}
+    for name, value in documented.items():
+        parsed = tomllib.loads(f"x = {value}")["x"]
+        default = getattr(SpamcConfig(), name)
+        assert (tuple(parsed) if isinstance(parsed, list) else parsed) == default, name
