@@ -6,7 +6,6 @@ the raw requests are bytes on a loopback socket.
 
 from __future__ import annotations
 
-import json
 import random
 import re
 import shutil
@@ -170,11 +169,3 @@ def exim_parse(answer: bytes) -> tuple[float, float, bytes] | None:
 
 def stats_counts(stats: dict[str, Any]) -> tuple[int, int, int]:
     return stats["trained_spam"], stats["trained_ham"], stats["ledger_entries"]
-
-
-def events(process: DaemonProcess, name: str) -> list[dict[str, Any]]:
-    return process.events(name)
-
-
-def dump(value: Any) -> str:
-    return json.dumps(value, indent=1)[:2000]

@@ -32,7 +32,6 @@ from spamd.model import Label, Score, Verdict
 from tests.attack_helpers import RawClient, WellBehaved, tagged_message
 from tests.daemon_helpers import daemon_config, make_message, running, train, wait_until_sync
 from tests.spamc_helpers import (
-    SPAMC,
     SpamcDaemon,
     exim_parse,
     mixed_message,
