@@ -6,12 +6,14 @@ the raw requests are bytes on a loopback socket.
 
 from __future__ import annotations
 
+import os
 import random
 import re
 import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -169,3 +171,48 @@ def exim_parse(answer: bytes) -> tuple[float, float, bytes] | None:
 
 def stats_counts(stats: dict[str, Any]) -> tuple[int, int, int]:
     return stats["trained_spam"], stats["trained_ham"], stats["ledger_entries"]
+
+
+# ---------------------------------------------------------------- Exim, unpacked by .ci/unpack-exim
+
+EXIM_ROOT = Path(__file__).resolve().parent.parent / ".ci" / "exim" / "root"
+EXIM_USER = "Debian-exim"  # compiled into Debian's exim4; looked up before the config is read
+
+
+def exim_unavailable() -> str:
+    """Why the Exim end-to-end test cannot run here, or "" if it can."""
+    if not (EXIM_ROOT / "usr/sbin/exim4").is_file():
+        return "Exim not unpacked: run .ci/unpack-exim (Debian's exim4-daemon-heavy cannot be installed beside Postfix)"
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        return "running the unpacked Exim needs root and unshare(1) (a private mount namespace for its system user)"
+    return ""
+
+
+def run_exim(config: str, dialog: bytes, timeout: float = 60.0) -> subprocess.CompletedProcess[bytes]:
+    """Exim's SMTP dialogue with its ACLs run for real (`exim -bh 127.0.0.1`), on a private configuration.
+
+    Its spool and log go to a fresh directory under /tmp, removed after (Exim gives up
+    root for a -C configuration, so they must be reachable by its system user; pytest's
+    own directories are not). Debian's exim4 looks up that user before reading any
+    configuration; when it is absent (Exim is not installed) it is added to a private
+    copy of /etc/passwd and /etc/group, bind-mounted in a mount namespace of its own.
+    """
+    work = Path(tempfile.mkdtemp(prefix="spamd-exim-", dir="/tmp"))
+    try:
+        spool, logs = work / "spool", work / "log"
+        for d in (work, spool, logs):
+            d.mkdir(exist_ok=True)
+            d.chmod(0o777)
+        conf = work / "exim.conf"
+        conf.write_text(f"primary_hostname = test.example\nspool_directory = {spool}\nlog_file_path = {logs}/%slog\n" + config)
+        conf.chmod(0o644)
+        libs = f"{EXIM_ROOT}/usr/lib/x86_64-linux-gnu:{EXIM_ROOT}/usr/lib"
+        command = f'exec env LD_LIBRARY_PATH="{libs}" "{EXIM_ROOT}/usr/sbin/exim4" -C "{conf}" -bh 127.0.0.1'
+        passwd = Path("/etc/passwd").read_text()
+        if not re.search(rf"^{EXIM_USER}:", passwd, re.MULTILINE):
+            (work / "passwd").write_text(passwd.rstrip("\n") + f"\n{EXIM_USER}:x:64999:64999::/nonexistent:/usr/sbin/nologin\n")
+            (work / "group").write_text(Path("/etc/group").read_text().rstrip("\n") + f"\n{EXIM_USER}:x:64999:\n")
+            command = f'mount --bind "{work}/passwd" /etc/passwd && mount --bind "{work}/group" /etc/group && {command}'
+        return subprocess.run(["unshare", "--mount", "sh", "-c", command], input=dialog, capture_output=True, timeout=timeout)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

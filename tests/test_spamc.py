@@ -1,9 +1,10 @@
 """SpamAssassin's spamc protocol: Debian's spamc, aiospamc and Exim's request framing against a real spamd.
 
 spamd runs as a subprocess with `--spamc 127.0.0.1:0`, trained through spamctl;
-spamc is /usr/bin/spamc; Exim's request is written by hand and its answer read
-with Exim's own sscanf formats. Verdicts and points are checked against
-`spamctl classify` on the same running daemon.
+spamc is /usr/bin/spamc; Exim 4.96 runs its `spam =` ACL condition against it
+(`exim -bh`, unpacked by .ci/unpack-exim), and Exim's request is also written by
+hand and its answer read with Exim's own sscanf formats. Verdicts and points are
+checked against `spamctl classify` on the same running daemon.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from tests.daemon_helpers import daemon_config, make_message, running, train, wa
 from tests.spamc_helpers import (
     SpamcDaemon,
     exim_parse,
+    exim_unavailable,
+    run_exim,
     mixed_message,
     needs_spamc,
     raw_exchange,
@@ -232,6 +235,58 @@ def test_exims_request_gets_the_answer_exim_parses(spamd):
         assert threshold == 5.0
         assert report.startswith(b"spamd classified this message as ")
         assert answer.startswith(b"SPAMD/1.1 0 EX_OK\r\nSpam: ")
+
+
+EXIM_ACL = """\
+spamd_address = 127.0.0.1 {port}
+acl_smtp_rcpt = acl_rcpt
+acl_smtp_data = acl_data
+begin acl
+acl_rcpt:
+  accept
+acl_data:
+  warn  spam = nobody:true
+        log_message = spamd said score=$spam_score threshold_action=$spam_action report_lists_tokens=${{if match{{$spam_report}}{{toward spam:}}{{yes}}{{no}}}}
+  deny  spam = nobody
+        message = rejected as spam, score $spam_score
+  accept
+begin routers
+begin transports
+"""
+
+
+def exim_dialog(raw: bytes) -> bytes:
+    body = raw.replace(b"\n", b"\r\n")
+    return b"HELO client.example\r\nMAIL FROM:<a@example.org>\r\nRCPT TO:<user@test.example>\r\nDATA\r\n" + body + b".\r\nQUIT\r\n"
+
+
+def test_exim_spam_acl_end_to_end(spamd):
+    # Debian's Exim 4.96 (exim4-daemon-heavy, unpacked by .ci/unpack-exim) runs a real SMTP
+    # dialogue through its ACLs (-bh): `spam = nobody:true` sets $spam_score from spamd,
+    # `spam = nobody` rejects what spamd calls spam.
+    if why := exim_unavailable():
+        pytest.skip(why)
+    rejected = set()
+    for raw in (make_message(Label.SPAM, 530), make_message(Label.HAM, 530), *SAMPLES[2:]):
+        done = run_exim(EXIM_ACL.format(port=spamd.port), exim_dialog(raw))
+        out = done.stdout.decode() + done.stderr.decode()
+        assert "cannot parse spamd" not in out and "DEFER" not in out, out[-3000:]
+        m = re.search(r"spamd said score=(-?\d+\.\d) threshold_action=(reject|no action) report_lists_tokens=yes", out)
+        assert m is not None, out[-3000:]
+        # Exim scans the message as it will deliver it, with its own Received: header on
+        # top, so the points are those of that message; what Exim does with them must
+        # follow spamd's line: reject from 5.0 up, accept below.
+        spam = float(m.group(1)) >= 5.0
+        assert (m.group(2) == "reject") == spam
+        if spam:
+            assert f"550 rejected as spam, score {m.group(1)}\r\n" in out
+        else:
+            assert "250 Accepted\r\n" in out and "550 " not in out, out[-3000:]
+        rejected.add(spam)
+    assert rejected == {True, False}
+    # The clear cases are spamctl's verdicts too.
+    assert verdict_of(spamd, make_message(Label.SPAM, 530))[0].verdict is Verdict.SPAM
+    assert verdict_of(spamd, make_message(Label.HAM, 530))[0].verdict is Verdict.HAM
 
 
 def test_protocol_versions_frame_answers_as_spamassassin_does(spamd):
