@@ -27,6 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spamd.config import SpamcConfig, load_config
+from spamd.daemon import Daemon
 from spamd.errors import ConfigError
 from spamd.frontends.spamc import Ex, Request, RequestParser, SpamcRequestError, sa_score, shown_score, symbol_name
 from spamd.model import Label, Score, Verdict
@@ -399,6 +400,41 @@ def test_peers_outside_the_allow_list_are_refused_and_the_listener_is_off_by_def
             writer.close()
         async with running(daemon_config(tmp_path / "b")) as daemon:
             assert daemon.spamc is None and daemon.stats()["daemon"]["spamc_listen"] is None
+
+    asyncio.run(scenario())
+
+
+async def exchange_async(port: int, data: bytes) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(data)
+    writer.write_eof()
+    try:
+        return await asyncio.wait_for(reader.read(), 10)
+    finally:
+        writer.close()
+
+
+def test_a_reload_applies_spamc_settings_to_the_next_connection(tmp_path):
+    path = tmp_path / "spamd.toml"
+    path.write_text('[model]\nhash_bits = 16\n[maildir]\nfsync = false\n[spamc]\nlisten = "127.0.0.1:0"\n')
+
+    async def scenario() -> None:
+        daemon = Daemon(path, data_dir=tmp_path / "data", smtp_listen="127.0.0.1:0", install_signals=False)
+        try:
+            await daemon.startup()
+            port = daemon.spamc.address[1]
+            tell = request("TELL", make_message(Label.SPAM, 800), headers={"Message-class": "spam", "Set": "local"})
+            assert (await exchange_async(port, tell)).startswith(b"SPAMD/1.0 69 ")
+            path.write_text(path.read_text().replace('listen = "127.0.0.1:0"', 'listen = "127.0.0.1:9"\nallow_tell = true\nrequired_score = 6.0'))
+            result = await daemon.reload()
+            assert result["applied"] == {"spamc.allow_tell": [False, True], "spamc.required_score": [5.0, 6.0]}
+            assert result["needs_restart"] == ["spamc.listen"]
+            assert await exchange_async(port, tell) == b"SPAMD/1.1 0 EX_OK\r\nDidSet: local\r\n\r\n"
+            check = await exchange_async(port, request("CHECK", make_message(Label.SPAM, 800)))
+            assert check.startswith(b"SPAMD/1.1 0 EX_OK\r\nSpam: ") and check.endswith(b" / 6.0\r\n\r\n")
+        finally:
+            daemon.request_exit()
+            await daemon.shutdown()
 
     asyncio.run(scenario())
 
