@@ -90,6 +90,9 @@ def test_check_exit_code_and_points_agree_with_spamctl_classify(spamd):
         assert done.stdout == f"{points}/{required}\n".encode()
         assert (float(points) >= float(required)) == (score.verdict is Verdict.SPAM)
     assert {Verdict.SPAM, Verdict.HAM} <= verdicts, verdicts
+    # The control-socket answer used above is spamctl classify's own, to the digit.
+    done = spamd.spamctl("classify", "--json", "-", input=SAMPLES[-1])
+    assert done.returncode == 0 and done.json() == spamd.classify(SAMPLES[-1])
 
 
 @needs_spamc
