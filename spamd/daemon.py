@@ -5,7 +5,7 @@ up with moves made while spamd was down, then listens. Serve waits on an Event
 that SIGTERM/SIGINT set; SIGHUP reloads the config. Shutdown stops accepting,
 lets messages in flight finish, handles queued Maildir events, writes a
 snapshot and releases the state. Business logic lives in the frontends (smtp.py,
-milter.py, maildir.py) and scoring.py; the model in the Engine.
+milter.py, spamc.py, maildir.py, control.py) and scoring.py; the model in the Engine.
 """
 
 from __future__ import annotations
