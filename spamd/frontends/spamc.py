@@ -62,7 +62,10 @@ READ_CHUNK = 65536
 
 
 class Ex(IntEnum):
-    """sysexits.h codes, as SpamAssassin's spamd names them in its answers."""
+    """sysexits.h codes, as SpamAssassin's spamd names them in its answers.
+
+    Not EX_TOOBIG: that is libspamc's own (866, "not checked, passed through"), never sent.
+    """
 
     EX_OK = 0
     EX_USAGE = 64
