@@ -432,7 +432,8 @@ class _Connection:
     opened: float  # loop time
     task: asyncio.Task[Any] | None = None
     phase: str = "waiting"  # "waiting" for a request line, "reading" the rest, "answering"
-    evicted: str = ""  # why the server cut it short (the answer it was sent)
+    evicted: str = ""  # why the server cut it short
+    answered: bool = False  # an answer is written (after it only lingering and closing remain)
     request: Request | None = field(default=None, repr=False)
 
 
@@ -456,7 +457,11 @@ class SpamcServer:
         listen = self.config().spamc.listen
         host, port = parse_host_port(listen, "[spamc] listen")
         try:
-            self.server = await asyncio.start_server(self._serve, host, port)
+            # A backlog for bursts: at asyncio's default of 100, a burst of connections while
+            # the loop was busy overflowed it, and the kernel's dropped SYN cost a client a
+            # 1 s retransmit (tests/test_spamc.py, 500 idle connections beside spamc).
+            backlog = min(max(self.config().spamc.max_connections, 128), 4096)
+            self.server = await asyncio.start_server(self._serve, host, port, backlog=backlog)
         except OSError as e:
             raise SpamdError(f"cannot listen for spamc on {listen}: {e.strerror} ([spamc] listen, or --spamc)") from None
         self.address = self.server.sockets[0].getsockname()[:2]
@@ -487,7 +492,10 @@ class SpamcServer:
 
     def _evict(self, conn: _Connection, why: str) -> None:
         conn.evicted = why
-        if not conn.writer.is_closing():
+        # One answer per connection: one already answered may have shut down its side
+        # for writing (lingering), and a write after write_eof() raises.
+        if not conn.answered and not conn.writer.is_closing():
+            conn.answered = True
             conn.writer.write(SpamcRequestError(Ex.EX_TEMPFAIL, why).reply())
         if conn.task is not None:
             conn.task.cancel()
@@ -527,11 +535,11 @@ class SpamcServer:
             writer.close()
 
     def _make_room(self) -> bool:
-        """At the cap: cut the connection that has waited longest without a whole request (75, retry)."""
+        """At the cap: close one lingering after its answer, else the one waiting longest for its request (75)."""
         candidates = [c for c in self.connections.values() if c.phase != "answering" and not c.evicted]
         if not candidates:
             return False
-        oldest = min(candidates, key=lambda c: c.opened)
+        oldest = min(candidates, key=lambda c: (not c.answered, c.opened))
         log.warning("spamc_connection_evicted", peer=oldest.peer, waited_s=round(asyncio.get_running_loop().time() - oldest.opened, 2))
         self._evict(oldest, "too many connections, try again later")
         return True
@@ -544,6 +552,7 @@ class SpamcServer:
         except SpamcRequestError as e:
             log.warning("spamc_request_refused", peer=conn.peer, code=e.code.value, reason=e.text,
                         verb=None if parser.request is None else parser.request.verb)  # fmt: skip
+            conn.answered = True
             conn.writer.write(e.reply())
             if not reader.at_eof():
                 await _linger(reader, conn.writer)
@@ -560,6 +569,7 @@ class SpamcServer:
             log.error("spamc_request_failed", peer=conn.peer, verb=request.verb, error=f"{type(e).__name__}: {e}", exc_info=e)
             self.on_error("spamc_request_failed", error=f"{type(e).__name__}: {e}")
             reply = SpamcRequestError(Ex.EX_SOFTWARE, "internal error, try again later").reply()
+        conn.answered = True
         if reply:
             conn.writer.write(reply)
             try:
