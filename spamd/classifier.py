@@ -6,7 +6,10 @@ It does not learn: `spamd.training.Trainer` does, through the journal and ledger
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from spamd.config import Config
 from spamd.message import parse_message, strip_own_headers, stripped_message_key
@@ -54,3 +57,67 @@ class Classifier:
 
     def score(self, analyzed: Analyzed) -> Score:
         return self.model.score(analyzed.features)
+
+
+# ---------------------------------------------------------------- analysis in worker processes
+
+Job = TypeVar("Job")
+Done = TypeVar("Done")
+
+_worker_classifier: Classifier | None = None
+
+
+def _start_worker(config: Config) -> None:
+    from spamd.engine import tune_gc_for_message_streams
+
+    global _worker_classifier
+    tune_gc_for_message_streams()
+    _worker_classifier = Classifier(config, None)  # type: ignore[arg-type]  # analysis only: it never scores
+
+
+def _run_in_worker(task: tuple[Callable[[Classifier, Any], Any], Any]) -> Any:
+    function, job = task
+    assert _worker_classifier is not None
+    return function(_worker_classifier, job)
+
+
+def analyze_raws(classifier: Classifier, raws: list[bytes]) -> list[Analyzed]:
+    """`analyze_many` as a job for `AnalysisWorkers.map` (module level: picklable)."""
+    return classifier.analyze_many(raws)
+
+
+class AnalysisWorkers:
+    """Worker processes that each hold a Classifier for analysis (no model), for bulk work.
+
+    Analysis (strip, parse, tokenize, hash) is most of the CPU per message and needs
+    no model, so `spamctl eval` and `spamctl classify` of many messages run it here
+    while one process scores (and trains) in order. `map` keeps the jobs' order. It
+    does not score: the caller's model does.
+    """
+
+    def __init__(self, config: Config, jobs: int):
+        import multiprocessing
+
+        # The platform's default start method: fork on Linux before Python 3.14 (workers
+        # start in milliseconds), forkserver after it, which is safe beside threads.
+        self._pool = multiprocessing.get_context().Pool(jobs, _start_worker, (config,))
+
+    def map(self, function: Callable[[Classifier, Job], Done], jobs: Iterable[Job]) -> Iterator[Done]:
+        """function(classifier, job) for each job in a worker, results in the jobs' order, computed ahead."""
+        return self._pool.imap(_run_in_worker, ((function, job) for job in jobs))
+
+    def __enter__(self) -> "AnalysisWorkers":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._pool.terminate()
+        self._pool.join()
+
+
+def default_jobs() -> int:
+    """Worker processes for analysis: one per usable core, none on a single core."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return cores if cores > 1 else 0

@@ -36,6 +36,7 @@ from spamd.frontends.control import (
     NOT_A_MESSAGE,
     ControlClient,
     DaemonNotRunning,
+    score_fields,
 )
 from spamd.engine import Engine, tune_gc_for_message_streams
 from spamd.errors import NotAMessageError, SpamdError, StateLockedError
@@ -596,23 +597,16 @@ def _classify_many(config: Config, args: argparse.Namespace, inputs: Inputs) -> 
     """One line per message, as `bogofilter -b` prints them: name, verdict, probability, score.
 
     With --json, one JSON object per line. Unreadable inputs are named on stderr and
-    make the exit status 1; the others are still classified.
+    make the exit status 1; the others are still classified. Without a daemon the
+    messages are analyzed in worker processes, one per core, and scored here.
     """
     problems = 0
-    with closing(inputs), closing(open_backend(config)) as backend:
+
+    def readable() -> Iterator[tuple[list[str], list[bytes]]]:
+        """The inputs in batches of (names, messages); problems reported on the way."""
+        nonlocal problems
         names: list[str] = []
         batch: list[bytes] = []
-
-        def send() -> None:
-            results = backend.request("classify_many", messages=batch)["results"]
-            for name, result in zip(names, results):
-                if args.json:
-                    print(json.dumps({"path": name, **result}))
-                else:
-                    print(f"{name} {result['verdict']} {result['probability']:.4f} {result['score']:+.4f}")
-            names.clear()
-            batch.clear()
-
         size = 0
         for name, raw, problem in inputs:
             if raw is not None and len(raw) > MAX_MESSAGE_BYTES:
@@ -623,13 +617,44 @@ def _classify_many(config: Config, args: argparse.Namespace, inputs: Inputs) -> 
                 continue
             assert raw is not None
             if batch and (len(batch) >= CLASSIFY_BATCH_MESSAGES or size + len(raw) > BATCH_BYTES):
-                send()
-                size = 0
+                yield names, batch
+                names, batch, size = [], [], 0
             names.append(name)
             batch.append(raw)
             size += len(raw)
         if batch:
-            send()
+            yield names, batch
+
+    def show(names: list[str], results: list[dict[str, Any]]) -> None:
+        for name, result in zip(names, results):
+            if args.json:
+                print(json.dumps({"path": name, **result}))
+            else:
+                print(f"{name} {result['verdict']} {result['probability']:.4f} {result['score']:+.4f}")
+
+    with closing(inputs), closing(open_backend(config)) as backend:
+        from spamd.classifier import AnalysisWorkers, analyze_raws, default_jobs
+
+        jobs = default_jobs()
+        if isinstance(backend, OfflineBackend) and jobs:
+
+            pending: list[list[str]] = []  # names of the batches sent, oldest first
+
+            def messages() -> Iterator[list[bytes]]:
+                # Iterated by the pool's feeder thread: a batch's names are queued before
+                # the batch can be analyzed, so the oldest names belong to the next result.
+                for names, batch in readable():
+                    pending.append(names)
+                    yield batch
+
+            score = backend.engine.classifier.score
+            with AnalysisWorkers(config, jobs) as workers:
+                for analyzed in workers.map(analyze_raws, messages()):
+                    scores = [score(a) for a in analyzed]
+                    show(pending.pop(0), [score_fields(s) for s in scores])
+        else:
+            for names, batch in readable():
+                show(names, backend.request("classify_many", messages=batch)["results"])
     return 1 if problems else 0
 
 
@@ -731,7 +756,8 @@ def cmd_import(config: Config, args: argparse.Namespace) -> int:
 
 
 def cmd_eval(config: Config, args: argparse.Namespace) -> int:
-    from spamd.evaluation import default_jobs, eval_command  # heavy (numpy reports, optional matplotlib): only when asked
+    from spamd.classifier import default_jobs
+    from spamd.evaluation import eval_command  # heavy (numpy reports, optional matplotlib): only when asked
 
     if args.jobs is not None and args.jobs < 1:
         raise SpamdError(f"--jobs {args.jobs}: need at least 1 (1 = analyze in this process)")

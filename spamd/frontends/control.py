@@ -37,7 +37,7 @@ import msgpack
 import structlog
 
 from spamd.errors import SpamdError
-from spamd.model import Label
+from spamd.model import Label, Score
 
 log = structlog.get_logger()
 
@@ -148,15 +148,18 @@ def op_classify(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
     # Through the classifier, not Engine.classify: a question from spamctl is not mail
     # scored, and must not show up in the scored-by-verdict counters.
     classifier = engine.classifier
-    score = classifier.score(classifier.analyze(_raw(args)))
+    return score_fields(classifier.score(classifier.analyze(_raw(args))))
+
+
+def score_fields(score: Score) -> dict[str, Any]:
+    """A score as `classify` answers it."""
     return {"verdict": score.verdict.value, "score": score.log_odds, "probability": score.probability}
 
 
 def op_classify_many(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
     """`op_classify` of each message of a batch (`spamctl classify` of many files), analyzed together."""
     classifier = engine.classifier
-    scores = [classifier.score(analyzed) for analyzed in classifier.analyze_many(_messages(args))]
-    return {"results": [{"verdict": s.verdict.value, "score": s.log_odds, "probability": s.probability} for s in scores]}
+    return {"results": [score_fields(classifier.score(a)) for a in classifier.analyze_many(_messages(args))]}
 
 
 def op_explain(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
