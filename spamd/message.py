@@ -497,6 +497,21 @@ def _header_block_end(raw: bytes) -> int:
     return head_end + (2 if raw.startswith(b"\r\n", head_end) else 1)
 
 
+# A header field name and its colon: "Subject:", "Received:", "X-Original-To:".
+_LEADING_FIELD_RE = re.compile(rb"[!-9;-~]{1,100}:")
+
+
+def looks_like_message(raw: bytes) -> bool:
+    """Does this start like mail (a header field first, after an mbox "From " line if any)?
+
+    Training asks it (spamctl, spamc TELL), so a stray JPEG or an empty file does not
+    teach the model; scoring accepts any bytes. It checks nothing past the first field.
+    """
+    lines = raw[:4096].split(b"\n", 2)
+    first = lines[1] if lines[0].startswith(b"From ") and len(lines) > 1 else lines[0]
+    return _LEADING_FIELD_RE.match(first) is not None
+
+
 def message_key(raw: bytes) -> bytes:
     """Stable 16-byte digest of a message, blind to spamd's own headers and to CRLF vs LF.
 

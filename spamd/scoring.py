@@ -17,7 +17,7 @@ import structlog
 
 from spamd.engine import Classified, Engine
 from spamd.message import split_head_body, with_own_headers
-from spamd.model import Label, Score, Verdict
+from spamd.model import Contribution, Label, Score, Verdict
 from spamd.training import Outcome
 
 log = structlog.get_logger()
@@ -70,6 +70,28 @@ def spam_flagged(raw: bytes) -> bool:
     """Whether spamd (or a filter run before) marked this message as spam."""
     head = split_head_body(raw)[0][:65536].lower()
     return re.search(rb"^x-spam-flag:[ \t]*yes", head, re.MULTILINE) is not None
+
+
+def explanation(engine: Engine, raw: bytes, limit: int) -> dict[str, object]:
+    """The score and the `limit` strongest tokens each way, as `spamctl explain` and spamc's SYMBOLS/REPORT show them."""
+    # Ask for every token, then take the strongest of each direction separately.
+    score, rows = engine.explain(raw, limit=1 << 30)
+
+    def side(chosen: list[Contribution]) -> list[dict[str, object]]:
+        return [{"token": _safe_text(c.token), "count": c.count, "weight": c.weight} for c in chosen[:limit]]
+
+    return {
+        "verdict": score.verdict.value,
+        "score": score.log_odds,
+        "probability": score.probability,
+        "toward_spam": side([c for c in rows if c.weight > 0]),
+        "toward_ham": side([c for c in rows if c.weight < 0]),
+    }
+
+
+def _safe_text(token: str) -> str:
+    # Tokens may carry lone surrogates (they are hashed with surrogatepass); msgpack wants valid UTF-8.
+    return token.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
 
 
 class Metrics:

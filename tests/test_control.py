@@ -29,11 +29,11 @@ from spamd.frontends.control import (
     ControlServer,
     DaemonNotRunning,
     encode_frame,
-    looks_like_message,
     op_classify,
     op_explain,
 )
 from spamd.engine import Engine
+from spamd.message import looks_like_message
 from spamd.model import Label
 from tests.cli_helpers import HAM, SPAM, home, run_spamctl_async, write_maildir  # noqa: F401 (home is a fixture)
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import socket
 import stat
 import struct
@@ -37,7 +36,9 @@ import msgpack
 import structlog
 
 from spamd.errors import SpamdError
+from spamd.message import looks_like_message
 from spamd.model import Label, Score
+from spamd.scoring import explanation
 
 log = structlog.get_logger()
 
@@ -109,20 +110,7 @@ class EngineLike(Protocol):
     def untrain(self, raw: bytes, source: str) -> Any: ...
 
 
-# A header field name and its colon: "Subject:", "Received:", "X-Original-To:".
-_HEADER_FIELD = re.compile(rb"[!-9;-~]{1,100}:")
 NOT_A_MESSAGE = "not_a_message"
-
-
-def looks_like_message(raw: bytes) -> bool:
-    """Does this start like mail (a header field first, after an mbox "From " line if any)?
-
-    Only training is guarded, so a stray JPEG or an empty file does not teach the
-    model; scoring accepts any bytes. It does not check anything past the first field.
-    """
-    lines = raw[:4096].split(b"\n", 2)
-    first = lines[1] if lines[0].startswith(b"From ") and len(lines) > 1 else lines[0]
-    return _HEADER_FIELD.match(first) is not None
 
 
 def _raw(args: dict[str, Any], name: str = "raw") -> bytes:
@@ -137,11 +125,6 @@ def _messages(args: dict[str, Any]) -> list[bytes]:
     if not isinstance(value, list) or not all(isinstance(m, bytes) for m in value):
         raise ControlError("request argument 'messages' must be a list of messages as bytes")
     return value
-
-
-def _safe_text(token: str) -> str:
-    # Tokens may carry lone surrogates (they are hashed with surrogatepass); msgpack wants valid UTF-8.
-    return token.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
 
 
 def op_classify(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
@@ -166,19 +149,7 @@ def op_explain(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
     limit = args.get("limit", DEFAULT_EXPLAIN_LIMIT)
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         raise ControlError("request argument 'limit' must be a positive integer")
-    # Ask for every token, then take the strongest of each direction separately.
-    score, rows = engine.explain(_raw(args), limit=1 << 30)
-
-    def side(chosen: list[Any]) -> list[dict[str, Any]]:
-        return [{"token": _safe_text(c.token), "count": c.count, "weight": c.weight} for c in chosen[:limit]]
-
-    return {
-        "verdict": score.verdict.value,
-        "score": score.log_odds,
-        "probability": score.probability,
-        "toward_spam": side([c for c in rows if c.weight > 0]),
-        "toward_ham": side([c for c in rows if c.weight < 0]),
-    }
+    return explanation(engine, _raw(args), limit)
 
 
 def _train_many(messages: list[bytes], apply: Callable[[bytes], Any]) -> dict[str, Any]:

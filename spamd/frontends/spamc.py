@@ -38,9 +38,9 @@ import structlog
 
 from spamd.config import Config, parse_host_port
 from spamd.errors import SpamdError
-from spamd.frontends.control import looks_like_message, op_explain
+from spamd.message import looks_like_message
 from spamd.model import Label, Score, Verdict
-from spamd.scoring import Scorer, message_id
+from spamd.scoring import Scorer, explanation, message_id
 from spamd.training import Outcome
 
 log = structlog.get_logger()
@@ -615,7 +615,7 @@ class SpamcServer:
         points, required = shown_score(scored.score, model.ham_threshold, model.spam_threshold, spamc.required_score)
         text = ""
         if verb in ("SYMBOLS", "REPORT") or (verb == "REPORT_IFSPAM" and scored.score.verdict is Verdict.SPAM):
-            explained = op_explain(self.scorer.engine, {"raw": raw, "limit": max(SYMBOL_TOKENS, REPORT_TOKENS)})
+            explained = explanation(self.scorer.engine, raw, max(SYMBOL_TOKENS, REPORT_TOKENS))
             text = symbols(scored.score, explained) if verb == "SYMBOLS" else report(scored.score, explained, points, required)
         reply = answer(request, scored.score, points, required, scored.data, text)
         self.scorer.scored(scored, raw, started, peer=conn.peer, via="spamc", command=verb, client_user=request.user,
