@@ -25,8 +25,6 @@ from spamd.frontends.milter import (
     SMFIC_BODYEOB,
     SMFIC_HEADER,
     SMFIC_OPTNEG,
-    SMFIF_ADDHDRS,
-    SMFIF_CHGHDRS,
     packet,
 )
 from spamd.model import Label
