@@ -10,7 +10,6 @@ import dataclasses
 import shutil
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -130,5 +129,3 @@ def wait_for_port_free(port: int, timeout: float = 10.0) -> None:
 
     wait_until_sync(free, timeout)
 
-
-__all__ = ["RedisServer", "free_port", "redis_server", "redis_url", "with_redis", "time"]
