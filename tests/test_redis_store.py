@@ -165,17 +165,19 @@ def test_unreachable_redis_fails_fast_with_one_clear_error_and_recovers(tmp_path
 
 
 def test_score_is_one_round_trip(tmp_path, redis_url):
-    """One MULTI/EXEC per message scored: Redis counts one exec, whatever the message's length."""
+    """One read-only script call per message scored (its HMGETs inside), whatever the message's length."""
     local, shared = engines(tmp_path, redis_url)
     try:
         client = shared.store.state.client
         shared.train(h.numbered_message(1, "cheap pills"), Label.SPAM, "t")
         shared.train(h.numbered_message(2, "meeting notes"), Label.HAM, "t")
+        shared.classify(h.numbered_message(0, "warm"))  # the first call loads the script (NOSCRIPT, SCRIPT LOAD)
         client.config_resetstat()
         for i in range(10):
             shared.classify(h.numbered_message(i, "cheap pills and a meeting " * i))
         stats = client.info("commandstats")
-        assert stats["cmdstat_exec"]["calls"] == 10 and stats["cmdstat_hmget"]["calls"] == 30
+        assert stats["cmdstat_evalsha"]["calls"] == 10 and stats["cmdstat_hmget"]["calls"] == 30
+        assert {k for k in stats if k not in ("cmdstat_evalsha", "cmdstat_hmget")} <= {"cmdstat_config|resetstat", "cmdstat_info"}
         assert "cmdstat_keys" not in stats and "cmdstat_scan" not in stats
     finally:
         local.close()

@@ -15,7 +15,7 @@ Keys (all under `[redis] prefix`, "spamd:" by default):
 A training is one Lua script (EVALSHA): the ledger check, the count changes, the
 ledger entry and the event happen atomically, so a message trained through two
 daemons counts once and a correction moves it once, whichever daemon sees it. A
-score is one MULTI/EXEC round trip (two HMGETs and the totals). Nothing here
+score is one round trip (a read-only script: HMGETs of both rows and the totals). Nothing here
 scans keys; `export` and `import` read and write whole hashes (admin operations).
 This module does not know where a message came from beyond a `source` tag, and
 keeps no state of its own that Redis does not hold (the daemon can always restart).
@@ -154,6 +154,32 @@ return {'learned', commit(label, nil, 'learned')}
 """
 
 
+# KEYS: ham, spam, totals. ARGV[1]: the bucket ids in decimal, space-separated.
+# Returns the ham counts, the spam counts, then tokens:0, tokens:1, docs:0, docs:1,
+# distinct: one space-separated string. One string each way rather than a field per
+# bucket: redis-py packs and parses each field in Python (a MULTI of HMGETs: 1.0 ms of
+# client CPU per trec07p message of 161 buckets; this way 0.2 ms, and 0.2 ms in Redis;
+# little-endian binary instead cost Redis 0.5 ms in struct.pack/unpack). Measured with
+# a real redis-server on this machine (README: "Several mail hosts, one model").
+_SCORE_LUA = """#!lua flags=no-writes
+local ids = {}
+for id in string.gmatch(ARGV[1], '%d+') do ids[#ids + 1] = id end
+local n, out = #ids, {}
+for r = 1, 2 do
+  local start = 1
+  while start <= n do  -- in slices: unpack() has a stack limit
+    local stop = math.min(n, start + 3999)
+    local values = redis.call('HMGET', KEYS[r], unpack(ids, start, stop))
+    for i = 1, #values do out[#out + 1] = values[i] or '0' end
+    start = stop + 1
+  end
+end
+local totals = redis.call('HMGET', KEYS[3], 'tokens:0', 'tokens:1', 'docs:0', 'docs:1', 'distinct')
+for i = 1, 5 do out[#out + 1] = totals[i] or '0' end
+return table.concat(out, ' ')
+"""
+
+
 def redacted(url: str) -> str:
     """The URL without its password, for logs and messages."""
     scheme, sep, rest = url.partition("://")
@@ -186,6 +212,7 @@ class RedisState:
         except ValueError as e:
             raise StoreError(f"[redis] url {self.url!r}: {e}") from None
         self._train = self.client.register_script(_TRAIN_LUA)
+        self._score = self.client.register_script(_SCORE_LUA)
         self._failures = 0
         self._retry_at = 0.0
         self._down_since = 0.0
@@ -241,24 +268,12 @@ class RedisState:
     # ---------------------------------------------------------- reads
 
     def fetch(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-        """The buckets' counts (2, n) and the class totals, in one atomic round trip."""
-        fields = ids.tolist()
-
-        def read() -> list[Any]:
-            pipe = self.client.pipeline(transaction=True)
-            if fields:
-                pipe.hmget(self.ham, fields)
-                pipe.hmget(self.spam, fields)
-            pipe.hmget(self.totals, _TOTAL_FIELDS)
-            return pipe.execute()
-
-        replies = self.call("scoring", read)
-        totals = [int(v) if v else 0 for v in replies[-1]]
-        counts = np.zeros((2, len(fields)), dtype=np.uint32)
-        if fields:
-            counts[0] = [int(v) if v else 0 for v in replies[0]]
-            counts[1] = [int(v) if v else 0 for v in replies[1]]
-        return counts, np.array(totals[0:2], dtype=np.int64), np.array(totals[2:4], dtype=np.int64), totals[4]
+        """The buckets' counts (2, n) and the class totals, in one atomic round trip (a read-only script)."""
+        text = " ".join(map(str, ids.tolist()))
+        reply = self.call("scoring", lambda: self._score(keys=self.keys[:3], args=[text]))
+        values = np.array(reply.split(), dtype=np.int64)
+        n = len(ids)
+        return values[: 2 * n].reshape(2, n).astype(np.uint32), values[2 * n : 2 * n + 2], values[2 * n + 2 : 2 * n + 4], int(values[-1])
 
     def totals_now(self) -> dict[str, int]:
         values = self.call("reading the totals", lambda: self.client.hmget(self.totals, [*_TOTAL_FIELDS, "seq"]))
