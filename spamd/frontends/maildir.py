@@ -65,7 +65,7 @@ from watchdog.events import (
 from watchdog.observers import Observer
 
 from spamd.config import MaildirConfig
-from spamd.errors import StoreError
+from spamd.errors import SpamdError, StoreError
 from spamd.message import message_key
 from spamd.model import Label, Verdict
 from spamd.scoring import Scored, has_spam_status, spam_flagged
@@ -734,6 +734,9 @@ class MaildirWatcher:
             mailbox, kind, src, dest = await self.queue.get()
             try:
                 await self._handle(mailbox, kind, src, dest)
+            except SpamdError as e:  # the store refused (a full disk, Redis unreachable): one line, no traceback
+                log.error("maildir_event_failed", maildir=str(mailbox.root), path=dest or src, error=str(e))
+                self.on_error("maildir_event_failed", path=dest or src, error=str(e))
             except Exception as e:  # one bad file must not stop the watcher
                 log.exception("maildir_event_failed", maildir=str(mailbox.root), path=dest or src)
                 self.on_error("maildir_event_failed", path=dest or src, error=f"{type(e).__name__}: {e}")
