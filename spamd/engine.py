@@ -17,7 +17,7 @@ from spamd.classifier import Analyzed, Classifier
 from spamd.config import Config
 from spamd.errors import CorruptStateError, StoreError
 from spamd.model import Contribution, Label, Score
-from spamd.store import Recovery, Store, decode_snapshot, encode_snapshot
+from spamd.store import Recovery, StateStore, Store, TrainerLike, decode_snapshot, encode_snapshot
 from spamd.training import Outcome, Trainer
 
 
@@ -40,7 +40,7 @@ class Classified:
 
 class Engine:
     def __init__(
-        self, config: Config, store: Store, trainer: Trainer, recovery: Recovery, counters: dict[str, int] | None = None
+        self, config: Config, store: Store | StateStore, trainer: Trainer | TrainerLike, recovery: Recovery, counters: dict[str, int] | None = None
     ):
         self.config = config
         self.store = store
