@@ -24,7 +24,7 @@ from spamd.config import Config, ModelConfig
 from spamd.engine import Engine
 from spamd.frontends.control import ControlClient
 from spamd.model import Label
-from tests.daemon_helpers import DaemonProcess, crlf, folder_files, make_message, wait_until_sync, write_config
+from tests.daemon_helpers import DaemonProcess, crlf, folder_files, imap_move, make_message, wait_until_sync, write_config
 from tests.redis_helpers import RedisServer, redis_server, redis_url  # noqa: F401 (fixtures)
 
 
@@ -216,5 +216,26 @@ def test_redis_killed_and_restarted_under_traffic_loses_nothing_acknowledged(roo
         assert 5 + len(acknowledged) <= stats["trained_spam"] <= 5 + len(acknowledged) + sum(refused_trainings.values())  # type: ignore[index]
     finally:
         for node in cluster:
+            node.stop()
+        server.stop()
+
+
+def test_a_maildir_move_while_redis_is_down_is_learned_when_it_returns(root, tmp_path):
+    server = RedisServer(tmp_path / "redis").start()
+    node = None
+    try:
+        node = Node(root, server.url, "n0")
+        with smtplib.SMTP("127.0.0.1", node.port, timeout=10) as client:
+            client.sendmail("s@example.org", ["user@example.com"], crlf(make_message(Label.SPAM, 1, seed=4)))
+        wait_until_sync(lambda: len(node.delivered()) == 1)
+        server.kill()
+        imap_move(node.delivered()[0], node.data_dir / "Maildir", ".Junk")
+        node.process.wait_for("maildir_waiting_for_store")
+        server.start()
+        applied = node.process.wait_for("training_applied", timeout=30)
+        assert applied["outcome"] == "learned" and applied["label"] == "spam" and applied["how"] == "moved"
+        assert node.request("stats")["trained_spam"] == 1  # type: ignore[index]
+    finally:
+        if node is not None:
             node.stop()
         server.stop()
