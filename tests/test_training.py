@@ -84,6 +84,19 @@ def test_correction_moves_the_counts_exactly(new_trainer):
     assert trainer.ledger.counts() == {"ham": 2, "spam": 0}
 
 
+def test_correction_of_a_message_whose_tokens_all_stay_in_the_model(new_trainer):
+    """Unlearning frees no bucket (another message holds them all): the distinct count moves by 0."""
+    from spamd.classifier import Analyzed
+
+    first, twin = (Analyzed(bytes([i]) * 16, ANALYZED[0].features) for i in (1, 2))
+    trainer = new_trainer()
+    trainer.train(first, Label.SPAM, "move")
+    trainer.train(twin, Label.SPAM, "move")
+    assert trainer.train(first, Label.HAM, "move") == Outcome.CORRECTED
+    assert trainer.untrain(twin, "move") == Outcome.UNLEARNED
+    assert trainer.model.state_equals(direct({0: Label.HAM}))
+
+
 def test_untrain(new_trainer):
     trainer = new_trainer()
     trainer.train(ANALYZED[0], Label.SPAM, "cli")

@@ -90,16 +90,16 @@ local function unlearn(cls)
         redis.call('HDEL', row, id)
         if redis.call('HEXISTS', other, id) == 0 then gone = gone + 1 end
       else
-        redis.call('HINCRBY', row, id, -removed)
+        redis.call('HINCRBY', row, id, 0 - removed)
       end
     end
     removed_total = removed_total + removed
   end
-  redis.call('HINCRBY', totals, 'tokens:' .. cls, -removed_total)
+  redis.call('HINCRBY', totals, 'tokens:' .. cls, 0 - removed_total)
   if tonumber(redis.call('HGET', totals, 'docs:' .. cls) or '0') > 0 then
     redis.call('HINCRBY', totals, 'docs:' .. cls, -1)
   end
-  redis.call('HINCRBY', totals, 'distinct', -gone)
+  redis.call('HINCRBY', totals, 'distinct', 0 - gone)  -- (not -gone: Lua's -0 is "-0", which HINCRBY refuses)
 end
 
 local function count(outcome)
