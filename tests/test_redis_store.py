@@ -63,6 +63,10 @@ def test_export_and_import_between_the_stores_both_ways(tmp_path, redis_url):
         assert shared.trainer.ledger.as_dict() == local.trainer.ledger.as_dict()
         assert shared.train(h.numbered_message(4, "cheap pills"), Label.SPAM, "test") == "skipped_repeat"  # now a person's
         assert shared.train(h.numbered_message(4, "cheap pills"), Label.HAM, "autolearn", user=False) == "declined"
+        # Entries trained after the import are the newest: the cap trims imported ones first.
+        order = shared.store.state.client.zrange(shared.store.state.order, 0, -1)
+        assert order[-1] == shared.classifier.analyze(h.numbered_message(4, "cheap pills")).key
+        assert order[:-1] == [k for k in local.trainer.ledger.as_dict() if k != order[-1]]
         # Redis -> embedded, after a correction made in Redis
         assert shared.train(h.numbered_message(2, "cheap pills"), Label.HAM, "test") == "corrected"
         local.train(h.numbered_message(4, "cheap pills"), Label.SPAM, "test")

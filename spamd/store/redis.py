@@ -346,8 +346,9 @@ class RedisState:
             for start in range(0, len(items), chunk):
                 part = items[start : start + chunk]
                 pipe.hset(self.ledger, mapping=dict(part))
-                # Recency as in the embedded ledger: its order, oldest first.
-                pipe.zadd(self.order, {k: start + i for i, (k, _) in enumerate(part)})
+                # Recency as in the embedded ledger, oldest first, and all below any seq a
+                # training will write from now on (scores < 0), so new entries are the newest.
+                pipe.zadd(self.order, {k: start + i - len(items) for i, (k, _) in enumerate(part)})
             pipe.execute()
 
         self.call("the import", write)
@@ -526,7 +527,11 @@ def open_redis(config: Config) -> tuple[RedisStore, RedisTrainer, Recovery]:
     except BaseException:
         state.close()
         raise
-    store.lock()
+    try:
+        store.lock()
+    except BaseException:
+        state.close()
+        raise
     model = RedisModel(state, config.model)
     trainer = RedisTrainer(state, model)
     trainer.seq = state.totals_now()["seq"]
