@@ -26,15 +26,17 @@ from spamd.frontends.control import ControlClient
 from spamd.model import Label
 from tests.daemon_helpers import DaemonProcess, crlf, folder_files, imap_move, make_message, wait_until_sync, write_config
 from tests.redis_helpers import RedisServer, redis_server, redis_url  # noqa: F401 (fixtures)
+from tests.spamc_helpers import raw_exchange
+from tests.spamc_helpers import request as spamc_request
 
 
 class Node:
     """One spamd daemon on the shared Redis: its port, its control socket, its Maildir."""
 
-    def __init__(self, root: Path, url: str, name: str):
+    def __init__(self, root: Path, url: str, name: str, *args: str):
         self.data_dir = root / name
         config = write_config(root / f"{name}.toml", f'[redis]\nurl = "{url}"\n')
-        self.process = DaemonProcess("--config", config, "--data-dir", self.data_dir, "--smtp", "127.0.0.1:0")
+        self.process = DaemonProcess("--config", config, "--data-dir", self.data_dir, "--smtp", "127.0.0.1:0", *args)
         self.port = self.process.port
 
     def request(self, command: str, **args: object) -> object:
@@ -220,15 +222,23 @@ def test_redis_killed_and_restarted_under_traffic_loses_nothing_acknowledged(roo
         server.stop()
 
 
-def test_a_maildir_move_while_redis_is_down_is_learned_when_it_returns(root, tmp_path):
+def test_redis_down_is_a_temporary_failure_everywhere_and_a_maildir_move_waits_for_it(root, tmp_path):
+    """SMTP 451 4.3.0, spamc 75 (EX_TEMPFAIL); a move into Junk made meanwhile is learned when Redis returns."""
     server = RedisServer(tmp_path / "redis").start()
     node = None
     try:
-        node = Node(root, server.url, "n0")
+        node = Node(root, server.url, "n0", "--spamc", "127.0.0.1:0")
+        spamc_port = node.process.wait_for("daemon_started")["spamc_port"]
         with smtplib.SMTP("127.0.0.1", node.port, timeout=10) as client:
             client.sendmail("s@example.org", ["user@example.com"], crlf(make_message(Label.SPAM, 1, seed=4)))
         wait_until_sync(lambda: len(node.delivered()) == 1)
         server.kill()
+        with pytest.raises(smtplib.SMTPDataError) as refused:
+            with smtplib.SMTP("127.0.0.1", node.port, timeout=10) as client:
+                client.sendmail("s@example.org", ["user@example.com"], crlf(make_message(Label.HAM, 2, seed=4)))
+        assert (refused.value.smtp_code, refused.value.smtp_error) == (451, b"4.3.0 Spam filter model unavailable, try again later")
+        answer = raw_exchange(spamc_port, spamc_request("CHECK", make_message(Label.HAM, 3, seed=4)))
+        assert answer == b"SPAMD/1.0 75 spam filter model unavailable, try again later\r\n"
         imap_move(node.delivered()[0], node.data_dir / "Maildir", ".Junk")
         node.process.wait_for("maildir_waiting_for_store")
         server.start()
