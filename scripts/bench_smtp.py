@@ -53,7 +53,8 @@ def pretrain(data_dir: Path, config_file: Path, rows: list[tuple[str, bytes]]) -
     try:
         for label, raw in rows:
             engine.train(raw, Label.SPAM if label == "spam" else Label.HAM, "bench")
-        engine.snapshot()
+        if engine.store.keeps_snapshots:  # (a model in Redis, scripts/bench_redis.py, keeps none)
+            engine.snapshot()
     finally:
         engine.close()
 

@@ -49,7 +49,7 @@ from spamd.model import Label
 
 CORPORA = Path(__file__).resolve().parents[2] / "shared" / "corpora"
 DEFAULT_INDEXES = [CORPORA / "trec07p-dev" / "full" / "index", CORPORA / "spamassassin" / "index"]
-# Ledger.set trims once it holds more than this many entries (see spamd/store.py).
+# Ledger.set trims once it holds more than this many entries (see spamd/store/local.py).
 LEDGER_SLACK = 1.05
 LEDGER_EXTRA = 16
 

@@ -781,6 +781,7 @@ def _add_common(parser: argparse.ArgumentParser, top: bool) -> None:
     default = None if top else argparse.SUPPRESS
     parser.add_argument("--config", metavar="FILE", default=default, help="TOML config (same as spamd's)")
     parser.add_argument("--data-dir", metavar="DIR", default=default, help="state directory (same as spamd's)")
+    parser.add_argument("--redis", metavar="URL", default=default, help="the model in Redis (same as spamd's --redis)")
     parser.add_argument(
         "--json", action="store_true", default=False if top else argparse.SUPPRESS, help="print JSON for scripts"
     )
@@ -843,6 +844,7 @@ def run(argv: list[str] | None = None) -> int:
         config = load_config(
             Path(args.config) if args.config else None,
             data_dir=Path(args.data_dir) if args.data_dir else None,
+            redis_url=args.redis,
         )
         return int(args.handler(config, args))
     except SpamdError as e:

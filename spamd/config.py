@@ -175,6 +175,20 @@ class MaildirConfig:
 
 
 @dataclass(frozen=True)
+class RedisConfig:
+    """The shared store: model, ledger and training in one Redis for many daemons (unset: embedded)."""
+
+    # redis://[:password@]HOST:PORT/DB (or rediss://, unix://); "" keeps the embedded store.
+    url: str = ""
+    # Every key spamd writes starts with this, so one Redis can hold several models.
+    prefix: str = "spamd:"
+    # Connect and reply timeout: a hung Redis holds a message at most this long (then 451).
+    timeout_s: float = 2.0
+    # Training events kept in the Redis stream <prefix>events (approximately: trimmed with ~).
+    events_max: int = 100_000
+
+
+@dataclass(frozen=True)
 class ControlConfig:
     # Unix socket for spamctl; relative paths are under the data directory.
     socket: str = "control.sock"
@@ -198,6 +212,7 @@ class Config:
     spamc: SpamcConfig = field(default_factory=SpamcConfig)
     maildir: MaildirConfig = field(default_factory=MaildirConfig)
     control: ControlConfig = field(default_factory=ControlConfig)
+    redis: RedisConfig = field(default_factory=RedisConfig)
     log: LogConfig = field(default_factory=LogConfig)
 
     @property
@@ -242,6 +257,7 @@ _SECTION_CLASSES = {
     "spamc": SpamcConfig,
     "maildir": MaildirConfig,
     "control": ControlConfig,
+    "redis": RedisConfig,
     "log": LogConfig,
 }
 
@@ -323,6 +339,11 @@ def _validate(config: Config, source: str) -> None:
     for folder in (config.maildir.junk_folder, config.maildir.trash_folder):
         if not folder.startswith(".") or "/" in folder or folder in (".", ".."):
             problems.append(f"maildir folder {folder!r} must be a Maildir++ name like '.Junk'")
+    r = config.redis
+    if r.url and not r.url.startswith(("redis://", "rediss://", "unix://")):
+        problems.append(f"redis.url must start with redis://, rediss:// or unix://, got {r.url!r}")
+    if not r.prefix or r.timeout_s <= 0 or r.events_max < 1:
+        problems.append("redis.prefix must be set, redis.timeout_s > 0 and redis.events_max >= 1")
     if problems:
         raise ConfigError(f"{source}: " + "; ".join(problems))
 
@@ -334,6 +355,7 @@ def load_config(
     smtp_listen: str | None = None,
     milter_listen: str | None = None,
     spamc_listen: str | None = None,
+    redis_url: str | None = None,
 ) -> Config:
     """Embedded defaults, overlaid with the TOML file (if any), then command-line overrides."""
     config = Config()
@@ -361,6 +383,8 @@ def load_config(
     if spamc_listen is not None:
         parse_host_port(spamc_listen, "--spamc")
         config = replace(config, spamc=replace(config.spamc, listen=spamc_listen))
+    if redis_url is not None:
+        config = replace(config, redis=replace(config.redis, url=redis_url))
     config = replace(config, data_dir=Path(config.data_dir).expanduser())
     _validate(config, source)
     return config

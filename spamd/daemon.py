@@ -77,12 +77,14 @@ class Daemon:
         smtp_listen: str | None = None,
         milter_listen: str | None = None,
         spamc_listen: str | None = None,
+        redis_url: str | None = None,
         config: Config | None = None,
         install_signals: bool = True,
     ):
         self.config_path = config_path
         self.overrides = {
             "data_dir": data_dir, "smtp_listen": smtp_listen, "milter_listen": milter_listen, "spamc_listen": spamc_listen,
+            "redis_url": redis_url,
         }  # fmt: skip
         self.config = config if config is not None else load_config(config_path, **self.overrides)
         self.install_signals = install_signals
@@ -235,7 +237,9 @@ class Daemon:
         if self.engine is not None:
             try:
                 store = self.engine.store
-                if self.engine.has_unsaved_state() or (self.started and store.last_snapshot_time is None):
+                if self.engine.has_unsaved_state() or (
+                    store.keeps_snapshots and self.started and store.last_snapshot_time is None
+                ):
                     try:
                         await self.snapshot()
                     except SpamdError as e:  # a full disk: the journal holds every training
@@ -457,6 +461,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--smtp", metavar="HOST:PORT", help="SMTP listen address (overrides [smtp] host and port)")
     parser.add_argument("--milter", metavar="HOST:PORT", help="milter listen address for Postfix smtpd_milters (overrides [milter] listen)")
     parser.add_argument("--spamc", metavar="HOST:PORT", help="serve SpamAssassin's spamc protocol here (overrides [spamc] listen)")
+    parser.add_argument("--redis", metavar="URL", help="share the model through Redis, e.g. redis://127.0.0.1:6379/0 (overrides [redis] url)")
     return parser.parse_args(argv)
 
 
@@ -465,7 +470,8 @@ def main(argv: list[str] | None = None) -> int:
     tune_gc_for_message_streams()
     try:
         daemon = Daemon(
-            args.config, data_dir=args.data_dir, smtp_listen=args.smtp, milter_listen=args.milter, spamc_listen=args.spamc
+            args.config, data_dir=args.data_dir, smtp_listen=args.smtp, milter_listen=args.milter, spamc_listen=args.spamc,
+            redis_url=args.redis,
         )
         configure_logging(daemon.config.log)
         asyncio.run(daemon.run())

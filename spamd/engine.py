@@ -17,7 +17,7 @@ from spamd.classifier import Analyzed, Classifier
 from spamd.config import Config
 from spamd.errors import CorruptStateError, StoreError
 from spamd.model import Contribution, Label, Score
-from spamd.store import Recovery, Store, decode_snapshot, encode_snapshot
+from spamd.store import Recovery, StateStore, Store, TrainerLike, decode_snapshot, encode_snapshot
 from spamd.training import Outcome, Trainer
 
 
@@ -40,7 +40,7 @@ class Classified:
 
 class Engine:
     def __init__(
-        self, config: Config, store: Store, trainer: Trainer, recovery: Recovery, counters: dict[str, int] | None = None
+        self, config: Config, store: Store | StateStore, trainer: Trainer | TrainerLike, recovery: Recovery, counters: dict[str, int] | None = None
     ):
         self.config = config
         self.store = store
@@ -58,7 +58,14 @@ class Engine:
 
     @classmethod
     def open(cls, config: Config, durable: bool = True) -> "Engine":
-        """Lock the state directory, load the newest good snapshot and replay the journal."""
+        """Lock the state directory, load the newest good snapshot and replay the journal.
+
+        With `[redis] url` set: connect to Redis instead, which holds model, ledger and training.
+        """
+        if config.redis.url:
+            from spamd.store.redis import open_redis  # imports the redis client only when used
+
+            return cls(config, *open_redis(config))
         store = Store(config.state_dir, config.model, config.store, durable=durable)
         store.lock()
         try:
@@ -106,6 +113,8 @@ class Engine:
 
     def needs_snapshot(self, now: float | None = None) -> bool:
         """Training since the last snapshot, and the timer or the journal size says it is time."""
+        if not self.store.keeps_snapshots:
+            return False
         if self.trainer.seq == self.store.last_snapshot_seq:
             return False
         now = time.time() if now is None else now
@@ -120,6 +129,8 @@ class Engine:
 
         Follow with `finish_snapshot` (blocking fsyncs: run it in a thread).
         """
+        if not self.store.keeps_snapshots:
+            raise StoreError("the model is in Redis ([redis] url): it keeps no snapshots here; back it up with spamctl export")
         seq = self.trainer.seq
         counters = self.counters()
         encoded = encode_snapshot(self.model, self.trainer.ledger, seq, counters)
@@ -142,6 +153,8 @@ class Engine:
         Training is safe in the journal regardless; only the all-time scored counts
         are lost without one.
         """
+        if not self.store.keeps_snapshots:
+            return False
         return self.trainer.seq != self.store.last_snapshot_seq or self.counters() != self._saved_counters
 
     def counters(self) -> dict[str, int]:
@@ -152,6 +165,8 @@ class Engine:
 
     def export_snapshot(self) -> bytes:
         """The live state as snapshot bytes (the portable backup format); writes nothing."""
+        if not self.store.keeps_snapshots:
+            return self.store.export_snapshot(self.counters())
         return encode_snapshot(self.model, self.trainer.ledger, self.trainer.seq, self.counters())
 
     def import_snapshot(self, data: bytes, where: str) -> dict[str, object]:
@@ -161,7 +176,10 @@ class Engine:
         The import is stored at a seq past every journal record, so no older record is
         replayed over it. This installation's scored counters are kept, not imported.
         Blocking (fsyncs); the daemon calls it on its loop so no training interleaves.
+        Into Redis: one MULTI/EXEC, so every daemon sees the old model or the new one.
         """
+        if not self.store.keeps_snapshots:
+            return self.store.import_snapshot(data, where)
         try:
             imported = decode_snapshot(data, self.config.model, self.config.store.ledger_max_entries, where)
         except CorruptStateError as e:
@@ -190,6 +208,8 @@ class Engine:
     # ------------------------------------------------------------ stats
 
     def stats(self) -> dict[str, object]:
+        if not self.store.keeps_snapshots:
+            return self._shared_stats()
         model, store = self.model, self.store
         trained = Counter()
         for (source, outcome), n in self.trainer.events.items():
@@ -221,4 +241,25 @@ class Engine:
             "snapshot_bytes": snapshot_bytes,
             "uptime_s": time.time() - self.started,
             "recovery_problems": list(self.recovery.problems),
+        }
+
+    def _shared_stats(self) -> dict[str, object]:
+        """stats() with the model in Redis: totals read there, no journal or snapshot."""
+        totals = self.store.state.totals_now()
+        trained = Counter()
+        for (source, outcome), n in self.trainer.events.items():
+            trained[f"{source}:{outcome}"] += n
+        return {
+            "messages_scored": sum(self.scored.values()),
+            "scored_by_verdict": dict(self.scored),
+            "trained_ham": totals["docs:0"],
+            "trained_spam": totals["docs:1"],
+            "training_events": dict(trained),
+            "tokens": totals["distinct"],
+            "token_totals": {"ham": totals["tokens:0"], "spam": totals["tokens:1"]},
+            "ledger_entries": len(self.trainer.ledger),
+            "journal_seq": totals["seq"],
+            "uptime_s": time.time() - self.started,
+            "recovery_problems": [],
+            **self.store.stats(),
         }

@@ -26,3 +26,7 @@ class StateLockedError(StoreError):
 
 class NotAMessageError(SpamdError):
     """Input given as a mail message is not one (empty, or a directory)."""
+
+
+class StoreUnavailableError(StoreError):
+    """The shared store (Redis) cannot be reached right now: answer a temporary failure, retry later."""

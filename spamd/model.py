@@ -151,25 +151,7 @@ class MultinomialNB:
     # ------------------------------------------------------------ scoring
 
     def _token_log_odds(self, ids: np.ndarray) -> np.ndarray:
-        """log P(t|spam) - log P(t|ham) per bucket, additively smoothed, shrunk towards 0 by thin evidence.
-
-        The shrinkage n / (n + evidence_prior) (n: the bucket's count in both classes)
-        makes a never-seen token 0, whatever the two classes' totals, and a token seen
-        in one message half as strong: the measurements are at ModelConfig.evidence_prior.
-        """
-        alpha = self.config.alpha
-        vocabulary = max(self.distinct, 1)
-        counts = self.counts.take(ids, axis=1)  # one gather for both classes
-        smoothed = counts + alpha  # as float64
-        ham_total = float(self.token_totals[Label.HAM]) + alpha * vocabulary
-        spam_total = float(self.token_totals[Label.SPAM]) + alpha * vocabulary
-        log_odds = np.log(smoothed[Label.SPAM] / smoothed[Label.HAM])
-        log_odds += math.log(ham_total / spam_total)
-        prior = self.config.evidence_prior
-        if prior > 0:
-            evidence = smoothed[Label.SPAM] + smoothed[Label.HAM] - 2 * alpha  # n, as float64
-            log_odds *= evidence / (evidence + prior)
-        return log_odds
+        return token_log_odds(self.config, self.counts.take(ids, axis=1), self.token_totals, self.distinct)
 
     def score(self, features: Features) -> Score:
         """The mean log-odds of the message's distinct tokens (buckets); no class prior.
@@ -187,47 +169,17 @@ class MultinomialNB:
         tokenizer it was mixed: 0.0204 / 0.0676 -> 0.0176 / 0.0694; raw tf was worst.)
         """
         if len(features) == 0 or not (self.doc_totals[0] and self.doc_totals[1]):
-            return self._verdict(0.0)
-        # The sum over the count rather than ndarray.mean(): the same number, without mean's overhead.
-        return self._verdict(float(np.add.reduce(self._token_log_odds(features.ids))) / self._denominator(features))
-
-    def _denominator(self, features: Features) -> float:
-        """The message's distinct tokens plus `neutral_tokens` that count 0.
-
-        A message of a handful of tokens is then scored less confidently than a long
-        one with the same evidence per token: a three-word Subject with one strong
-        word was as sure as a page of them (measurements at ModelConfig.neutral_tokens).
-        """
-        return len(features) + self.config.neutral_tokens
+            return verdict_of(self.config, 0.0)
+        return score_counts(self.config, self.counts.take(features.ids, axis=1), self.token_totals, self.distinct)
 
     def explain(self, tokens: list[str], limit: int = 20) -> tuple[Score, list[Contribution]]:
         """The score and the tokens that moved it most, strongest first (both directions)."""
         features = featurize(tokens, self.config.hash_bits)
-        score = self.score(features)
-        if len(features) == 0 or self.doc_totals.min() == 0:
-            return score, []
-        bucket_shares = self._token_log_odds(features.ids) / self._denominator(features)
-        # Tokens that share a bucket (a hash collision) split its share by their counts.
-        counter = Counter(tokens)
-        mask = self.n_buckets - 1
-        token_bucket = {t: token_id(t, mask) for t in counter}
-        bucket_count = Counter()
-        for t, n in counter.items():
-            bucket_count[token_bucket[t]] += n
-        by_id = {int(i): float(s) for i, s in zip(features.ids, bucket_shares)}
-        rows = [Contribution(t, n, by_id[token_bucket[t]] * n / bucket_count[token_bucket[t]]) for t, n in counter.items()]
-        rows.sort(key=lambda c: abs(c.weight), reverse=True)
-        return score, rows[:limit]
+        counts = self.counts.take(features.ids, axis=1)
+        return explain_counts(self.config, tokens, features, counts, self.token_totals, self.doc_totals, self.distinct, limit)
 
     def _verdict(self, log_odds: float) -> Score:
-        probability = spam_probability(log_odds)
-        if probability >= self.config.spam_threshold:
-            verdict = Verdict.SPAM
-        elif probability < self.config.ham_threshold:
-            verdict = Verdict.HAM
-        else:
-            verdict = Verdict.UNSURE
-        return Score(log_odds, probability, verdict)
+        return verdict_of(self.config, log_odds)
 
     # ------------------------------------------------------------ state
 
@@ -242,6 +194,83 @@ class MultinomialNB:
             and np.array_equal(self.doc_totals, other.doc_totals)
             and self.distinct == other.distinct
         )
+
+
+# ---------------------------------------------------------------- the math over fetched counts
+# Pure functions of a message's bucket counts (a (2, n) array: ham row, spam row) and the
+# class totals, so that a model held elsewhere (spamd.store.redis) scores with this very code.
+
+
+def token_log_odds(config: ModelConfig, counts: np.ndarray, token_totals: np.ndarray, distinct: int) -> np.ndarray:
+    """log P(t|spam) - log P(t|ham) per bucket, additively smoothed, shrunk towards 0 by thin evidence.
+
+    The shrinkage n / (n + evidence_prior) (n: the bucket's count in both classes)
+    makes a never-seen token 0, whatever the two classes' totals, and a token seen
+    in one message half as strong: the measurements are at ModelConfig.evidence_prior.
+    """
+    alpha = config.alpha
+    vocabulary = max(distinct, 1)
+    smoothed = counts + alpha  # as float64
+    ham_total = float(token_totals[Label.HAM]) + alpha * vocabulary
+    spam_total = float(token_totals[Label.SPAM]) + alpha * vocabulary
+    log_odds = np.log(smoothed[Label.SPAM] / smoothed[Label.HAM])
+    log_odds += math.log(ham_total / spam_total)
+    prior = config.evidence_prior
+    if prior > 0:
+        evidence = smoothed[Label.SPAM] + smoothed[Label.HAM] - 2 * alpha  # n, as float64
+        log_odds *= evidence / (evidence + prior)
+    return log_odds
+
+
+def denominator(config: ModelConfig, n_features: int) -> float:
+    """The message's distinct tokens plus `neutral_tokens` that count 0.
+
+    A message of a handful of tokens is then scored less confidently than a long
+    one with the same evidence per token: a three-word Subject with one strong
+    word was as sure as a page of them (measurements at ModelConfig.neutral_tokens).
+    """
+    return n_features + config.neutral_tokens
+
+
+def score_counts(config: ModelConfig, counts: np.ndarray, token_totals: np.ndarray, distinct: int) -> Score:
+    """MultinomialNB.score for a message with at least one token, in a model that holds both classes."""
+    # The sum over the count rather than ndarray.mean(): the same number, without mean's overhead.
+    log_odds = token_log_odds(config, counts, token_totals, distinct)
+    return verdict_of(config, float(np.add.reduce(log_odds)) / denominator(config, counts.shape[1]))
+
+
+def explain_counts(
+    config: ModelConfig, tokens: list[str], features: Features, counts: np.ndarray,
+    token_totals: np.ndarray, doc_totals: np.ndarray, distinct: int, limit: int,
+) -> tuple[Score, list[Contribution]]:  # fmt: skip
+    """MultinomialNB.explain over counts fetched for `features.ids`."""
+    if len(features) == 0 or not (doc_totals[0] and doc_totals[1]):
+        return verdict_of(config, 0.0), []
+    score = score_counts(config, counts, token_totals, distinct)
+    bucket_shares = token_log_odds(config, counts, token_totals, distinct) / denominator(config, len(features))
+    # Tokens that share a bucket (a hash collision) split its share by their counts.
+    counter = Counter(tokens)
+    mask = (1 << config.hash_bits) - 1
+    token_bucket = {t: token_id(t, mask) for t in counter}
+    bucket_count: Counter[int] = Counter()
+    for t, n in counter.items():
+        bucket_count[token_bucket[t]] += n
+    by_id = {int(i): float(s) for i, s in zip(features.ids, bucket_shares)}
+    rows = [Contribution(t, n, by_id[token_bucket[t]] * n / bucket_count[token_bucket[t]]) for t, n in counter.items()]
+    rows.sort(key=lambda c: abs(c.weight), reverse=True)
+    return score, rows[:limit]
+
+
+def verdict_of(config: ModelConfig, log_odds: float) -> Score:
+    probability = spam_probability(log_odds)
+    if probability >= config.spam_threshold:
+        verdict = Verdict.SPAM
+    elif probability < config.ham_threshold:
+        verdict = Verdict.HAM
+    else:
+        verdict = Verdict.UNSURE
+    return Score(log_odds, probability, verdict)
+
 
 
 # Logistic slope mapping the normalized log-odds to a probability: the best fit

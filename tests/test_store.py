@@ -36,6 +36,7 @@ from spamd.store import (
     frame_record,
 )
 from tests import core_helpers as h
+from tests.redis_helpers import redis_server, redis_url, with_redis  # noqa: F401 (fixtures)
 
 BITS = 10
 MODEL = ModelConfig(hash_bits=BITS)
@@ -506,3 +507,43 @@ def test_torn_tail_kept_aside_until_its_segment_is_pruned(tmp_path):
     engine.snapshot()
     engine.close()
     assert not journal.exists() and not aside[0].exists()
+
+
+# ---------------------------------------------------------------- export / import, either store
+
+
+@pytest.fixture(params=["local", "redis"])
+def open_engine(request, tmp_path):
+    """Engines over each store: the embedded one in a state directory, or a real Redis (each name a prefix)."""
+    opened: list[Engine] = []
+
+    def make(name: str) -> Engine:
+        config = h.small_config(tmp_path / name)
+        if request.param == "redis":
+            config = with_redis(config, request.getfixturevalue("redis_url"), prefix=f"{name}:")
+        engine = Engine.open(config, durable=False)
+        opened.append(engine)
+        return engine
+
+    yield make
+    for engine in opened:
+        engine.close()
+
+
+def test_export_then_import_is_the_same_state_in_either_store(open_engine):
+    source = open_engine("a")
+    for i in range(30):
+        source.train(h.numbered_message(i), Label(i % 2), "test", user=bool(i % 3))
+    source.train(h.numbered_message(4), Label.SPAM, "test")  # a correction: moves to the ledger's end
+    source.untrain(h.numbered_message(7), "test")
+    exported = source.export_snapshot()
+    target = open_engine("b")
+    target.import_snapshot(exported, "export of a")
+    a = decode_snapshot(exported, source.config.model, 1000, "a")
+    b = decode_snapshot(target.export_snapshot(), target.config.model, 1000, "b")
+    assert b.model.state_equals(a.model) and b.ledger.equals(a.ledger)
+    assert list(b.ledger.as_dict()) == list(a.ledger.as_dict())  # order too: it decides eviction
+    assert target.train(h.numbered_message(4), Label.SPAM, "test") == "skipped_repeat"
+    with pytest.raises(StoreError, match="import refused, nothing changed"):
+        target.import_snapshot(exported[:-10], "a cut export")
+    assert target.train(h.numbered_message(4), Label.SPAM, "test") == "skipped_repeat"

@@ -49,7 +49,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgpack
 import structlog
@@ -65,13 +65,15 @@ from watchdog.events import (
 from watchdog.observers import Observer
 
 from spamd.config import MaildirConfig
-from spamd.errors import StoreError
+from spamd.errors import SpamdError, StoreError, StoreUnavailableError
 from spamd.message import message_key
 from spamd.model import Label, Verdict
 from spamd.scoring import Scored, has_spam_status, spam_flagged
 from spamd.store import write_atomically
 
 log = structlog.get_logger()
+
+T = TypeVar("T")
 
 INBOX = ""  # the Maildir root's own cur/new/tmp
 INDEX_FORMAT = "spamd-maildir-index"
@@ -644,6 +646,7 @@ class MaildirWatcher:
         self.queue: asyncio.Queue[tuple[Mailbox, str, str, str]] = asyncio.Queue()
         self.observer: Any = None
         self._consumer: asyncio.Task[None] | None = None
+        self._stopping = False
         self.files_read = 0
 
     # ------------------------------------------------------------ lifecycle
@@ -673,6 +676,7 @@ class MaildirWatcher:
 
     async def stop(self) -> None:
         """Stop watching, then handle what was already queued."""
+        self._stopping = True  # a training waiting for the store gives up (logged) rather than hold shutdown
         if self.observer is not None:
             await asyncio.to_thread(self._stop_observer)
         if self._consumer is not None:
@@ -734,6 +738,9 @@ class MaildirWatcher:
             mailbox, kind, src, dest = await self.queue.get()
             try:
                 await self._handle(mailbox, kind, src, dest)
+            except SpamdError as e:  # the store refused (a full disk, Redis unreachable): one line, no traceback
+                log.error("maildir_event_failed", maildir=str(mailbox.root), path=dest or src, error=str(e))
+                self.on_error("maildir_event_failed", path=dest or src, error=str(e))
             except Exception as e:  # one bad file must not stop the watcher
                 log.exception("maildir_event_failed", maildir=str(mailbox.root), path=dest or src)
                 self.on_error("maildir_event_failed", path=dest or src, error=f"{type(e).__name__}: {e}")
@@ -818,15 +825,35 @@ class MaildirWatcher:
                 if raw is None:
                     log.warning("training_source_vanished", maildir=str(mailbox.root), folder=loc.folder, name=loc.name)
                     return
-        self.learn(
-            raw, label, "maildir", user=True,
-            user_name=mailbox.user, folder=loc.folder or "INBOX", previous_folder=before, how=how, phase=context,
+        await self._until_stored(
+            lambda: self.learn(
+                raw, label, "maildir", user=True,
+                user_name=mailbox.user, folder=loc.folder or "INBOX", previous_folder=before, how=how, phase=context,
+            ),
+            maildir=str(mailbox.root), name=loc.name,
         )  # fmt: skip
+
+    async def _until_stored(self, call: Callable[[], T], **context: object) -> T:
+        """`call()`, retried while the shared store (Redis) is unreachable, so a move made meanwhile is still learned.
+
+        Holds the queue meanwhile (what follows needs the store too); gives up at shutdown.
+        """
+        delay = 0.1
+        while True:
+            try:
+                return call()
+            except StoreUnavailableError as e:
+                if self._stopping:
+                    raise
+                if delay == 0.1:
+                    log.warning("maildir_waiting_for_store", error=str(e), **context)
+                await asyncio.sleep(delay)
+                delay = min(5.0, delay * 2)
 
     async def _file(self, mailbox: Mailbox, loc: Location, raw: bytes, key: bytes) -> None:
         """Score an unscored INBOX message and put the scored copy in INBOX or Junk."""
         started = time.perf_counter()
-        scored = self.score(raw)
+        scored = await self._until_stored(lambda: self.score(raw), maildir=str(mailbox.root), name=loc.name)
         spam = scored.score.verdict is Verdict.SPAM
         folder = mailbox.junk if spam else INBOX
         name = filed_base(loc.base, len(scored.data))

@@ -22,6 +22,7 @@ import structlog
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
 from spamd.config import Config
+from spamd.errors import SpamdError, StoreUnavailableError
 from spamd.frontends.maildir import Mailbox, deliver, mailbox_for
 from spamd.model import Label, Verdict
 from spamd.scoring import Scored, Scorer
@@ -238,7 +239,12 @@ class SmtpHandler:
         config = self.config()
         raw = envelope.original_content or b""
         peer = session.peer[0] if isinstance(session.peer, tuple) else str(session.peer)
-        scored = self.scorer.score(raw)
+        try:
+            scored = self.scorer.score(raw)
+        except StoreUnavailableError as e:  # the shared model (Redis) is down: the sender retries
+            log.error("smtp_scoring_failed", peer=peer, error=str(e))
+            self.on_error("smtp_scoring_failed", error=str(e))
+            return "451 4.3.0 Spam filter model unavailable, try again later"
         if config.smtp.mode == "relay":
             status = await self._relay(config, envelope, scored, peer)
             where: dict[str, object] = {"via": "relay"}
@@ -250,7 +256,11 @@ class SmtpHandler:
             self.scorer.scored(scored, raw, started, peer=peer, **where)
             if config.smtp.mode == "deliver" and config.maildir.autolearn and scored.score.verdict is not Verdict.UNSURE:
                 label = Label.SPAM if scored.score.verdict is Verdict.SPAM else Label.HAM
-                self.scorer.learn(raw, label, "autolearn", user=False, peer=peer)
+                try:
+                    self.scorer.learn(raw, label, "autolearn", user=False, peer=peer)
+                except SpamdError as e:  # delivered already: a 451 now would deliver it twice
+                    log.error("autolearn_failed", peer=peer, error=str(e))
+                    self.on_error("autolearn_failed", error=str(e))
         return status
 
     async def _deliver(self, config: Config, envelope: Envelope, scored: Scored, peer: str) -> tuple[str, list[str]]:

@@ -37,7 +37,7 @@ from typing import Any
 import structlog
 
 from spamd.config import Config, parse_host_port
-from spamd.errors import SpamdError
+from spamd.errors import SpamdError, StoreUnavailableError
 from spamd.message import looks_like_message
 from spamd.model import Label, Score, Verdict
 from spamd.scoring import Scorer, explanation, message_id
@@ -565,6 +565,10 @@ class SpamcServer:
         except SpamcRequestError as e:
             log.warning("spamc_request_refused", peer=conn.peer, code=e.code.value, reason=e.text, verb=request.verb)
             reply = e.reply()
+        except StoreUnavailableError as e:  # the shared model (Redis) is down: 75, the client retries
+            log.error("spamc_request_failed", peer=conn.peer, verb=request.verb, error=str(e))
+            self.on_error("spamc_request_failed", error=str(e))
+            reply = SpamcRequestError(Ex.EX_TEMPFAIL, "spam filter model unavailable, try again later").reply()
         except Exception as e:  # noqa: BLE001 - spamd's own bug: answer 70 and keep serving
             log.error("spamc_request_failed", peer=conn.peer, verb=request.verb, error=f"{type(e).__name__}: {e}", exc_info=e)
             self.on_error("spamc_request_failed", error=f"{type(e).__name__}: {e}")

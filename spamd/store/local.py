@@ -171,6 +171,10 @@ class Ledger:
         self._entries = other._entries
         other._entries = {}
 
+    def as_dict(self) -> dict[bytes, int]:
+        """Key -> label | 2 if a person decided, oldest first (a copy)."""
+        return dict(self._entries)
+
     def equals(self, other: "Ledger") -> bool:
         return self._entries == other._entries
 
@@ -434,6 +438,8 @@ class LoadedState:
 
 class Store:
     """Owns the state directory: lock, load + replay, journal appends, snapshots."""
+
+    keeps_snapshots = True  # (the Redis store keeps none: Redis holds the state)
 
     def __init__(self, state_dir: Path, model_config: ModelConfig, config: StoreConfig, durable: bool = True):
         self.state_dir = Path(state_dir)

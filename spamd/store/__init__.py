@@ -1,0 +1,107 @@
+"""Where the model, the ledger and training live: the interface, and the embedded store's names.
+
+Two stores implement it:
+
+- `spamd.store.local` (the default): msgpack snapshots plus an fsynced journal in the
+  state directory; `spamd.training.Trainer` over `MultinomialNB` and `Ledger`.
+- `spamd.store.redis` (`[redis] url`): one Redis shared by many daemons;
+  `RedisTrainer` over `RedisModel` and `RedisLedger`, every training one Lua script.
+
+The Engine, the daemon and the frontends use only what the Protocols below name, so
+either store serves them; tests/test_training.py runs the trainer's semantics against
+both. The local store's names are re-exported so `from spamd.store import Ledger`
+keeps working. This package knows nothing of SMTP or Maildir.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from spamd.store.local import (
+    JOURNAL_MAGIC,
+    MAX_RECORD_BYTES,
+    SNAPSHOT_FORMAT,
+    SNAPSHOT_VERSION,
+    JournalScan,
+    Ledger,
+    LoadedState,
+    Recovery,
+    Snapshot,
+    Store,
+    TrainingRecord,
+    apply_record,
+    decode_snapshot,
+    encode_snapshot,
+    frame_record,
+    fsync_directory,
+    remove_stale_temps,
+    scan_journal,
+    write_atomically,
+)
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from spamd.classifier import Analyzed
+    from spamd.config import ModelConfig
+    from spamd.model import Contribution, Features, Label, Score
+    from spamd.training import Outcome
+
+
+class ModelView(Protocol):
+    """What scoring and `spamctl stats` read from a model (MultinomialNB, RedisModel)."""
+
+    config: ModelConfig
+
+    def score(self, features: Features) -> Score: ...
+    def explain(self, tokens: list[str], limit: int = 20) -> tuple[Score, list[Contribution]]: ...
+    @property
+    def doc_totals(self) -> np.ndarray: ...
+
+
+class LedgerView(Protocol):
+    """What callers read from a ledger (Ledger, RedisLedger); only training writes it."""
+
+    def get(self, key: bytes) -> tuple[Label, bool] | None: ...
+    def __len__(self) -> int: ...
+    def counts(self) -> dict[str, int]: ...
+    def as_dict(self) -> dict[bytes, int]: ...
+
+
+class TrainerLike(Protocol):
+    """Learn, correct, skip repeats, untrain (spamd.training.Trainer, RedisTrainer): same outcomes for the same history."""
+
+    model: ModelView
+    ledger: LedgerView
+    seq: int
+    events: Counter[tuple[str, str]]
+
+    def train(self, analyzed: Analyzed, label: Label, source: str, user: bool = True) -> Outcome: ...
+    def untrain(self, analyzed: Analyzed, source: str) -> Outcome: ...
+    def label_of(self, key: bytes) -> Label | None: ...
+
+
+class StateStore(Protocol):
+    """What the Engine asks of a store besides training (Store, RedisStore).
+
+    `keeps_snapshots` False (Redis) means no snapshot timer, no journal, and export /
+    import through the store's own `export_snapshot` / `import_snapshot`.
+    """
+
+    keeps_snapshots: bool
+    state_dir: Path
+    last_snapshot_seq: int
+    last_snapshot_time: float | None
+
+    def lock(self) -> None: ...
+    def close(self) -> None: ...
+
+
+__all__ = [
+    "ModelView", "LedgerView", "TrainerLike", "StateStore",
+    "JOURNAL_MAGIC", "MAX_RECORD_BYTES", "SNAPSHOT_FORMAT", "SNAPSHOT_VERSION", "JournalScan", "Ledger",
+    "LoadedState", "Recovery", "Snapshot", "Store", "TrainingRecord", "apply_record", "decode_snapshot",
+    "encode_snapshot", "frame_record", "fsync_directory", "remove_stale_temps", "scan_journal", "write_atomically",
+]  # fmt: skip
