@@ -432,6 +432,10 @@ def format_stats(stats: dict[str, Any]) -> str:
         out.append(table(training_rows))
     else:
         out.append("training since start: none")
+    live = stats.get("live_accuracy")
+    if isinstance(live, dict):
+        out.append("")
+        out.append(format_live_accuracy(live))
     problems = list(stats.get("recovery_problems") or [])
     errors = list(extra.get("recent_errors") or [])
     if problems or errors:
@@ -446,6 +450,53 @@ def format_stats(stats: dict[str, Any]) -> str:
             else:
                 out.append(f"  {e}")
     return "\n".join(out)
+
+
+_LIVE_COLUMNS = (
+    ("missed_spam", "missed spam"),
+    ("false_positive", "false positives"),
+    ("unsure_resolved_spam", "unsure -> spam"),
+    ("unsure_resolved_ham", "unsure -> ham"),
+)
+
+
+def format_live_accuracy(live: dict[str, Any]) -> str:
+    """The live-accuracy table: per window, messages scored and what people's moves said, count (rate)."""
+    rows: list[tuple[str, ...]] = [("live accuracy (UTC days)", "scored", *(name for _, name in _LIVE_COLUMNS))]
+    for window in ("day", "week", "month"):
+        w = live.get(window) or {}
+        scored = int(w.get("scored", 0))
+        cells = []
+        for kind, _ in _LIVE_COLUMNS:
+            n = int(w.get(kind, 0))
+            cells.append(f"{n}" if not scored else f"{n} ({100 * n / scored:.2f}%)")
+        label = {"day": "  today", "week": "  last 7 days", "month": "  last 30 days"}[window]
+        rows.append((label, f"{scored:,}", *cells))
+    note = (
+        "  a false positive is mail spamd filed as spam that a person moved out of Junk; "
+        "a missed spam, mail it let through that a person moved into Junk"
+    )
+    return table(rows) + "\n" + note
+
+
+def cmd_report(config: Config, args: argparse.Namespace) -> int:
+    """Live accuracy per day: a table, JSON, or a plot with the training volume."""
+    with closing(open_backend(config)) as backend:
+        days = backend.request("live_days")["days"]
+    if args.plot:
+        from spamd.evaluation import plot_live_accuracy  # optional matplotlib: only when asked
+
+        plot_live_accuracy(days, Path(args.plot))
+    if args.json:
+        emit_json({"days": days})
+    elif not args.plot:
+        rows: list[tuple[str, ...]] = [("day", "scored", "missed spam", "false pos", "unsure->spam", "unsure->ham",
+                                        "trained spam", "trained ham")]  # fmt: skip
+        for d in days:
+            rows.append((d["day"], *(str(d.get(k, 0)) for k in ("scored", "missed_spam", "false_positive",
+                         "unsure_resolved_spam", "unsure_resolved_ham", "trained:spam", "trained:ham"))))  # fmt: skip
+        print(table(rows) if days else "no live-accuracy figures yet")
+    return 0
 
 
 def cmd_train(config: Config, args: argparse.Namespace) -> int:
@@ -801,7 +852,9 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(handler=handler)
         return sub
 
-    command("stats", "counters, model size, snapshot and journal state, scoring speed", cmd_stats)
+    command("stats", "counters, model size, snapshot and journal state, scoring speed, live accuracy", cmd_stats)
+    report = command("report", "live accuracy per day: what people's moves said of spamd's verdicts", cmd_report)
+    report.add_argument("--plot", metavar="FILE.png", help="draw errors and training volume per day here")
     train = command("train", "train messages: files, Maildir folders, directories, mbox files, - for stdin", cmd_train)
     which = train.add_mutually_exclusive_group(required=True)
     which.add_argument("--spam", action="store_true", help="train as spam")

@@ -195,6 +195,17 @@ class ControlConfig:
 
 
 @dataclass(frozen=True)
+class MetricsConfig:
+    """The Prometheus /metrics endpoint (spamd/frontends/metrics.py)."""
+
+    # "HOST:PORT" to serve /metrics on, or a bare "PORT" for 127.0.0.1; "" (the
+    # default) serves nothing.
+    listen: str = ""
+    # Peers allowed to scrape; anything else gets no answer. Loopback only by default.
+    allowed_peers: tuple[str, ...] = ("127.0.0.1", "::1")
+
+
+@dataclass(frozen=True)
 class LogConfig:
     level: str = "info"
     # "auto": console on a terminal, JSON otherwise; or "json" / "console".
@@ -214,6 +225,7 @@ class Config:
     control: ControlConfig = field(default_factory=ControlConfig)
     redis: RedisConfig = field(default_factory=RedisConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
     @property
     def state_dir(self) -> Path:
@@ -259,6 +271,7 @@ _SECTION_CLASSES = {
     "control": ControlConfig,
     "redis": RedisConfig,
     "log": LogConfig,
+    "metrics": MetricsConfig,
 }
 
 
@@ -344,6 +357,11 @@ def _validate(config: Config, source: str) -> None:
         problems.append(f"redis.url must start with redis://, rediss:// or unix://, got {r.url!r}")
     if not r.prefix or r.timeout_s <= 0 or r.events_max < 1:
         problems.append("redis.prefix must be set, redis.timeout_s > 0 and redis.events_max >= 1")
+    if config.metrics.listen:
+        try:
+            metrics_address(config)
+        except ConfigError as e:
+            problems.append(f"metrics.listen: {e}")
     if problems:
         raise ConfigError(f"{source}: " + "; ".join(problems))
 
@@ -356,6 +374,7 @@ def load_config(
     milter_listen: str | None = None,
     spamc_listen: str | None = None,
     redis_url: str | None = None,
+    metrics_listen: str | None = None,
 ) -> Config:
     """Embedded defaults, overlaid with the TOML file (if any), then command-line overrides."""
     config = Config()
@@ -385,6 +404,9 @@ def load_config(
         config = replace(config, spamc=replace(config.spamc, listen=spamc_listen))
     if redis_url is not None:
         config = replace(config, redis=replace(config.redis, url=redis_url))
+    if metrics_listen is not None:
+        parse_host_port(metrics_listen, "--metrics")  # the flag named in the error, not metrics.listen
+        config = replace(config, metrics=replace(config.metrics, listen=metrics_listen))
     config = replace(config, data_dir=Path(config.data_dir).expanduser())
     _validate(config, source)
     return config
@@ -424,3 +446,11 @@ def parse_host_port(text: str, where: str = "--smtp") -> tuple[str, int]:
     if not host:
         raise ConfigError(f"{where} {text!r}: missing host")
     return host, int(port)
+
+
+def metrics_address(config: Config) -> tuple[str, int]:
+    """Where /metrics is served: `metrics.listen` as (host, port); a bare port is on 127.0.0.1."""
+    listen = config.metrics.listen.strip()
+    if listen.isdigit():
+        listen = f"127.0.0.1:{listen}"
+    return parse_host_port(listen, "metrics.listen")

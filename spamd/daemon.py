@@ -24,7 +24,7 @@ from typing import Any
 
 import structlog
 
-from spamd.config import Config, load_config, parse_host_port
+from spamd.config import Config, load_config, metrics_address, parse_host_port
 from spamd.engine import Engine, tune_gc_for_message_streams
 from spamd.errors import SpamdError
 from spamd.logs import configure_logging, set_level
@@ -78,13 +78,14 @@ class Daemon:
         milter_listen: str | None = None,
         spamc_listen: str | None = None,
         redis_url: str | None = None,
+        metrics_listen: str | None = None,
         config: Config | None = None,
         install_signals: bool = True,
     ):
         self.config_path = config_path
         self.overrides = {
             "data_dir": data_dir, "smtp_listen": smtp_listen, "milter_listen": milter_listen, "spamc_listen": spamc_listen,
-            "redis_url": redis_url,
+            "redis_url": redis_url, "metrics_listen": metrics_listen,
         }  # fmt: skip
         self.config = config if config is not None else load_config(config_path, **self.overrides)
         self.install_signals = install_signals
@@ -101,6 +102,7 @@ class Daemon:
         self.spamc: SpamcServer | None = None
         self.control: Any = None
         self.smtp_address: tuple[str, int] | None = None
+        self.metrics_server: Any = None  # spamd.frontends.metrics.MetricsServer, when [metrics] listen is set
         self.started = False
         self.should_exit: asyncio.Event | None = None
         self._snapshot_lock: asyncio.Lock | None = None
@@ -188,6 +190,9 @@ class Daemon:
         else:
             log.warning("control_socket_unavailable", reason="spamd.frontends.control is not installed")
 
+        if config.metrics.listen:
+            await self._start_metrics(config)
+
         self._spawn(self._snapshot_timer(), "snapshot-timer")
         self.started = True
         log.info(
@@ -201,6 +206,7 @@ class Daemon:
             spamc_host=None if self.spamc is None or self.spamc.address is None else self.spamc.address[0],
             spamc_port=None if self.spamc is None or self.spamc.address is None else self.spamc.address[1],
             spamc_allow_tell=config.spamc.allow_tell,
+            **self._metrics_fields(),
             maildirs=[str(m.root) for m in self.mailboxes],
             data_dir=str(config.data_dir),
             trained_ham=int(self.engine.model.doc_totals[Label.HAM]),
@@ -225,6 +231,8 @@ class Daemon:
         )
         if self.control is not None:
             await self.control.close()
+        if self.metrics_server is not None:
+            await self.metrics_server.close()
         if self.watcher is not None:
             await self.watcher.stop()
         for task in list(self._tasks):
@@ -302,6 +310,23 @@ class Daemon:
                 except SpamdError as e:  # a full disk, say: retried at the next tick
                     log.error("snapshot_failed", error=str(e), action="the journal holds all training; retrying")
                     self.metrics.error("snapshot_failed", error=str(e))
+
+    # ------------------------------------------------------------ metrics
+
+    async def _start_metrics(self, config: Config) -> None:
+        """Serve /metrics on this loop (spamd/frontends/metrics.py); imported only when asked for."""
+        from spamd.frontends.metrics import MetricsServer, metrics_registry
+
+        host, port = metrics_address(config)
+        self.metrics_server = MetricsServer(metrics_registry(self), config.metrics.allowed_peers)
+        await self.metrics_server.start(host, port)
+
+    def _metrics_fields(self) -> dict[str, Any]:
+        """metrics_host / metrics_port for the daemon_started line (the bound port when 0 was asked)."""
+        if self.metrics_server is None or self.metrics_server.address is None:
+            return {}
+        host, port = self.metrics_server.address
+        return {"metrics_host": host, "metrics_port": port}
 
     def _refused_link(self, root: Path) -> bool:
         """A user's Maildir under `maildir.root` that is a symbolic link: not served (logged).
@@ -420,6 +445,7 @@ class Daemon:
             pid=os.getpid(),
             smtp_listen=None if self.smtp_address is None else f"{self.smtp_address[0]}:{self.smtp_address[1]}",
             smtp_mode=self.config.smtp.mode,
+            metrics_listen=None if self.metrics_server is None else "{}:{}".format(*self.metrics_server.address),
             smtp_sessions=0 if self.smtp is None else len(self.smtp.sessions),
             smtp_in_flight=0 if self.smtp is None else self.smtp.in_flight,
             smtp_accepted=0 if self.smtp is None else self.smtp.accepted,
@@ -462,6 +488,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--milter", metavar="HOST:PORT", help="milter listen address for Postfix smtpd_milters (overrides [milter] listen)")
     parser.add_argument("--spamc", metavar="HOST:PORT", help="serve SpamAssassin's spamc protocol here (overrides [spamc] listen)")
     parser.add_argument("--redis", metavar="URL", help="share the model through Redis, e.g. redis://127.0.0.1:6379/0 (overrides [redis] url)")
+    parser.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus /metrics here (overrides [metrics] listen)")
     return parser.parse_args(argv)
 
 
@@ -471,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         daemon = Daemon(
             args.config, data_dir=args.data_dir, smtp_listen=args.smtp, milter_listen=args.milter, spamc_listen=args.spamc,
-            redis_url=args.redis,
+            redis_url=args.redis, metrics_listen=args.metrics,
         )
         configure_logging(daemon.config.log)
         asyncio.run(daemon.run())

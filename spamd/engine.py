@@ -13,11 +13,12 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from spamd.accuracy import LiveAccuracy, is_person
 from spamd.classifier import Analyzed, Classifier
 from spamd.config import Config
 from spamd.errors import CorruptStateError, StoreError
-from spamd.model import Contribution, Label, Score
-from spamd.store import Recovery, StateStore, Store, TrainerLike, decode_snapshot, encode_snapshot
+from spamd.model import Contribution, Label, Score, Verdict
+from spamd.store import LoadedState, Recovery, StateStore, Store, TrainerLike, decode_snapshot, encode_snapshot
 from spamd.training import Outcome, Trainer
 
 
@@ -40,7 +41,13 @@ class Classified:
 
 class Engine:
     def __init__(
-        self, config: Config, store: Store | StateStore, trainer: Trainer | TrainerLike, recovery: Recovery, counters: dict[str, int] | None = None
+        self,
+        config: Config,
+        store: Store | StateStore,
+        trainer: Trainer | TrainerLike,
+        recovery: Recovery,
+        counters: dict[str, int] | None = None,
+        live: LiveAccuracy | None = None,
     ):
         self.config = config
         self.store = store
@@ -54,6 +61,12 @@ class Engine:
         self.scored_before: Counter[str] = Counter(
             {k.removeprefix("scored:"): v for k, v in (counters or {}).items() if k.startswith("scored:")}
         )
+        # What people's moves say of spamd's verdicts (spamd/accuracy.py), persisted in snapshots.
+        self.live = live if live is not None else LiveAccuracy(config.store.ledger_max_entries)
+        self.live_changes = 0  # mutations of `live`, so a shutdown knows a snapshot is worth it
+        self._saved_live_changes = 0
+        # (label, source, outcome) -> training events since start, for /metrics.
+        self.trainings: Counter[tuple[str, str, str]] = Counter()
         self._saved_counters = self.counters()  # as the newest snapshot holds them
 
     @classmethod
@@ -74,7 +87,7 @@ class Engine:
             store.close()
             raise
         trainer = Trainer(loaded.model, loaded.ledger, store, loaded.seq)
-        return cls(config, store, trainer, loaded.recovery, loaded.counters)
+        return cls(config, store, trainer, loaded.recovery, loaded.counters, live_state(config, loaded))
 
     def close(self) -> None:
         self.store.close()
@@ -104,10 +117,26 @@ class Engine:
         return self.model.explain(self.classifier.tokens(raw), limit)
 
     def train(self, raw: bytes, label: Label, source: str, user: bool = True) -> Outcome:
-        return self.trainer.train(self.classifier.analyze(raw), label, source, user)
+        """Train through the trainer; a person's label is also judged against spamd's remembered verdict."""
+        analyzed = self.classifier.analyze(raw)
+        outcome = self.trainer.train(analyzed, label, source, user)
+        self.trainings[(str(label), source, outcome.value)] += 1
+        if outcome in (Outcome.LEARNED, Outcome.CORRECTED):
+            self.live.trained(label)
+            self.live_changes += 1
+        if outcome is not Outcome.DECLINED and is_person(source, user) and self.live.judged(analyzed.key, label):
+            self.live_changes += 1
+        return outcome
 
     def untrain(self, raw: bytes, source: str) -> Outcome:
-        return self.trainer.untrain(self.classifier.analyze(raw), source)
+        outcome = self.trainer.untrain(self.classifier.analyze(raw), source)
+        self.trainings[("none", source, outcome.value)] += 1
+        return outcome
+
+    def remember_verdict(self, key: bytes, verdict: Verdict, way_in: str) -> None:
+        """spamd's verdict on a message it delivered or answered, for live accuracy (no I/O)."""
+        self.live.scored(key, verdict, way_in)
+        self.live_changes += 1
 
     # ------------------------------------------------------------ snapshots
 
@@ -133,9 +162,10 @@ class Engine:
             raise StoreError("the model is in Redis ([redis] url): it keeps no snapshots here; back it up with spamctl export")
         seq = self.trainer.seq
         counters = self.counters()
-        encoded = encode_snapshot(self.model, self.trainer.ledger, seq, counters)
+        encoded = encode_snapshot(self.model, self.trainer.ledger, seq, counters, self.live.export())
         self.store.rotate_journal(seq)  # StoreError on a full disk: nothing changed
         self._saved_counters = counters
+        self._saved_live_changes = self.live_changes
         return encoded, seq
 
     def finish_snapshot(self, encoded: bytes, seq: int) -> Path:
@@ -155,7 +185,11 @@ class Engine:
         """
         if not self.store.keeps_snapshots:
             return False
-        return self.trainer.seq != self.store.last_snapshot_seq or self.counters() != self._saved_counters
+        return (
+            self.trainer.seq != self.store.last_snapshot_seq
+            or self.counters() != self._saved_counters
+            or self.live_changes != self._saved_live_changes
+        )
 
     def counters(self) -> dict[str, int]:
         """Running totals persisted in snapshots: messages scored by verdict, all time."""
@@ -167,7 +201,7 @@ class Engine:
         """The live state as snapshot bytes (the portable backup format); writes nothing."""
         if not self.store.keeps_snapshots:
             return self.store.export_snapshot(self.counters())
-        return encode_snapshot(self.model, self.trainer.ledger, self.trainer.seq, self.counters())
+        return encode_snapshot(self.model, self.trainer.ledger, self.trainer.seq, self.counters(), self.live.export())
 
     def import_snapshot(self, data: bytes, where: str) -> dict[str, object]:
         """Replace model and ledger with a verified export, written as the newest snapshot.
@@ -186,7 +220,7 @@ class Engine:
             raise StoreError(f"import refused, nothing changed: {e}") from None
         seq = self.trainer.seq + 1
         counters = self.counters()
-        encoded = encode_snapshot(imported.model, imported.ledger, seq, counters)
+        encoded = encode_snapshot(imported.model, imported.ledger, seq, counters, self.live.export())
         path = self.store.write_snapshot(encoded, seq)  # StoreError here leaves the live state as it was
         self.model.counts[:] = imported.model.counts
         self.model.token_totals[:] = imported.model.token_totals
@@ -195,6 +229,7 @@ class Engine:
         self.trainer.ledger.replace_with(imported.ledger)  # in place: the daemon's watcher holds ledger.get
         self.trainer.seq = seq
         self._saved_counters = counters
+        self._saved_live_changes = self.live_changes
         self.store.rotate_journal(seq)
         self.store.prune()
         return {
@@ -241,6 +276,7 @@ class Engine:
             "snapshot_bytes": snapshot_bytes,
             "uptime_s": time.time() - self.started,
             "recovery_problems": list(self.recovery.problems),
+            "live_accuracy": self.live.summary(),
         }
 
     def _shared_stats(self) -> dict[str, object]:
@@ -262,4 +298,30 @@ class Engine:
             "uptime_s": time.time() - self.started,
             "recovery_problems": [],
             **self.store.stats(),
+            # In this process only: with Redis the figures are not persisted (README "Monitoring").
+            "live_accuracy": self.live.summary(),
         }
+
+
+def live_state(config: Config, loaded: LoadedState) -> LiveAccuracy:
+    """The snapshot's live accuracy, brought up to date with the journal records replayed over it.
+
+    A replayed record is a training the snapshot did not see: its volume is counted and,
+    if a person made it, it is judged against the verdict the snapshot remembers. A
+    verdict given after the snapshot is not in the journal (scoring is not journaled),
+    so after a crash a move of such a message is trained but not judged.
+    """
+    live = LiveAccuracy(config.store.ledger_max_entries)
+    try:
+        live.restore(loaded.live)
+    except (KeyError, ValueError, TypeError) as e:  # the model is fine; only the figures restart
+        loaded.recovery.problems.append(f"live accuracy figures unreadable, started afresh ({e})")
+        live = LiveAccuracy(config.store.ledger_max_entries)
+    for key, label, previous, user, source, when in loaded.replayed:
+        if label is None:
+            continue
+        if label != previous:
+            live.trained(label, when)
+        if is_person(source, user):
+            live.judged(key, label, when)
+    return live

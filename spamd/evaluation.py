@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -400,3 +400,43 @@ def eval_command(
     else:
         print(format_report(report, index))
     return 0
+
+
+def plot_live_accuracy(days: list[dict[str, Any]], path: Path) -> None:
+    """Live errors per day (people's moves against spamd's verdicts) over the training volume, one PNG."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise SpamdError("--plot needs matplotlib: pip install 'spamd[plot]'") from None
+    labels = [d["day"] for d in days]
+    x = np.arange(len(days))
+    fig, (errors, volume) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    for kind, name in (
+        ("false_positive", "false positives"),
+        ("missed_spam", "missed spam"),
+        ("unsure_resolved_spam", "unsure -> spam"),
+        ("unsure_resolved_ham", "unsure -> ham"),
+    ):
+        errors.plot(x, [d.get(kind, 0) for d in days], marker="o", ms=3, lw=1.2, label=name)
+    errors.set_ylabel("messages per day")
+    errors.set_title("spamd live accuracy: people's moves against spamd's verdicts")
+    errors.legend(loc="upper left", fontsize="small")
+    errors.grid(True, alpha=0.4)
+    volume.bar(x - 0.2, [d.get("trained:spam", 0) for d in days], width=0.4, label="trained spam")
+    volume.bar(x + 0.2, [d.get("trained:ham", 0) for d in days], width=0.4, label="trained ham")
+    volume.plot(x, [d.get("scored", 0) for d in days], color="black", lw=1, label="scored")
+    volume.set_ylabel("messages per day")
+    volume.legend(loc="upper left", fontsize="small")
+    volume.grid(True, alpha=0.4)
+    step = max(1, len(days) // 12)
+    volume.set_xticks(x[::step], labels[::step], rotation=30, ha="right", fontsize="small")
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=100)
+    except OSError as e:
+        raise SpamdError(f"{path}: cannot write plot: {e.strerror}") from None
+    finally:
+        plt.close(fig)

@@ -94,8 +94,17 @@ def _safe_text(token: str) -> str:
     return token.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
 
 
+# Upper bounds (seconds) of the scan-duration histogram: a message takes ~1 ms to
+# score and up to a delivery's fsyncs or a relay's round trip to be answered.
+SCAN_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
 class Metrics:
-    """Counters for `spamctl stats`: verdicts, a one-minute window of latencies, recent errors."""
+    """Counters for `spamctl stats` and /metrics: verdicts, latencies, sessions per way in, errors.
+
+    Plain ints updated on the event loop; the /metrics collector reads them there too.
+    Frontends report sessions through `session_opened` / `session_closed` / `session_refused`.
+    """
 
     WINDOW_S = 60.0
 
@@ -103,15 +112,39 @@ class Metrics:
         self.by_verdict: Counter[str] = Counter()
         self.latencies: deque[tuple[float, float]] = deque()  # (monotonic time, ms)
         self.errors: deque[dict[str, object]] = deque(maxlen=20)
+        self.errors_by_event: Counter[str] = Counter()
+        # way in -> per-bucket counts (the last is +Inf), and the sum of seconds
+        self.scan_buckets: dict[str, list[int]] = {}
+        self.scan_seconds: Counter[str] = Counter()
+        self.sessions_open: Counter[str] = Counter()
+        self.sessions_total: Counter[str] = Counter()
+        self.sessions_refused: Counter[str] = Counter()
 
-    def record(self, verdict: Verdict, elapsed_ms: float) -> None:
+    def record(self, verdict: Verdict, elapsed_ms: float, way_in: str = "smtp") -> None:
         now = time.monotonic()
         self.by_verdict[verdict.value] += 1
         self.latencies.append((now, elapsed_ms))
         self._trim(now)
+        seconds = elapsed_ms / 1000.0
+        buckets = self.scan_buckets.setdefault(way_in, [0] * (len(SCAN_BUCKETS_S) + 1))
+        index = next((i for i, bound in enumerate(SCAN_BUCKETS_S) if seconds <= bound), len(SCAN_BUCKETS_S))
+        buckets[index] += 1
+        self.scan_seconds[way_in] += seconds
 
     def error(self, event: str, **details: object) -> None:
         self.errors.append({"time": time.time(), "event": event, **details})
+        self.errors_by_event[event] += 1
+
+    def session_opened(self, way_in: str) -> None:
+        self.sessions_open[way_in] += 1
+        self.sessions_total[way_in] += 1
+
+    def session_closed(self, way_in: str) -> None:
+        self.sessions_open[way_in] -= 1
+
+    def session_refused(self, way_in: str) -> None:
+        """A connection turned away (peer not allowed, too many): not counted as opened."""
+        self.sessions_refused[way_in] += 1
 
     def _trim(self, now: float) -> None:
         while self.latencies and now - self.latencies[0][0] > self.WINDOW_S:
@@ -148,12 +181,19 @@ class Scorer:
         headers = spam_headers(classified.score, model.ham_threshold, model.spam_threshold)
         return Scored(with_own_headers(raw, headers), classified, tuple(headers))
 
-    def scored(self, scored: Scored, raw: bytes, started: float, **context: object) -> None:
-        """The canonical line for one message, once it is delivered (or failed)."""
+    def scored(self, scored: Scored, raw: bytes, started: float, way_in: str | None = None, **context: object) -> None:
+        """The canonical line for one message, once it is delivered (or answered); counted by `way_in`.
+
+        `way_in` is the frontend the message came through (smtp, milter, spamc, maildir);
+        a caller that only says `via=` (its way in) is counted by that.
+        """
+        way = way_in or str(context.get("via", "unknown"))
         elapsed_ms = (time.perf_counter() - started) * 1000.0
-        self.metrics.record(scored.score.verdict, elapsed_ms)
+        self.metrics.record(scored.score.verdict, elapsed_ms, way)
+        self.engine.remember_verdict(scored.key, scored.score.verdict, way)
         log.info(
             "message_scored",
+            way_in=way,
             message_id=message_id(raw),
             key=scored.key.hex(),
             verdict=scored.score.verdict.value,

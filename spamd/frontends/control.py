@@ -178,12 +178,18 @@ def op_untrain(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
     return _train_many(_messages(args), lambda raw: engine.untrain(raw, TRAIN_SOURCE))
 
 
+def op_live_days(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
+    """Live accuracy per kept day (for `spamctl report`); reads only."""
+    return {"days": engine.live.per_day()}  # type: ignore[attr-defined]
+
+
 ENGINE_OPERATIONS: dict[str, Callable[[EngineLike, dict[str, Any]], dict[str, Any]]] = {
     "classify": op_classify,
     "classify_many": op_classify_many,
     "explain": op_explain,
     "train": op_train,
     "untrain": op_untrain,
+    "live_days": op_live_days,
 }
 
 
@@ -238,7 +244,7 @@ async def _socket_answers(path: Path) -> bool:
 
 
 # Requests too frequent or too small to deserve a log line each.
-_QUIET_COMMANDS = frozenset({"ping", "stats", "export_chunk", "import_chunk"})
+_QUIET_COMMANDS = frozenset({"ping", "stats", "live_days", "export_chunk", "import_chunk"})
 
 
 class ControlServer:

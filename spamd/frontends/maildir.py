@@ -870,7 +870,7 @@ class MaildirWatcher:
             log.error("maildir_filing_failed", maildir=str(mailbox.root), name=loc.name, error=what)
             self.on_error("maildir_filing_failed", path=str(loc.path), error=what)
             return
-        self.delivered(scored, raw, started, user_name=mailbox.user, folder=folder or "INBOX", via="maildir")
+        self.delivered(scored, raw, started, way_in="maildir", user_name=mailbox.user, folder=folder or "INBOX", via="maildir")
         if self.config.autolearn and scored.score.verdict is not Verdict.UNSURE:
             self.learn(raw, Label.SPAM if spam else Label.HAM, "autolearn", user=False, user_name=mailbox.user)
 

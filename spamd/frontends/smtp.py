@@ -72,10 +72,12 @@ class FilterSMTP(SMTP):
             assert self._handler_coroutine is not None
             self._handler_coroutine.cancel()
             log.warning("smtp_peer_refused", peer=host)
+            self.filter.scorer.metrics.session_refused("smtp")
             transport.write(b"554 5.7.1 spamd: connections from this address are not accepted\r\n")
             transport.close()
             return
         self.filter.sessions.add(self)
+        self.filter.scorer.metrics.session_opened("smtp")
 
     async def push(self, status: str | bytes) -> None:
         await super().push(status)
@@ -92,6 +94,8 @@ class FilterSMTP(SMTP):
         super()._timeout_cb()
 
     def connection_lost(self, error: Exception | None) -> None:
+        if not self.refused:
+            self.filter.scorer.metrics.session_closed("smtp")
         self.filter.sessions.discard(self)
         super().connection_lost(error)
 
@@ -253,7 +257,7 @@ class SmtpHandler:
             where = {"via": "maildir", "delivered_to": folders}
         if status.startswith("250"):
             self.accepted += 1
-            self.scorer.scored(scored, raw, started, peer=peer, **where)
+            self.scorer.scored(scored, raw, started, way_in="smtp", peer=peer, **where)
             if config.smtp.mode == "deliver" and config.maildir.autolearn and scored.score.verdict is not Verdict.UNSURE:
                 label = Label.SPAM if scored.score.verdict is Verdict.SPAM else Label.HAM
                 try:

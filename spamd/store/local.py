@@ -203,11 +203,20 @@ def _unpack_array(d: dict[str, Any]) -> np.ndarray:
     return np.frombuffer(d["data"], dtype=dtype).reshape(d["shape"]).astype(dtype.newbyteorder("="))
 
 
-def encode_snapshot(model: MultinomialNB, ledger: Ledger, seq: int, counters: dict[str, int] | None = None) -> bytes:
+def encode_snapshot(
+    model: MultinomialNB,
+    ledger: Ledger,
+    seq: int,
+    counters: dict[str, int] | None = None,
+    live: dict[str, Any] | None = None,
+) -> bytes:
     """Model and ledger as snapshot bytes. Counts are stored sparse (ids + values per class).
 
     `counters` are running totals kept across restarts (messages scored by verdict);
-    they ride along with the snapshot so they are written atomically with it.
+    they ride along with the snapshot so they are written atomically with it, as does
+    `live` (spamd/accuracy.py: remembered verdicts and per-day counts). Both are
+    optional keys of the version-1 payload: older snapshots load without them, and an
+    older spamd reading this one ignores them.
     """
     rows = {}
     for label in Label:
@@ -225,6 +234,7 @@ def encode_snapshot(model: MultinomialNB, ledger: Ledger, seq: int, counters: di
             "distinct": model.distinct,
             "ledger": ledger.export(),
             "counters": {str(k): int(v) for k, v in (counters or {}).items()},
+            "live": live or {},
         },
         use_bin_type=True,
     )
@@ -247,6 +257,8 @@ class Snapshot:
     ledger: Ledger
     # Running totals (e.g. "scored:spam"); absent in snapshots written before they existed.
     counters: dict[str, int] = field(default_factory=dict)
+    # LiveAccuracy.export(); absent (empty) in snapshots written before it existed.
+    live: dict[str, Any] = field(default_factory=dict)
 
 
 def decode_snapshot(data: bytes, model_config: ModelConfig, ledger_max: int, where: str) -> Snapshot:
@@ -284,7 +296,10 @@ def decode_snapshot(data: bytes, model_config: ModelConfig, ledger_max: int, whe
         model.distinct = int(d["distinct"])
         ledger = Ledger.restore(d["ledger"], ledger_max)
         counters = {str(k): int(v) for k, v in d.get("counters", {}).items()}
-        return Snapshot(int(d["seq"]), float(d["created"]), model, ledger, counters)
+        live = d.get("live") or {}
+        if not isinstance(live, dict):
+            raise ValueError("live accuracy section is not a map")
+        return Snapshot(int(d["seq"]), float(d["created"]), model, ledger, counters, live)
     except CorruptStateError:
         raise
     except (KeyError, ValueError, TypeError, AttributeError) as e:
@@ -434,6 +449,10 @@ class LoadedState:
     seq: int
     recovery: Recovery
     counters: dict[str, int] = field(default_factory=dict)
+    live: dict[str, Any] = field(default_factory=dict)
+    # The records replayed over the snapshot, without their features: (key, label,
+    # previous, user, source, time), so live accuracy can re-derive what they meant.
+    replayed: list[tuple[bytes, Label | None, Label | None, bool, str, float]] = field(default_factory=list)
 
 
 class Store:
@@ -521,6 +540,7 @@ class Store:
         if snapshot is None:
             snapshot = Snapshot(0, 0.0, MultinomialNB(self.model_config), Ledger(self.config.ledger_max_entries))
         seq = snapshot.seq
+        replayed = []
         segments = self._files(_JOURNAL_RE)
         for index, (start, path) in enumerate(segments):
             is_last = index == len(segments) - 1
@@ -548,13 +568,14 @@ class Store:
                         "directory aside and retrain"
                     )
                 apply_record(snapshot.model, snapshot.ledger, record)
+                replayed.append((record.key, record.label, record.previous, record.user, record.source, record.time))
                 seq = record.seq
                 recovery.replayed += 1
         self.last_snapshot_seq = snapshot.seq
         self.last_snapshot_time = snapshot.created or None
         last_records = len(scan.records) if segments else 0
         self._open_segment(segments[-1][1] if segments else None, seq, last_records)
-        return LoadedState(snapshot.model, snapshot.ledger, seq, recovery, snapshot.counters)
+        return LoadedState(snapshot.model, snapshot.ledger, seq, recovery, snapshot.counters, snapshot.live, replayed)
 
     def _cut_torn_tail(self, path: Path, data: bytes, scan: JournalScan, recovery: Recovery) -> None:
         """Keep the torn bytes aside for inspection, then truncate the segment to its whole records."""
