@@ -40,7 +40,9 @@ log = structlog.get_logger()
 
 MAX_REQUEST_BYTES = 8 * 1024  # a scrape's request head is a few hundred bytes
 REQUEST_TIMEOUT_S = 5.0  # to send the request head, and to take the answer
-MAX_CONNECTIONS = 64  # Prometheus scrapes with one connection at a time
+# Prometheus scrapes with one connection at a time; past this many open, the oldest is
+# closed to make room, so idle or slow clients cannot keep a scrape out.
+MAX_CONNECTIONS = 64
 
 _STATUS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 431: "Request Header Fields Too Large"}
 
@@ -185,8 +187,9 @@ class MetricsServer:
         self.allowed_peers = frozenset(allowed_peers)
         self.server: asyncio.AbstractServer | None = None
         self.address: tuple[str, int] | None = None
-        self._connections: set[asyncio.Task[None]] = set()
+        self._connections: dict[asyncio.Task[None], None] = {}  # oldest first
         self.served = 0
+        self._closing = False
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         try:
@@ -200,9 +203,11 @@ class MetricsServer:
         if self.server is None:
             return
         self.server.close()
-        for task in list(self._connections):
+        self._closing = True
+        tasks = list(self._connections)
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._connections, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         await self.server.wait_closed()
         self.server = None
 
@@ -218,15 +223,20 @@ class MetricsServer:
                 log.warning("metrics_peer_refused", peer=host)
                 return
             if len(self._connections) >= MAX_CONNECTIONS:
-                log.warning("metrics_connection_refused", peer=host, reason="too many open connections")
-                return
-            self._connections.add(task)
+                oldest = next(iter(self._connections))
+                self._connections.pop(oldest)
+                oldest.cancel()
+            self._connections[task] = None
             async with asyncio.timeout(REQUEST_TIMEOUT_S):
                 await self._serve(reader, writer)
         except (TimeoutError, ConnectionError, asyncio.IncompleteReadError):
             pass  # slow, vanished or half-sent: nothing more to answer
+        except asyncio.CancelledError:
+            if self._closing:
+                raise
+            # else: the oldest connection, closed to make room for a new one
         finally:
-            self._connections.discard(task)
+            self._connections.pop(task, None)
             writer.close()
             with contextlib.suppress(OSError, TimeoutError):
                 async with asyncio.timeout(1.0):
