@@ -283,8 +283,8 @@ class Spamd:
         args: list[str | Path] = ["--config", self.config_path, "--data-dir", self.data, "--smtp", f"127.0.0.1:{self.smtp_port}"]
         if self.milter_port is not None:
             args += ["--milter", f"127.0.0.1:{self.milter_port}"]
-        self.proc = DaemonProcess(*args)
-        self.proc.wait_for("daemon_started")
+        self.proc = DaemonProcess(*args, "--metrics", "127.0.0.1:0")
+        self.metrics_port = self.proc.wait_for("daemon_started")["metrics_port"]
         return self
 
     def alive(self) -> bool:

@@ -398,3 +398,22 @@ def test_sigterm_lets_a_slow_clients_message_finish(postfix: Postfix, spamd: Spa
     assert replies[0][1] == struct.pack("!I", 1) + b"X-Spam-Flag\0\0"
     assert client.closed_by_spamd()
     assert spamd.proc.wait(20) == 0
+
+
+def test_milter_traffic_is_counted_in_metrics(postfix: Postfix, sink: Sink, spamd: Spamd):
+    """Through Postfix: one milter message grows spamd_messages_scored_total{way_in="milter"} by one."""
+    from tests.test_metrics import parse, scrape_text, value
+
+    before, _ = parse(scrape_text(spamd.metrics_port))
+    with smtplib.SMTP("127.0.0.1", postfix.smtp_port, timeout=30) as client:
+        assert client.sendmail("sender@example.org", ["user@example.com"], crlf(message(Label.SPAM, "metrics-spam"))) == {}
+    sink.wait_for("metrics-spam")
+    after, _ = parse(scrape_text(spamd.metrics_port))
+    assert value(after, "spamd_messages_scored_total", way_in="milter", verdict="spam") - value(
+        before, "spamd_messages_scored_total", way_in="milter", verdict="spam"
+    ) == 1
+    assert value(after, "spamd_scan_duration_seconds_count", way_in="milter") - value(
+        before, "spamd_scan_duration_seconds_count", way_in="milter"
+    ) == 1
+    assert value(after, "spamd_sessions_total", way_in="milter") > value(before, "spamd_sessions_total", way_in="milter")
+    assert value(after, "spamd_messages_scored_total", way_in="smtp") == 0

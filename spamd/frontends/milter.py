@@ -191,13 +191,16 @@ class MilterServer:
         if host not in self.config().smtp.allowed_peers or self.draining:
             if not self.draining:
                 log.warning("milter_peer_refused", peer=host)
+                self.scorer.metrics.session_refused("milter")
             writer.close()
             return
         session = MilterSession(self, reader, writer, host)
         self.sessions.add(session)
+        self.scorer.metrics.session_opened("milter")
         try:
             await session.run()
         finally:
+            self.scorer.metrics.session_closed("milter")
             self.sessions.discard(session)
             session.end_message()
             writer.close()
@@ -412,7 +415,7 @@ class MilterSession:
         else:
             await self._send(*self._header_changes(message, scored), packet(SMFIR_CONTINUE))
             action = "marked"
-        self.server.scorer.scored(scored, raw, message.started, peer=self.peer, via="milter", action=action,
+        self.server.scorer.scored(scored, raw, message.started, way_in="milter", peer=self.peer, via="milter", action=action,
                                   removed_headers=message.own_count, **ids)  # fmt: skip
 
     def _header_changes(self, message: Message, scored: Scored) -> list[bytes]:
