@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import Protocol
 
 import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -277,8 +277,3 @@ class MetricsServer:
         lines = [f"HTTP/1.1 {status} {_STATUS[status]}", *(f"{k}: {v}" for k, v in headers), "", ""]
         writer.write("\r\n".join(lines).encode("latin-1") + (b"" if head_only else body))
         await writer.drain()
-
-
-def describe_address(address: Any) -> str:
-    host, port = address
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
