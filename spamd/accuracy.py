@@ -153,10 +153,12 @@ class LiveAccuracy:
         }
 
     def per_day(self) -> list[dict[str, Any]]:
-        """Every kept day, oldest first, as `{"day": "YYYY-MM-DD", counts...}` (for `spamctl report`)."""
+        """Every day from the oldest kept to today, as `{"day": "YYYY-MM-DD", counts...}` (quiet days empty)."""
+        if not self.days:
+            return []
         out = []
-        for day in sorted(self.days):
-            row = dict(self.days[day])
+        for day in range(min(self.days), max(max(self.days), int(self.clock() // DAY_S)) + 1):
+            row = dict(self.days.get(day, {}))
             out.append({"day": time.strftime("%Y-%m-%d", time.gmtime(day * DAY_S)), **row})
         return out
 

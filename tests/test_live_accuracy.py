@@ -96,6 +96,8 @@ def test_windows_count_each_kind_by_the_day_the_person_acted():
     assert live.window(1)["scored"] == 0 and live.window(1)["rates"][MISSED_SPAM] is None
     assert live.window(7)[MISSED_SPAM] == 1 and live.window(7)["scored"] == 6
     assert live.totals["judged:unsure_resolved_ham"] == 1  # all time, whatever the window
+    days = live.per_day()  # every day from the oldest to today, quiet days empty
+    assert len(days) == 42 and days[0] == {"day": "2024-08-25", UNSURE_HAM: 1} and days[-1] == {"day": "2024-10-05"}
 
 
 def test_only_the_first_persons_judgement_counts_and_unscored_mail_is_not_judged():
