@@ -8,6 +8,7 @@ itself is the Engine's: nothing here computes a score or touches counts.
 
 from __future__ import annotations
 
+import bisect
 import re
 import time
 from collections import Counter, deque
@@ -127,8 +128,7 @@ class Metrics:
         self._trim(now)
         seconds = elapsed_ms / 1000.0
         buckets = self.scan_buckets.setdefault(way_in, [0] * (len(SCAN_BUCKETS_S) + 1))
-        index = next((i for i, bound in enumerate(SCAN_BUCKETS_S) if seconds <= bound), len(SCAN_BUCKETS_S))
-        buckets[index] += 1
+        buckets[bisect.bisect_left(SCAN_BUCKETS_S, seconds)] += 1  # the first bound >= seconds; past all: +Inf
         self.scan_seconds[way_in] += seconds
 
     def error(self, event: str, **details: object) -> None:
