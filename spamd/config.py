@@ -85,7 +85,8 @@ class StoreConfig:
     # Snapshots kept: the newest, and older ones to fall back to if it is damaged.
     snapshots_kept: int = 2
     # Entries of the trained-message ledger; the oldest are forgotten beyond this
-    # (trimmed in batches: it may run up to 5% over before a trim).
+    # (trimmed in batches: it may run up to 5% over before a trim). The same cap
+    # bounds the verdicts remembered for live accuracy (spamd/accuracy.py).
     ledger_max_entries: int = 2_000_000
 
 
