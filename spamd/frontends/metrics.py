@@ -180,7 +180,10 @@ def metrics_registry(daemon: DaemonState) -> CollectorRegistry:
 
 
 class MetricsServer:
-    """GET /metrics over HTTP/1.x on the loop, one request per connection; loopback peers by default."""
+    """GET /metrics over HTTP/1.x on the loop, one request per connection; loopback peers by default.
+
+    No keep-alive, TLS or authentication: put a reverse proxy in front to scrape across hosts.
+    """
 
     def __init__(self, registry: CollectorRegistry, allowed_peers: tuple[str, ...]):
         self.registry = registry
