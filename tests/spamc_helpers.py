@@ -37,6 +37,7 @@ class SpamcDaemon:
     port: int
     config: Path
     data: Path
+    metrics_port: int = 0  # its /metrics endpoint (tests/test_metrics.py)
 
     def spamc(self, *args: str, input: bytes = b"", timeout: float = 30.0) -> subprocess.CompletedProcess[bytes]:
         """Debian's spamc against this spamd over TCP (-d 127.0.0.1 -p PORT)."""
@@ -73,10 +74,12 @@ def start_spamd(work: Path, spamc_config: str = "", listen: str = "127.0.0.1:0",
     work.mkdir(parents=True, exist_ok=True)
     config = write_config(work / "spamd.toml", "[spamc]\n" + spamc_config)
     data = work / "data"
-    process = DaemonProcess("--config", config, "--data-dir", data, "--smtp", "127.0.0.1:0", "--spamc", listen)
+    process = DaemonProcess(
+        "--config", config, "--data-dir", data, "--smtp", "127.0.0.1:0", "--spamc", listen, "--metrics", "127.0.0.1:0"
+    )
     try:
-        port = process.wait_for("daemon_started")["spamc_port"]
-        daemon = SpamcDaemon(process, port, config, data)
+        started = process.wait_for("daemon_started")
+        daemon = SpamcDaemon(process, started["spamc_port"], config, data, started["metrics_port"])
         if train:
             for label in (Label.SPAM, Label.HAM):
                 folder = work / f"train-{label}"

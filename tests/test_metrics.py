@@ -41,6 +41,7 @@ from tests.daemon_helpers import (
     wait_until_sync,
     write_config,
 )
+from tests.spamc_helpers import needs_spamc, start_spamd
 
 DASHBOARD = Path(__file__).resolve().parents[1] / "config" / "grafana-spamd.json"
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -232,6 +233,36 @@ def test_hostile_http_clients_do_not_stall_the_loop_or_keep_scrapes_out(tmp_path
         for s in idle:
             s.close()
         daemon.kill()
+
+
+@pytest.mark.slow
+@needs_spamc
+def test_spamc_checks_and_tells_are_counted_by_way_in_and_judged(tmp_path):
+    """Debian's spamc: two CHECKs, then a TELL that contradicts each verdict (a person's, by its source)."""
+    daemon = start_spamd(tmp_path, "allow_tell = true\n")
+    try:
+        before, _ = parse(scrape_text(daemon.metrics_port))
+        ham_looking, spam_looking = make_message(Label.HAM, 600), make_message(Label.SPAM, 600)
+        assert daemon.spamc("-c", input=ham_looking).returncode == 0  # ham: exit 0
+        assert daemon.spamc("-c", input=spam_looking).returncode == 1  # spam: exit 1
+        assert daemon.spamc("-L", "spam", input=ham_looking).returncode == 0
+        assert daemon.spamc("-L", "ham", input=spam_looking).returncode == 0
+        after, _ = parse(scrape_text(daemon.metrics_port))
+
+        def delta(name: str, **labels: str) -> float:
+            return value(after, name, **labels) - value(before, name, **labels)
+
+        assert delta("spamd_messages_scored_total", way_in="spamc", verdict="ham") == 1
+        assert delta("spamd_messages_scored_total", way_in="spamc", verdict="spam") == 1
+        assert delta("spamd_messages_scored_total", way_in="smtp") == 0
+        assert delta("spamd_sessions_total", way_in="spamc") == 4
+        assert value(after, "spamd_sessions_open", way_in="spamc") == 0
+        assert delta("spamd_trainings_total", source="spamc", outcome="learned") == 2
+        assert delta("spamd_live_judgements_total", judgement="missed_spam") == 1
+        assert delta("spamd_live_judgements_total", judgement="false_positive") == 1
+        assert daemon.stop() == 0
+    finally:
+        daemon.process.kill()
 
 
 # ---------------------------------------------------------------- in process

@@ -507,6 +507,7 @@ class SpamcServer:
         peer = _peer_host(writer)
         if peer not in config.spamc_allowed_peers:
             log.warning("spamc_peer_refused", peer=peer)
+            self.scorer.metrics.session_refused("spamc")
             writer.write(SpamcRequestError(Ex.EX_NOPERM, f"connections from {peer} are not accepted").reply())
             await _linger(reader, writer)
             writer.close()
@@ -515,12 +516,14 @@ class SpamcServer:
         conn = _Connection(writer, peer, loop.time(), asyncio.current_task())
         if len(self.connections) >= config.spamc.max_connections and not self._make_room():
             log.warning("spamc_connection_refused", peer=peer, connections=len(self.connections))
+            self.scorer.metrics.session_refused("spamc")
             writer.write(SpamcRequestError(Ex.EX_TEMPFAIL, "too many connections, try again later").reply())
             await _linger(reader, writer)
             writer.close()
             return
         assert conn.task is not None
         self.connections[conn.task] = conn
+        self.scorer.metrics.session_opened("spamc")
         try:
             await self._converse(reader, conn, config)
         except asyncio.CancelledError:
@@ -531,6 +534,7 @@ class SpamcServer:
             log.error("spamc_request_failed", peer=peer, error=f"{type(e).__name__}: {e}", exc_info=e)
             self.on_error("spamc_request_failed", error=f"{type(e).__name__}: {e}")
         finally:
+            self.scorer.metrics.session_closed("spamc")
             del self.connections[conn.task]
             writer.close()
 
@@ -622,7 +626,7 @@ class SpamcServer:
             explained = explanation(self.scorer.engine, raw, max(SYMBOL_TOKENS, REPORT_TOKENS))
             text = symbols(scored.score, explained) if verb == "SYMBOLS" else report(scored.score, explained, points, required)
         reply = answer(request, scored.score, points, required, scored.data, text)
-        self.scorer.scored(scored, raw, started, peer=conn.peer, via="spamc", command=verb, client_user=request.user,
+        self.scorer.scored(scored, raw, started, way_in="spamc", peer=conn.peer, via="spamc", command=verb, client_user=request.user,
                            points=points)  # fmt: skip
         return reply
 
