@@ -321,16 +321,32 @@ def _progress_bar(total: int):
     return tqdm(total=total, unit="msg", smoothing=0.1, dynamic_ncols=True)
 
 
-def plot_roc(results: list[Result], path: Path, title: str) -> None:
-    """ROC curve on logit axes (hm% across, sm% up), as in the TREC spam track overviews."""
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the file-only Agg backend, or a SpamdError saying how to install it."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        import matplotlib.ticker
     except ImportError:
         raise SpamdError("--plot needs matplotlib: pip install 'spamd[plot]'") from None
+    return plt
+
+
+def _save_figure(plt: Any, fig: Any, path: Path, dpi: int) -> None:
+    """Write the figure as PNG and free it; an unwritable path is one clear error."""
+    try:
+        fig.savefig(path, dpi=dpi)
+    except OSError as e:
+        raise SpamdError(f"{path}: cannot write plot: {e.strerror}") from None
+    finally:
+        plt.close(fig)
+
+
+def plot_roc(results: list[Result], path: Path, title: str) -> None:
+    """ROC curve on logit axes (hm% across, sm% up), as in the TREC spam track overviews."""
+    plt = _pyplot()
+    import matplotlib.ticker
     scores = np.array([r.score for r in results], dtype=np.float64)
     is_spam = np.array([r.gold == Label.SPAM for r in results], dtype=bool)
     hm, sm = roc_points(scores, is_spam)
@@ -353,12 +369,7 @@ def plot_roc(results: list[Result], path: Path, title: str) -> None:
     ax.grid(True, which="major", alpha=0.4)
     ax.legend(loc="upper right")
     fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=120)
-    except OSError as e:
-        raise SpamdError(f"{path}: cannot write plot: {e.strerror}") from None
-    finally:
-        plt.close(fig)
+    _save_figure(plt, fig, path, dpi=120)
 
 
 def format_report(report: Report, index: Path) -> str:
@@ -404,13 +415,7 @@ def eval_command(
 
 def plot_live_accuracy(days: list[dict[str, Any]], path: Path) -> None:
     """Live errors per day (people's moves against spamd's verdicts) over the training volume, one PNG."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise SpamdError("--plot needs matplotlib: pip install 'spamd[plot]'") from None
+    plt = _pyplot()
     labels = [d["day"] for d in days]
     x = np.arange(len(days))
     fig, (errors, volume) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
@@ -434,9 +439,4 @@ def plot_live_accuracy(days: list[dict[str, Any]], path: Path) -> None:
     step = max(1, len(days) // 12)
     volume.set_xticks(x[::step], labels[::step], rotation=30, ha="right", fontsize="small")
     fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=100)
-    except OSError as e:
-        raise SpamdError(f"{path}: cannot write plot: {e.strerror}") from None
-    finally:
-        plt.close(fig)
+    _save_figure(plt, fig, path, dpi=100)
