@@ -181,19 +181,17 @@ class Scorer:
         headers = spam_headers(classified.score, model.ham_threshold, model.spam_threshold)
         return Scored(with_own_headers(raw, headers), classified, tuple(headers))
 
-    def scored(self, scored: Scored, raw: bytes, started: float, way_in: str | None = None, **context: object) -> None:
+    def scored(self, scored: Scored, raw: bytes, started: float, way_in: str, **context: object) -> None:
         """The canonical line for one message, once it is delivered (or answered); counted by `way_in`.
 
-        `way_in` is the frontend the message came through (smtp, milter, spamc, maildir);
-        a caller that only says `via=` (its way in) is counted by that.
+        `way_in` is the frontend the message came through (smtp, milter, spamc, maildir).
         """
-        way = way_in or str(context.get("via", "unknown"))
         elapsed_ms = (time.perf_counter() - started) * 1000.0
-        self.metrics.record(scored.score.verdict, elapsed_ms, way)
-        self.engine.remember_verdict(scored.key, scored.score.verdict, way)
+        self.metrics.record(scored.score.verdict, elapsed_ms, way_in)
+        self.engine.remember_verdict(scored.key, scored.score.verdict, way_in)
         log.info(
             "message_scored",
-            way_in=way,
+            way_in=way_in,
             message_id=message_id(raw),
             key=scored.key.hex(),
             verdict=scored.score.verdict.value,
