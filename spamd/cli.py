@@ -13,6 +13,7 @@ usage errors, from argparse). It does not score, learn or store anything itself.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import mailbox
 import math
@@ -24,7 +25,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 import structlog
 
@@ -169,9 +170,9 @@ def _read_file(path: Path) -> bytes:
 
 def input_kind(path: Path) -> str:
     """'maildir' (a Maildir or Maildir++ folder), 'directory' (of message files), 'mbox'
-    (a file starting 'From '), or 'file'.
+    (a file of several messages, each starting with a 'From ' line), or 'file'.
 
-    A 'mbox' holding a single message is trained as a file (see Inputs).
+    A file with a single 'From ' line (TREC's, some MDAs') is a 'file': one message.
     """
     try:
         if path.is_dir():
@@ -179,14 +180,31 @@ def input_kind(path: Path) -> str:
                 return "maildir"
             return "directory"
         with open(path, "rb") as f:
-            start = f.read(5)
+            return "mbox" if holds_several_mbox_messages(f) else "file"
     except FileNotFoundError:
         raise SpamdError(f"{path}: no such file or directory") from None
     except PermissionError:
         raise SpamdError(f"{path}: permission denied") from None
     except OSError as e:
         raise SpamdError(f"{path}: cannot read: {e.strerror}") from None
-    return "mbox" if start == b"From " else "file"
+
+
+def holds_several_mbox_messages(f: BinaryIO) -> bool:
+    """Whether a file starts with a 'From ' line and has another (where `mailbox.mbox` splits).
+
+    Read in 1 MiB chunks, stopping at the second 'From ' line. `mailbox.mbox` would
+    tell the same by reading every line in Python: its table of contents alone cost
+    2.4 s of `spamctl classify` over trec07p-dev's 10,000 one-message files (whose
+    first line is 'From '), 45% of the run.
+    """
+    if f.read(5) != b"From ":
+        return False
+    tail = b""
+    while chunk := f.read(1 << 20):
+        if b"\nFrom " in tail + chunk:
+            return True
+        tail = chunk[-5:]
+    return False
 
 
 def directory_files(directory: Path) -> list[Path]:
@@ -245,6 +263,7 @@ class Inputs:
                     continue
                 # One message, even with an mbox "From " line (TREC files, some MDAs): its bytes
                 # as they are, so its key is the one the daemon computes for the same file.
+                # (An mbox whose second "From " line `mailbox` does not split at holds one too.)
                 self._items.append(("file", path, str(path)))
                 self.total += 1
         except BaseException:
@@ -263,7 +282,7 @@ class Inputs:
         return False
 
     def _add_stdin(self, data: bytes) -> None:
-        if data.startswith(b"From "):
+        if holds_several_mbox_messages(io.BytesIO(data)):
             # The mailbox module parses files only: spool it, read it, remove it when done.
             fd, spool = tempfile.mkstemp(prefix="spamctl-stdin-", suffix=".mbox")
             with os.fdopen(fd, "wb") as f:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import mailbox
 import os
 import pty
 import signal
@@ -15,7 +16,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from spamd.cli import holds_several_mbox_messages
 from spamd.config import load_config
 from spamd.frontends.control import ControlClient, ControlError
 from spamd.engine import Engine
@@ -505,3 +509,29 @@ def test_a_killed_daemon_leaves_a_stale_socket_that_spamctl_and_the_next_daemon_
         assert stats["mode"] == "daemon" and stats["trained_spam"] == 1
     finally:
         second.stop()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    lines=st.lists(
+        st.sampled_from([b"From a@b Mon Jan  1 00:00:00 2024", b"From:x", b"", b"text", b">From quoted", b"F", b"rom "]),
+        max_size=12,
+    ),
+    long_first_line=st.none() | st.integers(min_value=0, max_value=6),
+)
+def test_the_quick_several_messages_check_agrees_with_mailbox(
+    tmp_path_factory: pytest.TempPathFactory, lines: list[bytes], long_first_line: int | None
+) -> None:
+    data = b"\n".join(lines)
+    if long_first_line is not None:
+        # The check reads 5 bytes, then 1 MiB chunks: with these lengths the second line's
+        # "\nFrom " starts 0 to 6 bytes before the first chunk's end (across it for 1 to 5).
+        first = b"From a@b Mon Jan  1 00:00:00 2024 ".ljust((1 << 20) + 5 - long_first_line, b"x")
+        data = first + b"\n" + data
+    path = tmp_path_factory.mktemp("mbox") / "box"
+    path.write_bytes(data)
+    with open(path, "rb") as f:
+        quick = holds_several_mbox_messages(f)
+    box = mailbox.mbox(str(path), create=False)
+    assert quick == (data.startswith(b"From ") and len(box) > 1)
+    box.close()
