@@ -16,10 +16,12 @@ import time
 from pathlib import Path
 
 import pytest
+from aiosmtpd.smtp import SMTP
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spamd.config import ParserConfig
+from spamd.frontends.smtp import FilterSMTP
 from spamd.message import ParsedMessage, html_to_text, parse_message
 from spamd.tokenize import _DATE_ZONE_RE, _EMAIL_DOMAIN_RE, _date_zone, header_tokens, local_part, relay_hosts
 
@@ -210,3 +212,28 @@ def test_dotted_capital_i_does_not_shift_what_html_hides():
 def test_html_text_is_the_same_with_or_without_dotted_capital_i(pieces):
     markup = "".join(pieces)
     assert html_to_text(markup)[0].replace("İ", "I") == html_to_text(markup.replace("İ", "I"))[0]
+
+
+@settings(max_examples=2000, deadline=None)
+@given(
+    arg=st.text(alphabet="<>@.a-Z0!#%'\"( )\t:=\\[]\u00e9", max_size=24)
+    | st.builds(
+        lambda local, domain, rest: f"<{local}@{domain}>{rest}",
+        st.from_regex(r"[a-z0-9.!#_-]{0,8}", fullmatch=True),
+        st.from_regex(r"[a-z0-9.-]{0,10}", fullmatch=True),
+        st.sampled_from(["", " SIZE=100", " BODY=8BITMIME SMTPUTF8", "  ", " x", "x"]),
+    )
+)
+def test_the_quick_path_parses_addresses_as_aiosmtpd_does(arg: str) -> None:
+    # The fast path for "<local@domain>" must answer exactly as aiosmtpd's parser (which
+    # raises IndexError on some inputs, "0@" for one: then so must spamd's, by handing it on).
+    def answer(getaddr: object, session: FilterSMTP) -> object:
+        try:
+            return getaddr(session, arg)  # type: ignore[operator]
+        except Exception as e:
+            return type(e)
+
+    session = object.__new__(FilterSMTP)
+    for limit in (64, 3):
+        session.local_part_limit = limit
+        assert answer(FilterSMTP._getaddr, session) == answer(SMTP._getaddr, session)

@@ -291,3 +291,4 @@ async def test_idle_session_is_closed_after_the_idle_timeout(tmp_path):
                 await asyncio.to_thread(client.noop)
         finally:
             client.close()
+
