@@ -67,12 +67,12 @@ Done = TypeVar("Done")
 _worker_classifier: Classifier | None = None
 
 
-def _start_worker(config: Config) -> None:
+def _start_worker(config: Config, model: MultinomialNB | None) -> None:
     from spamd.engine import tune_gc_for_message_streams
 
     global _worker_classifier
     tune_gc_for_message_streams()
-    _worker_classifier = Classifier(config, None)  # type: ignore[arg-type]  # analysis only: it never scores
+    _worker_classifier = Classifier(config, model)  # type: ignore[arg-type]  # None: analysis only, it never scores
 
 
 def _run_in_worker(task: tuple[Callable[[Classifier, Any], Any], Any]) -> Any:
@@ -86,21 +86,27 @@ def analyze_raws(classifier: Classifier, raws: list[bytes]) -> list[Analyzed]:
     return classifier.analyze_many(raws)
 
 
+def score_raws(classifier: Classifier, raws: list[bytes]) -> list[Score]:
+    """Analyze and score, as a job for workers given a model that does not change meanwhile."""
+    return [classifier.score(analyzed) for analyzed in classifier.analyze_many(raws)]
+
+
 class AnalysisWorkers:
-    """Worker processes that each hold a Classifier for analysis (no model), for bulk work.
+    """Worker processes that each hold a Classifier, for bulk work.
 
     Analysis (strip, parse, tokenize, hash) is most of the CPU per message and needs
-    no model, so `spamctl eval` and `spamctl classify` of many messages run it here
-    while one process scores (and trains) in order. `map` keeps the jobs' order. It
-    does not score: the caller's model does.
+    no model, so `spamctl eval` runs it here while one process scores and trains in
+    order. Given a `model` that nothing trains meanwhile (`spamctl classify` of many
+    messages without a daemon), the workers score too. `map` keeps the jobs' order.
     """
 
-    def __init__(self, config: Config, jobs: int):
+    def __init__(self, config: Config, jobs: int, model: MultinomialNB | None = None):
         import multiprocessing
 
         # The platform's default start method: fork on Linux before Python 3.14 (workers
-        # start in milliseconds), forkserver after it, which is safe beside threads.
-        self._pool = multiprocessing.get_context().Pool(jobs, _start_worker, (config,))
+        # start in milliseconds and share the model's pages), forkserver after it, which
+        # is safe beside threads (the model is then pickled to each worker, once).
+        self._pool = multiprocessing.get_context().Pool(jobs, _start_worker, (config, model))
 
     def map(self, function: Callable[[Classifier, Job], Done], jobs: Iterable[Job]) -> Iterator[Done]:
         """function(classifier, job) for each job in a worker, results in the jobs' order, computed ahead."""

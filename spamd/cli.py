@@ -189,6 +189,20 @@ def input_kind(path: Path) -> str:
         raise SpamdError(f"{path}: cannot read: {e.strerror}") from None
 
 
+def quick_input_kind(path: Path) -> str:
+    """`input_kind` without reading files: 'maildir', 'directory' or 'file' (mbox or not)."""
+    try:
+        if path.is_dir():
+            return input_kind(path)
+        if not path.exists():
+            raise FileNotFoundError
+    except FileNotFoundError:
+        raise SpamdError(f"{path}: no such file or directory") from None
+    except PermissionError:
+        raise SpamdError(f"{path}: permission denied") from None
+    return "file"
+
+
 def holds_several_mbox_messages(f: BinaryIO) -> bool:
     """Whether a file starts with a 'From ' line and has another (where `mailbox.mbox` splits).
 
@@ -237,10 +251,16 @@ class Inputs:
     A PATH is a message file, an mbox, a Maildir folder, a plain directory of
     message files, or '-': standard input, one message (an mbox when it starts
     with a 'From ' line and holds several), as sa-learn and Dovecot's pipe give it.
+
+    With `mboxes_found_late` (for callers that show no progress bar), files are not
+    read up front: an mbox is split when its turn comes and `total` grows then. Reading
+    every file twice, once to count, had spamctl classify spend 0.6 s over trec07p-dev's
+    10,000 files before its first message was classified.
     """
 
-    def __init__(self, paths: list[str]):
+    def __init__(self, paths: list[str], mboxes_found_late: bool = False):
         self._items: list[tuple[str, Path, str]] = []  # (kind, path, description)
+        self._mboxes_found_late = mboxes_found_late
         self._mboxes: dict[Path, mailbox.mbox] = {}
         self._stdin: bytes | None = None
         self._spool: Path | None = None
@@ -253,7 +273,7 @@ class Inputs:
                     self._add_stdin(sys.stdin.buffer.read())
                     continue
                 path = Path(name)
-                kind = input_kind(path)
+                kind = quick_input_kind(path) if mboxes_found_late else input_kind(path)
                 if kind in ("maildir", "directory"):
                     files = maildir_files(path) if kind == "maildir" else directory_files(path)
                     self._items.extend(("file", f, str(f)) for f in files)
@@ -308,9 +328,21 @@ class Inputs:
                 yield described, self._stdin, None
                 continue
             try:
-                yield described, path.read_bytes(), None
+                raw = path.read_bytes()
             except OSError as e:  # a file that vanished (moved by a mail client) or is unreadable
                 yield described, None, e.strerror or str(e)
+                continue
+            if self._mboxes_found_late and raw.startswith(b"From ") and b"\nFrom " in raw:
+                # holds_several_mbox_messages: split as `mailbox` does, counted now.
+                box = mailbox.mbox(str(path), create=False)
+                try:
+                    self.total += len(box) - 1
+                    for number, key in enumerate(box.iterkeys(), 1):
+                        yield f"{described} message {number}", box.get_bytes(key), None
+                finally:
+                    box.close()
+                continue
+            yield described, raw, None
 
     def close(self) -> None:
         """Close the mboxes and remove standard input's spool file, if any."""
@@ -636,7 +668,7 @@ def _progress_bar(total: int, what: str) -> Any:
 def cmd_classify(config: Config, args: argparse.Namespace) -> int:
     [only] = args.paths if len(args.paths) == 1 else [None]
     if only is None or (only != "-" and input_kind(Path(only)) in ("maildir", "directory")):
-        return _classify_many(config, args, Inputs(args.paths))
+        return _classify_many(config, args, Inputs(args.paths, mboxes_found_late=True))
     inputs = Inputs(args.paths)  # one file, stdin, or an mbox (of one message, or a line each)
     if inputs.total != 1:
         return _classify_many(config, args, inputs)
@@ -703,7 +735,7 @@ def _classify_many(config: Config, args: argparse.Namespace, inputs: Inputs) -> 
                 print(f"{name} {result['verdict']} {result['probability']:.4f} {result['score']:+.4f}")
 
     with closing(inputs), closing(open_backend(config)) as backend:
-        from spamd.classifier import AnalysisWorkers, analyze_raws, default_jobs
+        from spamd.classifier import AnalysisWorkers, default_jobs, score_raws
 
         jobs = default_jobs()
         if isinstance(backend, OfflineBackend) and jobs:
@@ -717,10 +749,11 @@ def _classify_many(config: Config, args: argparse.Namespace, inputs: Inputs) -> 
                     pending.append(names)
                     yield batch
 
-            score = backend.engine.classifier.score
-            with AnalysisWorkers(config, jobs) as workers:
-                for analyzed in workers.map(analyze_raws, messages()):
-                    scores = [score(a) for a in analyzed]
+            # The state is locked by this process and nothing trains: the workers score
+            # as well, and this process only reads and prints. Scoring here instead kept
+            # 0.5 s of trec07p-dev's 3.9 s on the one process every message passes through.
+            with AnalysisWorkers(config, jobs, model=backend.engine.model) as workers:
+                for scores in workers.map(score_raws, messages()):
                     show(pending.pop(0), [score_fields(s) for s in scores])
         else:
             for names, batch in readable():
