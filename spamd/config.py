@@ -30,6 +30,9 @@ class ParserConfig:
     max_depth: int = 20
     # Characters of decoded text per part handed to the tokenizer.
     max_text_chars: int = 128 * 1024
+    # Processes that parse and tokenize for the daemon beside its event loop
+    # (spamd/analyzers.py): -1 for one per core but the loop's, 0 for none.
+    processes: int = -1
 
 
 @dataclass(frozen=True)
@@ -316,6 +319,8 @@ def _validate(config: Config, source: str) -> None:
         problems.append("need 0 <= model.ham_threshold <= model.spam_threshold <= 1")
     if min(p.max_bytes, p.max_parts, p.max_depth, p.max_text_chars) < 1:
         problems.append("parser limits must be >= 1")
+    if not -1 <= p.processes <= 64:
+        problems.append("parser.processes must be -1 (one per core but one), 0 (none) or up to 64")
     if s.mode not in ("deliver", "relay"):
         problems.append(f"smtp.mode must be 'deliver' or 'relay', got {s.mode!r}")
     if not 0 <= s.port <= 65535 or not 0 < s.next_hop_port <= 65535:

@@ -24,6 +24,7 @@ from typing import Any
 
 import structlog
 
+from spamd.analyzers import AnalysisProcesses, default_processes
 from spamd.config import Config, load_config, metrics_address, parse_host_port
 from spamd.engine import Engine, tune_gc_for_message_streams
 from spamd.errors import SpamdError
@@ -94,6 +95,7 @@ class Daemon:
         self.scorer: Scorer | None = None
         self.mailboxes: list[Mailbox] = []
         self.watcher: MaildirWatcher | None = None
+        self.analyzers: AnalysisProcesses | None = None
         self.smtp: SmtpHandler | None = None
         self.server: asyncio.AbstractServer | None = None
         self.milter: MilterServer | None = None
@@ -143,7 +145,11 @@ class Daemon:
         except OSError as e:
             raise SpamdError(f"{config.data_dir}: cannot create the data directory: {e.strerror}") from None
         self.engine = await asyncio.to_thread(Engine.open, config)
-        self.scorer = Scorer(self.engine, self.metrics)
+        processes = default_processes() if config.parser.processes == -1 else config.parser.processes
+        if processes:
+            self.analyzers = AnalysisProcesses(config, processes)
+            await self.analyzers.start()
+        self.scorer = Scorer(self.engine, self.metrics, self.analyzers)
 
         # Under the state lock now: a temp index left by a killed spamd is nobody's.
         remove_stale_temps(config.data_dir, f".{INDEX_FILE}.tmp-*")
@@ -235,6 +241,8 @@ class Daemon:
             await self.metrics_server.close()
         if self.watcher is not None:
             await self.watcher.stop()
+        if self.analyzers is not None:
+            await self.analyzers.close()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -422,6 +430,8 @@ class Daemon:
         self.config = dataclasses.replace(old, **sections)
         if self.engine is not None:
             self.engine.reconfigure(self.config)
+        if self.analyzers is not None:
+            self.analyzers.reconfigure(self.config)
         if self.watcher is not None:
             self.watcher.config = self.config.maildir
         for mailbox in self.mailboxes:

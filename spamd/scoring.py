@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from spamd.analyzers import AnalysisProcesses, AnalysisUnavailable
 from spamd.engine import Classified, Engine
 from spamd.message import split_head_body, with_own_headers
 from spamd.model import Contribution, Label, Score, Verdict
@@ -171,12 +172,26 @@ class Metrics:
 class Scorer:
     """Classify through the Engine and build the scored copy; learn through the Engine and log it."""
 
-    def __init__(self, engine: Engine, metrics: Metrics):
+    def __init__(self, engine: Engine, metrics: Metrics, analyzers: AnalysisProcesses | None = None):
         self.engine = engine
         self.metrics = metrics
+        self.analyzers = analyzers
 
     def score(self, raw: bytes) -> Scored:
-        classified = self.engine.classify(raw)
+        """Analyze and score on the loop."""
+        return self._with_headers(raw, self.engine.classify(raw))
+
+    async def score_beside_the_loop(self, raw: bytes) -> Scored:
+        """`score`, with the analysis in a helper process when one answers; on the loop when none does."""
+        if self.analyzers is None:
+            return self.score(raw)
+        try:
+            analyzed = await self.analyzers.analyze(raw)
+        except AnalysisUnavailable:
+            return self.score(raw)
+        return self._with_headers(raw, self.engine.classify_analyzed(analyzed))
+
+    def _with_headers(self, raw: bytes, classified: Classified) -> Scored:
         model = self.engine.config.model
         headers = spam_headers(classified.score, model.ham_threshold, model.spam_threshold)
         return Scored(with_own_headers(raw, headers), classified, tuple(headers))

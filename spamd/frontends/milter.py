@@ -402,7 +402,7 @@ class MilterSession:
             return
         raw = message.raw()
         try:
-            scored = self.server.scorer.score(raw)
+            scored = await self.server.scorer.score_beside_the_loop(raw)
         except Exception as e:  # spamd's own failure: the MTA keeps the message and the sender retries
             log.error("milter_scoring_failed", peer=self.peer, error=f"{type(e).__name__}: {e}", exc_info=e, **ids)
             self.server.on_error("milter_scoring_failed", error=f"{type(e).__name__}: {e}")

@@ -261,7 +261,7 @@ class SmtpHandler:
         raw = envelope.original_content or b""
         peer = session.peer[0] if isinstance(session.peer, tuple) else str(session.peer)
         try:
-            scored = self.scorer.score(raw)
+            scored = await self.scorer.score_beside_the_loop(raw)
         except StoreUnavailableError as e:  # the shared model (Redis) is down: the sender retries
             log.error("smtp_scoring_failed", peer=peer, error=str(e))
             self.on_error("smtp_scoring_failed", error=str(e))

@@ -565,7 +565,7 @@ class SpamcServer:
             return  # the client went away: nobody to answer
         conn.phase = "answering"
         try:
-            reply = self._answer(request, conn, config, started)
+            reply = await self._answer(request, conn, config, started)
         except SpamcRequestError as e:
             log.warning("spamc_request_refused", peer=conn.peer, code=e.code.value, reason=e.text, verb=request.verb)
             reply = e.reply()
@@ -608,7 +608,7 @@ class SpamcServer:
             if request is not None:
                 return request
 
-    def _answer(self, request: Request, conn: _Connection, config: Config, started: float) -> bytes:
+    async def _answer(self, request: Request, conn: _Connection, config: Config, started: float) -> bytes:
         verb = request.verb
         if verb == "PING":
             return b"SPAMD/1.5 0 PONG\r\n"
@@ -618,7 +618,7 @@ class SpamcServer:
         if verb == "TELL":
             return self._tell(request, conn, config)
         raw = request.body
-        scored = self.scorer.score(raw)
+        scored = await self.scorer.score_beside_the_loop(raw)
         model, spamc = config.model, config.spamc
         points, required = shown_score(scored.score, model.ham_threshold, model.spam_threshold, spamc.required_score)
         text = ""

@@ -1,0 +1,172 @@
+"""Analysis in helper processes (spamd/analyzers.py): the same features as on the loop, and no message
+lost when a helper dies, hangs or is not there yet. Real processes, real signals."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from spamd.analyzers import AnalysisProcesses, AnalysisUnavailable
+from spamd.classifier import Analyzed, Classifier
+from spamd.config import Config, ParserConfig
+from spamd.model import Label
+from tests import fuzz_helpers as fh
+from tests.core_helpers import PLAIN, TREC_INDEX, corpus_sample
+from tests.daemon_helpers import daemon_config, files, make_message, running, send, train, wait_until
+
+pytestmark = pytest.mark.asyncio
+
+CONFIG = Config()
+
+
+def messages() -> list[bytes]:
+    """Hand-written and hostile messages, and corpus mail when the corpora are there."""
+    found = [PLAIN, b"", b"\x00\xff" * 5000, b"Subject: only a header", *fh.hostile_seeds()[:12]]
+    found += [make_message(label, n) for label in Label for n in range(5)]
+    if TREC_INDEX.is_file():
+        found += corpus_sample(150)
+    return found
+
+
+def same(a: Analyzed, b: Analyzed) -> bool:
+    return a.key == b.key and a.features.ids.tolist() == b.features.ids.tolist() and a.features.counts.tolist() == b.features.counts.tolist()
+
+
+async def ready(processes: AnalysisProcesses, count: int = 1) -> None:
+    await wait_until(lambda: sum(h.alive and h.ready for h in processes.helpers) >= count, timeout=30)
+
+
+async def test_a_helper_finds_the_features_the_loop_finds() -> None:
+    helpers = AnalysisProcesses(CONFIG, 2)
+    await helpers.start()
+    try:
+        await ready(helpers, 2)
+        raws = messages()
+        answers = await asyncio.gather(*(helpers.analyze(raw) for raw in raws))
+        loop_side = Classifier(CONFIG, None)  # type: ignore[arg-type]
+        assert all(same(a, loop_side.analyze(raw)) for a, raw in zip(answers, raws))
+        assert {len(h.pending) for h in helpers.helpers} == {0}
+    finally:
+        await helpers.close()
+    assert all(h.process.poll() is not None for h in helpers.helpers)
+
+
+async def test_new_parser_caps_reach_the_helpers() -> None:
+    helpers = AnalysisProcesses(CONFIG, 1)
+    await helpers.start()
+    try:
+        await ready(helpers)
+        raw = fh.nested_multipart(8)
+        capped = dataclasses.replace(CONFIG, parser=ParserConfig(max_parts=2, max_depth=2))
+        helpers.reconfigure(capped)
+        answer = await helpers.analyze(raw)
+        assert same(answer, Classifier(capped, None).analyze(raw))  # type: ignore[arg-type]
+        assert not same(answer, Classifier(CONFIG, None).analyze(raw))  # type: ignore[arg-type]
+    finally:
+        await helpers.close()
+
+
+async def test_a_killed_helper_hands_its_messages_back_and_is_replaced() -> None:
+    helpers = AnalysisProcesses(CONFIG, 1)
+    await helpers.start()
+    try:
+        await ready(helpers)
+        first = helpers.helpers[0]
+        raws = [make_message(Label.SPAM, n) for n in range(200)]
+        asked = [asyncio.ensure_future(helpers.analyze(raw)) for raw in raws]
+        await asyncio.sleep(0)  # every request is on its way
+        first.process.send_signal(signal.SIGKILL)
+        outcomes = await asyncio.gather(*asked, return_exceptions=True)
+        # Each either answered before the kill or was handed back for the loop to analyze.
+        assert all(isinstance(o, Analyzed) or isinstance(o, AnalysisUnavailable) for o in outcomes)
+        assert any(isinstance(o, AnalysisUnavailable) for o in outcomes)
+        # Replaced within the restart interval (1 s) and its start-up; meanwhile the loop analyzes.
+        await wait_until(lambda: any(h.ready for h in helpers.helpers if h is not first), timeout=30)
+        assert same(await helpers.analyze(PLAIN), Classifier(CONFIG, None).analyze(PLAIN))  # type: ignore[arg-type]
+        assert helpers.started_total == 2 and first not in helpers.helpers
+    finally:
+        await helpers.close()
+
+
+async def test_a_hung_helper_is_killed_and_its_messages_go_back_to_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("spamd.analyzers.ANSWER_TIMEOUT_S", 1.0)
+    helpers = AnalysisProcesses(CONFIG, 1)
+    await helpers.start()
+    try:
+        await ready(helpers)
+        stuck = helpers.helpers[0]
+        stuck.process.send_signal(signal.SIGSTOP)
+        started = time.monotonic()
+        with pytest.raises(AnalysisUnavailable):
+            await asyncio.wait_for(helpers.analyze(PLAIN), 10)
+        assert time.monotonic() - started < 5
+        assert stuck.process.wait(timeout=5) == -signal.SIGKILL
+    finally:
+        await helpers.close()
+
+
+async def test_the_daemon_delivers_every_message_while_its_helper_is_killed(tmp_path: Path) -> None:
+    config = daemon_config(tmp_path, parser={"processes": 1})
+    async with running(config) as daemon:
+        train(daemon)
+        assert daemon.analyzers is not None
+        await ready(daemon.analyzers)
+        port = daemon.server.sockets[0].getsockname()[1]
+        raws = [make_message(Label.SPAM if n % 2 else Label.HAM, n, seed=5) for n in range(60)]
+
+        async def send_all(chunk: list[bytes]) -> None:
+            for raw in chunk:
+                assert await asyncio.to_thread(send, port, raw) == {}
+
+        sending = asyncio.gather(*(send_all(raws[i::4]) for i in range(4)))
+        await asyncio.sleep(0.05)
+        daemon.analyzers.helpers[0].process.send_signal(signal.SIGKILL)
+        await sending
+        maildir = tmp_path / "Maildir"
+        delivered = files(maildir / "new") + files(maildir / ".Junk" / "new")
+        assert len(delivered) == len(raws)
+        # The verdict is the loop's own for every one of them, whoever analyzed it.
+        for path in delivered:
+            data = path.read_bytes()
+            body = data.split(b"\n\n", 1)[1]
+            original = next(r for r in raws if r.split(b"\n\n", 1)[1] == body)
+            expected = daemon.engine.classify(original).score.verdict
+            assert (b"X-Spam-Flag: YES" in data) == (expected.value == "spam")
+
+
+async def test_no_helper_outlives_a_killed_daemon(tmp_path: Path) -> None:
+    (tmp_path / "spamd.toml").write_text("[parser]\nprocesses = 1\n[maildir]\nfsync = false\n")
+    log = (tmp_path / "spamd.log").open("wb")
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "spamd", "--config", str(tmp_path / "spamd.toml"), "--data-dir", str(tmp_path / "data"),
+         "--smtp", "127.0.0.1:0"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+    )  # fmt: skip
+    log.close()
+    try:
+        children = Path(f"/proc/{daemon.pid}/task/{daemon.pid}/children")
+        helper = int((await wait_until(lambda: children.read_text().split(), timeout=30))[0])  # type: ignore[index]
+        assert Path(f"/proc/{helper}/cmdline").read_bytes().split(b"\0")[1:3] == [b"-m", b"spamd.analyzers"]
+        daemon.send_signal(signal.SIGKILL)
+        daemon.wait(timeout=10)
+        await wait_until(lambda: not _alive(helper), timeout=10)
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"  # a zombie has exited: its parent (init, now) reaps it
