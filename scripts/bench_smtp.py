@@ -7,8 +7,9 @@ with one smtplib connection reused across its messages (as Postfix's connection
 cache does for a content filter), send the rest. Latency is per message, from
 MAIL FROM to the 250 after DATA: scoring, the Maildir write and both fsyncs.
 
-    /work/venv/bin/python scripts/bench_smtp.py            # 16 clients, 9,000 messages
-    /work/venv/bin/python scripts/bench_smtp.py --clients 4 --limit 2000
+    python scripts/bench_smtp.py            # 16 clients, 9,000 messages
+    python scripts/bench_smtp.py --clients 4 --limit 2000
+    python scripts/bench_smtp.py --processes 0 --processes 1 --rounds 3 --limit 4000   # helpers or not, interleaved
 """
 
 from __future__ import annotations
@@ -112,6 +113,12 @@ def main() -> int:
     parser.add_argument("--no-fsync", action="store_true")
     parser.add_argument("--keep", action="store_true", help="keep the temp data dir")
     parser.add_argument("--profile", type=Path, help="run spamd under cProfile, stats to this file")
+    parser.add_argument(
+        "--processes", type=int, action="append",
+        help="[parser] processes for spamd (default: its own, one per core but one); given twice or more, "
+             "the runs alternate between them, --rounds times each",
+    )  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=1, help="runs of each --processes value, interleaved")
     args = parser.parse_args()
 
     if not args.index.is_file():
@@ -121,12 +128,29 @@ def main() -> int:
     replay = [crlf(raw) for _, raw in rows[args.train :]]
     if args.limit:
         replay = replay[: args.limit]
+    settings = args.processes or [None]
+    results: dict[int | None, list[float]] = {setting: [] for setting in settings}
+    failed = False
+    for _ in range(args.rounds):
+        for processes in settings:
+            rate, ok = run_once(args, rows, replay, processes)
+            results[processes].append(rate)
+            failed |= not ok
+    if args.rounds > 1 or len(settings) > 1:
+        for processes, rates in results.items():
+            print(f"processes {'default' if processes is None else processes}: "
+                  f"{' '.join(f'{r:.0f}' for r in rates)} msgs/s, median {statistics.median(rates):.0f}")  # fmt: skip
+    return 1 if failed else 0
 
+
+def run_once(args: argparse.Namespace, rows: list[tuple[str, bytes]], replay: list[bytes], processes: int | None) -> tuple[float, bool]:
+    """One fresh spamd, pretrained, replayed to by the clients: (msgs/s, every message delivered)."""
     work = Path(tempfile.mkdtemp(prefix="spamd-bench-"))
     try:
         config_file = work / "spamd.toml"
         fsync = "false" if args.no_fsync else "true"
-        config_file.write_text(f'[log]\nformat = "json"\n[maildir]\nfsync = {fsync}\n[smtp]\nmax_recipients = 10\n')
+        parser_section = "" if processes is None else f"[parser]\nprocesses = {processes}\n"
+        config_file.write_text(f'[log]\nformat = "json"\n[maildir]\nfsync = {fsync}\n[smtp]\nmax_recipients = 10\n{parser_section}')
         data_dir = work / "data"
         t = time.perf_counter()
         pretrain(data_dir, config_file, rows[: args.train])
@@ -151,16 +175,19 @@ def main() -> int:
             cpu = usage.ru_utime + usage.ru_stime
             print(f"spamd user {usage.ru_utime:.1f} s, system {usage.ru_stime:.1f} s, voluntary switches {usage.ru_nvcsw}, involuntary {usage.ru_nivcsw}")
         delivered = sum(len(os.listdir(data_dir / "Maildir" / d / "new")) for d in ("", ".Junk"))
+        rate = len(latencies) / elapsed
         print(
-            f"{len(latencies)} messages, {args.clients} clients, fsync {'off' if args.no_fsync else 'on'}: "
-            f"{len(latencies) / elapsed:.0f} msgs/s, latency p50 {statistics.median(latencies):.1f} ms, "
+            f"{len(latencies)} messages, {args.clients} clients, fsync {'off' if args.no_fsync else 'on'}, "
+            f"processes {'default' if processes is None else processes}: "
+            f"{rate:.0f} msgs/s, latency p50 {statistics.median(latencies):.1f} ms, "
             f"p99 {percentile(latencies, 0.99):.1f} ms, max {max(latencies):.1f} ms; "
             f"errors {len(errors)}; delivered {delivered}; spamd exit {code}, "
-            f"spamd CPU {cpu:.1f} s ({cpu / max(1, len(latencies)) * 1000:.2f} ms/msg incl. start-up and shutdown)"
+            f"spamd CPU {cpu:.1f} s ({cpu / max(1, len(latencies)) * 1000:.2f} ms/msg incl. start-up and shutdown, "
+            "its analysis processes not counted)"
         )
         for error in errors[:5]:
             print("  error:", error)
-        return 0 if not errors and delivered == len(replay) and code == 0 else 1
+        return rate, not errors and delivered == len(replay) and code == 0
     finally:
         if args.keep:
             print(f"kept {work}")
