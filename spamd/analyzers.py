@@ -85,6 +85,7 @@ class AnalysisProcesses:
         self.helpers: list[_Helper] = []
         self.closing = False
         self.started_total = 0
+        self.answered = 0  # messages a helper analyzed (the rest went to the loop)
         self._last_start = 0.0
         self._watchdog: asyncio.Task[None] | None = None
         self._starting: set[asyncio.Task[None]] = set()
@@ -169,6 +170,7 @@ class AnalysisProcesses:
                     continue
                 if kind == b"A":
                     answer.set_result(_decode_analyzed(payload))
+                    self.answered += 1
                 else:
                     answer.set_exception(AnalysisUnavailable(payload.decode("utf-8", "replace")))
         except (asyncio.IncompleteReadError, ConnectionError, IndexError, struct.error, ValueError) as e:

@@ -170,3 +170,35 @@ def _alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return state != "Z"  # a zombie has exited: its parent (init, now) reaps it
+
+
+async def test_with_or_without_helpers_every_message_gets_the_same_headers(tmp_path: Path) -> None:
+    raws = [make_message(Label.SPAM if n % 3 else Label.HAM, n, seed=8) for n in range(30)]
+    if TREC_INDEX.is_file():
+        raws += corpus_sample(40)
+    statuses = {}
+    for processes in (0, 1):
+        config = daemon_config(tmp_path / str(processes), parser={"processes": processes})
+        async with running(config) as daemon:
+            train(daemon)
+            if processes:
+                assert daemon.analyzers is not None
+                await ready(daemon.analyzers)
+            else:
+                assert daemon.analyzers is None
+            port = daemon.server.sockets[0].getsockname()[1]
+            for n, raw in enumerate(raws):
+                marked = b"X-Test-Serial: %d\n" % n + raw
+                assert await asyncio.to_thread(send, port, marked) == {}
+            if processes:
+                assert daemon.analyzers.answered == len(raws)  # every one analyzed by the helper
+        maildir = tmp_path / str(processes) / "Maildir"
+        found = {}
+        for path in files(maildir / "new") + files(maildir / ".Junk" / "new"):
+            head = path.read_bytes().split(b"\n\n", 1)[0]
+            serial = int(head.split(b"X-Test-Serial: ", 1)[1].split(b"\n", 1)[0])
+            found[serial] = [line for line in head.split(b"\n") if line.startswith(b"X-Spam-")]
+        assert sorted(found) == list(range(len(raws)))
+        statuses[processes] = found
+    assert statuses[0] == statuses[1]
+    assert {tuple(v) for v in statuses[1].values()} and all(len(v) == 3 for v in statuses[1].values())
