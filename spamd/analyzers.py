@@ -85,7 +85,8 @@ class AnalysisProcesses:
         self.helpers: list[_Helper] = []
         self.closing = False
         self.started_total = 0
-        self.answered = 0  # messages a helper analyzed (the rest went to the loop)
+        self.answered = 0  # messages a helper analyzed
+        self.handed_back = 0  # messages no helper answered for: analyzed on the loop
         self._last_start = 0.0
         self._watchdog: asyncio.Task[None] | None = None
         self._starting: set[asyncio.Task[None]] = set()
@@ -150,6 +151,7 @@ class AnalysisProcesses:
         ready = [h for h in self.helpers if h.alive and h.ready]
         if not ready:
             self._replace_exited()
+            self.handed_back += 1
             raise AnalysisUnavailable("no analysis process is ready")
         helper = min(ready, key=lambda h: len(h.pending))
         answer: asyncio.Future[Analyzed] = asyncio.get_running_loop().create_future()
@@ -172,6 +174,7 @@ class AnalysisProcesses:
                     answer.set_result(_decode_analyzed(payload))
                     self.answered += 1
                 else:
+                    self.handed_back += 1
                     answer.set_exception(AnalysisUnavailable(payload.decode("utf-8", "replace")))
         except (asyncio.IncompleteReadError, ConnectionError, IndexError, struct.error, ValueError) as e:
             self._lost(helper, e)
@@ -181,6 +184,7 @@ class AnalysisProcesses:
         while helper.pending:
             answer, _ = helper.pending.popleft()
             if not answer.done():
+                self.handed_back += 1
                 answer.set_exception(AnalysisUnavailable("the analysis process exited"))
         helper.writer.close()
         if helper.process.poll() is None:

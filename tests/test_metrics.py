@@ -106,6 +106,9 @@ def test_counters_grow_by_exactly_the_traffic_and_moves_and_survive_a_restart(tm
         assert families["spamd_messages_scored"].type == "counter"
         assert families["spamd_scan_duration_seconds"].type == "histogram"
 
+        # Its analysis process (one: a core for it and one for the loop) is ready within seconds.
+        assert wait_until_sync(lambda: value(parse(scrape_text(port))[0], "spamd_analysis_processes") == 1, timeout=30)
+        before, _ = parse(scrape_text(port))
         # N = 5 over SMTP (3 spam, 2 ham), K = 2 dropped into INBOX by another MDA.
         for i in range(3):
             send(smtp_port, make_message(Label.SPAM, i))
@@ -157,6 +160,10 @@ def test_counters_grow_by_exactly_the_traffic_and_moves_and_survive_a_restart(tm
         assert delta("spamd_live_judgements_total", judgement="agreed") == 0
         assert delta("spamd_model_trained_messages", label="spam") == 2
         assert delta("spamd_journal_bytes") > 0
+        # The SMTP messages were analyzed beside the loop (a Maildir's arrivals are analyzed on it).
+        assert delta("spamd_messages_analyzed_total", by="analysis_process") == 5
+        assert delta("spamd_messages_analyzed_total", by="handed_back") == 0
+        assert value(after, "spamd_analysis_processes_started_total") == 1
 
         daemon.signal(signal.SIGTERM)
         assert daemon.wait() == 0

@@ -52,6 +52,7 @@ class DaemonState(Protocol):
 
     engine: Engine | None
     metrics: Metrics
+    analyzers: AnalysisProcesses | None
 
 
 class SpamdCollector(Collector):
@@ -68,6 +69,7 @@ class SpamdCollector(Collector):
         yield InfoMetricFamily("spamd_build", "spamd's version.", value={"version": __version__})
         yield GaugeMetricFamily("spamd_start_time_seconds", "When this spamd process started (Unix time).", value=self.started)
         yield from self._frontends(self.daemon.metrics)
+        yield from self._analyzers(self.daemon.analyzers)
         engine = self.daemon.engine
         if engine is not None:
             yield from self._engine(engine)
@@ -109,6 +111,23 @@ class SpamdCollector(Collector):
         for event, n in sorted(metrics.errors_by_event.items()):
             errors.add_metric([event], n)
         yield errors
+
+    def _analyzers(self, analyzers: AnalysisProcesses | None) -> Iterator[Metric]:
+        ready = 0 if analyzers is None else sum(h.alive and h.ready for h in analyzers.helpers)
+        yield GaugeMetricFamily("spamd_analysis_processes", "Analysis processes ready beside the loop ([parser] processes).", value=ready)
+        started = CounterMetricFamily(
+            "spamd_analysis_processes_started", "Analysis processes started, replacements included (restarts at zero with spamd).",
+        )  # fmt: skip
+        started.add_metric([], 0 if analyzers is None else analyzers.started_total)
+        analyzed = CounterMetricFamily(
+            "spamd_messages_analyzed",
+            "Messages analyzed by an analysis process, or handed back to the loop because none answered "
+            "(exited, stuck, starting); without analysis processes, neither (restarts at zero with spamd).",
+            labels=["by"],
+        )
+        analyzed.add_metric(["analysis_process"], 0 if analyzers is None else analyzers.answered)
+        analyzed.add_metric(["handed_back"], 0 if analyzers is None else analyzers.handed_back)
+        yield from (started, analyzed)
 
     def _engine(self, engine: Engine) -> Iterator[Metric]:
         live, model, store = engine.live, engine.model, engine.store
