@@ -50,6 +50,7 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=9000)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--verb", default="CHECK", choices=["CHECK", "SYMBOLS", "REPORT", "PROCESS", "HEADERS"])
+    parser.add_argument("--processes", type=int, help="[parser] processes for spamd (default: its own, one per core but one)")
     args = parser.parse_args()
     if not args.index.is_file():
         raise SystemExit(f"{args.index}: no such corpus index (../shared/corpora)")
@@ -58,7 +59,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-spamc-"))
     try:
         config = work / "spamd.toml"
-        config.write_text('[log]\nformat = "json"\n')
+        processes = "" if args.processes is None else f"[parser]\nprocesses = {args.processes}\n"
+        config.write_text(f'[log]\nformat = "json"\n{processes}')
         bench_smtp.pretrain(work / "data", config, training)
         proc = start(work, config)
         port = spamc_port(work / "spamd.log")
@@ -96,7 +98,7 @@ def main() -> None:
         proc.wait(30)
         ms = sorted(x * 1000 for x in latencies)
         print(
-            f"{args.verb}: {len(ms)} requests by {args.clients} clients in {wall:.1f} s: {len(ms) / wall:.0f} req/s, "
+            f"{args.verb}, processes {'default' if args.processes is None else args.processes}: {len(ms)} requests by {args.clients} clients in {wall:.1f} s: {len(ms) / wall:.0f} req/s, "
             f"latency p50 {statistics.median(ms):.1f} ms, p99 {ms[int(0.99 * (len(ms) - 1))]:.1f} ms, errors {len(errors)}"
         )
         if errors:
