@@ -376,7 +376,12 @@ def made_by_spamd(maildir: Path) -> list[Path]:
 
 
 @needs_root
-async def test_everything_created_in_a_maildir_gets_its_owner_group_and_mode(tmp_path):
+@pytest.mark.parametrize("tmp_file", ["unnamed", "named"])
+async def test_everything_created_in_a_maildir_gets_its_owner_group_and_mode(tmp_path, tmp_file, monkeypatch):
+    if tmp_file == "named":
+        # As on a file system without O_TMPFILE: the kernel opens tmp/ itself and answers
+        # EISDIR, and delivery writes a named file in tmp/ and renames it.
+        monkeypatch.setattr("spamd.frontends.maildir._UNNAMED_FILE_FLAGS", os.O_WRONLY | os.O_CLOEXEC)
     maildir = tmp_path / "Maildir"
     maildir.mkdir(mode=0o750)
     os.chmod(maildir, 0o750)
@@ -399,6 +404,7 @@ async def test_everything_created_in_a_maildir_gets_its_owner_group_and_mode(tmp
     }  # fmt: skip
     messages = folder_files(maildir) + folder_files(maildir, JUNK)
     assert len(messages) == 3
+    assert list((maildir / "tmp").iterdir()) == list((maildir / ".Junk" / "tmp").iterdir()) == []
     for path in created:
         want = 0o750 if path.is_dir() else 0o640
         assert owned(path) == (MAIL_UID, MAIL_GID, want), path
