@@ -183,7 +183,7 @@ def run_once(args: argparse.Namespace, rows: list[tuple[str, bytes]], replay: li
             f"p99 {percentile(latencies, 0.99):.1f} ms, max {max(latencies):.1f} ms; "
             f"errors {len(errors)}; delivered {delivered}; spamd exit {code}, "
             f"spamd CPU {cpu:.1f} s ({cpu / max(1, len(latencies)) * 1000:.2f} ms/msg incl. start-up and shutdown, "
-            "its analysis processes not counted)"
+            "its analysis processes included: they are its children)"
         )
         for error in errors[:5]:
             print("  error:", error)
