@@ -21,7 +21,6 @@ length (2 bytes) + key + ids + counts (uint32 each), or b"E" + length + the erro
 from __future__ import annotations
 
 import asyncio
-import os
 import pickle
 import socket
 import struct
@@ -34,7 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import structlog
 
-from spamd.classifier import Analyzed, Classifier
+from spamd.classifier import Analyzed, Classifier, usable_cores
 from spamd.config import Config, ModelConfig
 from spamd.model import Features
 
@@ -56,11 +55,7 @@ class AnalysisUnavailable(Exception):
 
 def default_processes() -> int:
     """Helpers beside the loop: one per core but the loop's own, none on a single core."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return max(0, cores - 1)
+    return max(0, usable_cores() - 1)
 
 
 @dataclass

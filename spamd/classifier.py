@@ -120,10 +120,15 @@ class AnalysisWorkers:
         self._pool.join()
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, as taskset or systemd's CPUAffinity= set it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def default_jobs() -> int:
     """Worker processes for analysis: one per usable core, none on a single core."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
+    cores = usable_cores()
     return cores if cores > 1 else 0

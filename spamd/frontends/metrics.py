@@ -31,6 +31,7 @@ from prometheus_client.registry import Collector
 
 from spamd import __version__
 from spamd.accuracy import JUDGEMENTS, WAYS_IN
+from spamd.analyzers import AnalysisProcesses
 from spamd.engine import Engine
 from spamd.errors import SpamdError
 from spamd.model import Label, Verdict
