@@ -249,6 +249,11 @@ class AnalysisProcesses:
             if helper.answering is not None:
                 helper.answering.cancel()
         await asyncio.gather(*(h.answering for h in self.helpers if h.answering), return_exceptions=True)
+        for helper in self.helpers:  # a message still waiting (past the drain's timeout) goes to the loop
+            while helper.pending:
+                answer, _ = helper.pending.popleft()
+                if not answer.done():
+                    answer.set_exception(AnalysisUnavailable("spamd is stopping"))
 
 
 def _encode_analyzed(analyzed: Analyzed) -> bytes:

@@ -201,3 +201,19 @@ async def test_with_or_without_helpers_every_message_gets_the_same_headers(tmp_p
         statuses[processes] = found
     assert statuses[0] == statuses[1]
     assert {tuple(v) for v in statuses[1].values()} and all(len(v) == 3 for v in statuses[1].values())
+
+
+async def test_stopping_hands_back_what_a_hung_helper_still_holds() -> None:
+    helpers = AnalysisProcesses(CONFIG, 1)
+    await helpers.start()
+    await ready(helpers)
+    stuck = helpers.helpers[0]
+    stuck.process.send_signal(signal.SIGSTOP)
+    waiting = asyncio.ensure_future(helpers.analyze(PLAIN))
+    await asyncio.sleep(0.05)
+    started = time.monotonic()
+    await helpers.close()  # the helper cannot read the end of its socket: killed after 5 s
+    assert time.monotonic() - started < 10
+    with pytest.raises(AnalysisUnavailable):
+        await waiting
+    assert stuck.process.poll() is not None
