@@ -1,7 +1,8 @@
 """Message analysis in helper processes, so the daemon's second core works while one loop owns the model.
 
 Analysis (strip, parse, tokenize, hash) needs no model and is most of the CPU a
-message costs the loop. The daemon sends each message's bytes to an analysis
+message costs the loop. The daemon sends the bytes of each message it scores (every
+way in: SMTP, milter, spamc, a Maildir's unscored arrivals) to an analysis
 process over a socket pair and gets its ledger key and features back; scoring,
 training and every reply stay on the loop, in arrival order per process.
 

@@ -160,7 +160,7 @@ class Daemon:
         self.watcher = MaildirWatcher(
             self.mailboxes,
             config.maildir,
-            score=self.scorer.score,
+            score=self.scorer.score_beside_the_loop,
             delivered=self.scorer.scored,
             learn=self.scorer.learn,
             ledger_label=self.engine.trainer.ledger.get,  # (an import replaces the ledger in place)

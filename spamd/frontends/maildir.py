@@ -40,13 +40,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import inspect
 import itertools
 import os
 import re
 import socket
 import stat
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -673,7 +674,7 @@ class MaildirWatcher:
         self,
         mailboxes: list[Mailbox],
         config: MaildirConfig,
-        score: Callable[[bytes], Scored],
+        score: Callable[[bytes], Awaitable[Scored]],
         delivered: Callable[..., None],
         learn: Learn,
         ledger_label: LedgerLookup,
@@ -681,7 +682,7 @@ class MaildirWatcher:
     ):
         self.mailboxes = mailboxes
         self.config = config
-        self.score = score  # classify through the Engine, headers added
+        self.score = score  # classify through the Engine (analyzed beside the loop if it can be), headers added
         self.delivered = delivered  # (scored, raw, started, **context): the message_scored line
         self.learn = learn
         self.ledger_label = ledger_label
@@ -876,15 +877,17 @@ class MaildirWatcher:
             maildir=str(mailbox.root), name=loc.name,
         )  # fmt: skip
 
-    async def _until_stored(self, call: Callable[[], T], **context: object) -> T:
-        """`call()`, retried while the shared store (Redis) is unreachable, so a move made meanwhile is still learned.
+    async def _until_stored(self, call: Callable[[], T | Awaitable[T]], **context: object) -> T:
+        """`call()` (awaited if it gives an awaitable), retried while the shared store (Redis) is
+        unreachable, so a move made meanwhile is still learned.
 
         Holds the queue meanwhile (what follows needs the store too); gives up at shutdown.
         """
         delay = 0.1
         while True:
             try:
-                return call()
+                result = call()
+                return await result if inspect.isawaitable(result) else result  # type: ignore[return-value]
             except StoreUnavailableError as e:
                 if self._stopping:
                     raise
