@@ -291,4 +291,3 @@ async def test_idle_session_is_closed_after_the_idle_timeout(tmp_path):
                 await asyncio.to_thread(client.noop)
         finally:
             client.close()
-
