@@ -48,6 +48,9 @@ _KEY_LENGTH = struct.Struct("!H")
 ANSWER_TIMEOUT_S = 30.0
 # A helper that exits is replaced at most this often, so a crash loop cannot spin.
 RESTART_INTERVAL_S = 1.0
+# Helpers that exit before they were ever ready, in a row, after which spamd stops
+# starting them (a broken install: the loop analyzes everything, as with processes = 0).
+MAX_FAILED_STARTS = 5
 
 
 class AnalysisUnavailable(Exception):
@@ -86,11 +89,19 @@ class AnalysisProcesses:
         self._last_start = 0.0
         self._watchdog: asyncio.Task[None] | None = None
         self._starting: set[asyncio.Task[None]] = set()
+        self._failed_starts = 0
 
     async def start(self) -> None:
-        for _ in range(self.wanted):
-            await self._start_one()
+        try:
+            for _ in range(self.wanted):
+                await self._start_one()
+        except OSError as e:
+            self._give_up(f"cannot start {sys.executable}: {e.strerror or e}")
         self._watchdog = asyncio.create_task(self._kill_stuck(), name="analysis-watchdog")
+
+    def _give_up(self, why: str) -> None:
+        self.wanted = 0
+        log.error("analysis_processes_disabled", error=why, action="every message is analyzed on the loop")
 
     async def _start_one(self) -> None:
         ours, theirs = socket.socketpair()
@@ -162,6 +173,7 @@ class AnalysisProcesses:
                 payload = await helper.reader.readexactly(length)
                 if kind == b"R":
                     helper.ready = True
+                    self._failed_starts = 0
                     continue
                 answer, _ = helper.pending.popleft()
                 if answer.done():  # its session went away meanwhile
@@ -191,6 +203,12 @@ class AnalysisProcesses:
             pass
         if self.closing:
             return
+        self.helpers.remove(helper)
+        if not helper.ready:
+            self._failed_starts += 1
+            if self._failed_starts >= MAX_FAILED_STARTS and self.wanted:
+                self._give_up(f"{self._failed_starts} analysis processes in a row exited before they were ready")
+                return
         log.warning(
             "analysis_process_lost",
             pid=helper.process.pid,
@@ -198,7 +216,6 @@ class AnalysisProcesses:
             error=f"{type(error).__name__}: {error}",
             action="its messages are analyzed on the loop; a new process is started",
         )
-        self.helpers.remove(helper)
         self._replace_exited()
 
     def _replace_exited(self) -> None:
@@ -217,6 +234,10 @@ class AnalysisProcesses:
     def _started(self, task: asyncio.Task[None]) -> None:
         self._starting.discard(task)
         if not task.cancelled() and task.exception() is not None:
+            self._failed_starts += 1
+            if self._failed_starts >= MAX_FAILED_STARTS and self.wanted:
+                self._give_up(f"cannot start {sys.executable}: {task.exception()}")
+                return
             log.error("analysis_process_not_started", error=str(task.exception()), action="messages are analyzed on the loop")
 
     async def _kill_stuck(self) -> None:

@@ -4,6 +4,7 @@ lost when a helper dies, hangs or is not there yet. Real processes, real signals
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import signal
 import subprocess
@@ -217,3 +218,31 @@ async def test_stopping_hands_back_what_a_hung_helper_still_holds() -> None:
     with pytest.raises(AnalysisUnavailable):
         await waiting
     assert stuck.process.poll() is not None
+
+
+@pytest.mark.parametrize("interpreter", ["/bin/false", "/nonexistent/python"])
+async def test_helpers_that_cannot_start_leave_every_message_to_the_loop(
+    interpreter: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A broken install: the helper exits at once, or cannot be run at all. spamd keeps
+    # analyzing on the loop, and stops trying after a few starts instead of every second.
+    monkeypatch.setattr("spamd.analyzers.RESTART_INTERVAL_S", 0.01)
+    monkeypatch.setattr(sys, "executable", interpreter)
+    helpers = AnalysisProcesses(CONFIG, 1)
+    await helpers.start()
+    try:
+        async def gave_up() -> bool:
+            with contextlib.suppress(AnalysisUnavailable):
+                await helpers.analyze(PLAIN)
+            return helpers.wanted == 0
+
+        deadline = time.monotonic() + 20
+        while not await gave_up():
+            assert time.monotonic() < deadline, "still starting helpers"
+            await asyncio.sleep(0.05)
+        assert helpers.started_total <= 5
+        with pytest.raises(AnalysisUnavailable):
+            await helpers.analyze(PLAIN)
+    finally:
+        await helpers.close()
+    assert "analysis_processes_disabled" in capsys.readouterr().out
