@@ -799,3 +799,40 @@ def test_config_file_documents_every_spamc_key():
         parsed = tomllib.loads(f"x = {value}")["x"]
         default = getattr(SpamcConfig(), name)
         assert (tuple(parsed) if isinstance(parsed, list) else parsed) == default, name
+
+
+@pytest.mark.asyncio
+async def test_a_client_whose_bytes_are_waiting_is_not_silent():
+    # What the connection cap spares: a client that has sent bytes the server has not
+    # read yet (here the handler never reads), but not one that has sent nothing.
+    from spamd.frontends.spamc import _bytes_waiting
+
+    writers: list[asyncio.StreamWriter] = []
+    arrived = asyncio.Event()
+
+    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writers.append(writer)
+        if len(writers) == 2:
+            arrived.set()
+        await asyncio.sleep(30)
+
+    server = await asyncio.start_server(hold, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    talking = socket.create_connection(("127.0.0.1", port))
+    silent = socket.create_connection(("127.0.0.1", port))
+    try:
+        talking.sendall(b"CHECK SPAMC/1.5\r\nContent-length: 5\r\n\r\nhello")
+        await asyncio.wait_for(arrived.wait(), 10)
+        by_port = {w.get_extra_info("peername")[1]: w for w in writers}
+        deadline = asyncio.get_running_loop().time() + 10
+        while not _bytes_waiting(by_port[talking.getsockname()[1]]):
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.01)
+        assert not _bytes_waiting(by_port[silent.getsockname()[1]])
+    finally:
+        talking.close()
+        silent.close()
+        for writer in writers:
+            writer.close()
+        server.close()
+        await server.wait_closed()
