@@ -152,7 +152,7 @@ class SpamcConfig:
     idle_timeout_s: float = 30.0
     data_timeout_s: float = 300.0
     # Open connections at most. At the cap a new connection takes the place of the
-    # one that has waited longest for its request (answered 75 EX_TEMPFAIL).
+    # one silent longest (answered 75 EX_TEMPFAIL); one whose request is arriving is spared.
     max_connections: int = 1024
     # The threshold clients see in "Spam: True ; 7.3 / 5.0": spamd's spam_threshold
     # probability is shown as exactly this score (README "SpamAssassin clients").
