@@ -168,17 +168,21 @@ def _read_file(path: Path) -> bytes:
         raise SpamdError(f"{path}: cannot read: {e.strerror}") from None
 
 
-def input_kind(path: Path) -> str:
+def input_kind(path: Path, look_inside: bool = True) -> str:
     """'maildir' (a Maildir or Maildir++ folder), 'directory' (of message files), 'mbox'
     (a file of several messages, each starting with a 'From ' line), or 'file'.
 
     A file with a single 'From ' line (TREC's, some MDAs') is a 'file': one message.
+    Without `look_inside` a file is not read: it is a 'file', mbox or not.
     """
     try:
         if path.is_dir():
             if (path / "cur").is_dir() or (path / "new").is_dir():
                 return "maildir"
             return "directory"
+        if not look_inside:
+            path.stat()  # that it is there at all
+            return "file"
         with open(path, "rb") as f:
             return "mbox" if holds_several_mbox_messages(f) else "file"
     except FileNotFoundError:
@@ -187,20 +191,6 @@ def input_kind(path: Path) -> str:
         raise SpamdError(f"{path}: permission denied") from None
     except OSError as e:
         raise SpamdError(f"{path}: cannot read: {e.strerror}") from None
-
-
-def quick_input_kind(path: Path) -> str:
-    """`input_kind` without reading files: 'maildir', 'directory' or 'file' (mbox or not)."""
-    try:
-        if path.is_dir():
-            return input_kind(path)
-        if not path.exists():
-            raise FileNotFoundError
-    except FileNotFoundError:
-        raise SpamdError(f"{path}: no such file or directory") from None
-    except PermissionError:
-        raise SpamdError(f"{path}: permission denied") from None
-    return "file"
 
 
 def holds_several_mbox_messages(f: BinaryIO) -> bool:
@@ -273,7 +263,7 @@ class Inputs:
                     self._add_stdin(sys.stdin.buffer.read())
                     continue
                 path = Path(name)
-                kind = quick_input_kind(path) if mboxes_found_late else input_kind(path)
+                kind = input_kind(path, look_inside=not mboxes_found_late)
                 if kind in ("maildir", "directory"):
                     files = maildir_files(path) if kind == "maildir" else directory_files(path)
                     self._items.extend(("file", f, str(f)) for f in files)
@@ -332,8 +322,8 @@ class Inputs:
             except OSError as e:  # a file that vanished (moved by a mail client) or is unreadable
                 yield described, None, e.strerror or str(e)
                 continue
-            if self._mboxes_found_late and raw.startswith(b"From ") and b"\nFrom " in raw:
-                # holds_several_mbox_messages: split as `mailbox` does, counted now.
+            if self._mboxes_found_late and holds_several_mbox_messages(io.BytesIO(raw)):
+                # Split as `mailbox` does, counted now.
                 box = mailbox.mbox(str(path), create=False)
                 try:
                     self.total += len(box) - 1
