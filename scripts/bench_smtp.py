@@ -7,6 +7,12 @@ with one smtplib connection reused across its messages (as Postfix's connection
 cache does for a content filter), send the rest. Latency is per message, from
 MAIL FROM to the 250 after DATA: scoring, the Maildir write and both fsyncs.
 
+Each round's files stay until the script ends, and a round starts only once file
+creation runs at its resting speed: on this machine's ext4 (no journal) creating a
+file scans past every inode freed in the last 60-360 s (perf: 70% of an open() in
+recently_deleted), so a round run after a deletion of thousands of files paid up
+to 0.9 ms of kernel CPU per delivery and ran 20-30% slower.
+
     python scripts/bench_smtp.py            # 16 clients, 9,000 messages
     python scripts/bench_smtp.py --clients 4 --limit 2000
     python scripts/bench_smtp.py --processes 0 --processes 1 --rounds 3 --limit 4000   # helpers or not, interleaved
@@ -60,12 +66,12 @@ def pretrain(data_dir: Path, config_file: Path, rows: list[tuple[str, bytes]]) -
         engine.close()
 
 
-def start_daemon(data_dir: Path, config_file: Path, log_file: Path, profile: Path | None) -> tuple[subprocess.Popen, int]:
+def start_daemon(data_dir: Path, config_file: Path, log_file: Path, profile: Path | None, tree: Path = ROOT) -> tuple[subprocess.Popen, int]:
     log = open(log_file, "wb")
     runner = ["-m", "cProfile", "-o", str(profile)] if profile else []
     proc = subprocess.Popen(
         [sys.executable, *runner, "-m", "spamd", "--config", str(config_file), "--data-dir", str(data_dir), "--smtp", "127.0.0.1:0"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, cwd=ROOT,
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, cwd=tree,
     )  # fmt: skip
     log.close()
     deadline = time.monotonic() + 60
@@ -78,6 +84,22 @@ def start_daemon(data_dir: Path, config_file: Path, log_file: Path, profile: Pat
         time.sleep(0.05)
     proc.kill()
     raise SystemExit("spamd did not start within 60 s")
+
+
+def wait_for_resting_file_system(where: Path, limit_s: float, resting_us: float) -> float:
+    """Wait (up to limit_s) until creating a file under `where` costs under resting_us; the last cost, in us."""
+    probe = Path(tempfile.mkdtemp(prefix="probe-", dir=where))
+    deadline = time.monotonic() + limit_s
+    made = 0
+    while True:
+        started = time.perf_counter()
+        for _ in range(50):  # kept until the script ends: deleting them would slow the next probe
+            os.close(os.open(probe / str(made), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            made += 1
+        cost = (time.perf_counter() - started) / 50 * 1e6
+        if cost < resting_us or time.monotonic() > deadline:
+            return cost
+        time.sleep(5)
 
 
 def client(port: int, messages: list[bytes], latencies: list[float], errors: list[str]) -> None:
@@ -111,14 +133,21 @@ def main() -> int:
     parser.add_argument("--train", type=int, default=1000, help="messages trained before the replay")
     parser.add_argument("--limit", type=int, default=0, help="messages replayed (0: all after --train)")
     parser.add_argument("--no-fsync", action="store_true")
-    parser.add_argument("--keep", action="store_true", help="keep the temp data dir")
+    parser.add_argument("--keep", action="store_true", help="keep the temp data dirs")
     parser.add_argument("--profile", type=Path, help="run spamd under cProfile, stats to this file")
     parser.add_argument(
         "--processes", type=int, action="append",
         help="[parser] processes for spamd (default: its own, one per core but one); given twice or more, "
              "the runs alternate between them, --rounds times each",
     )  # fmt: skip
-    parser.add_argument("--rounds", type=int, default=1, help="runs of each --processes value, interleaved")
+    parser.add_argument(
+        "--tree", type=Path, action="append",
+        help="run the daemon from this checkout (default: this one); given twice or more, the runs alternate "
+             "between them: an A/B of two commits in the same run (git worktree add /tmp/old HEAD~1)",
+    )  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=1, help="runs of each setting, interleaved")
+    parser.add_argument("--settle", type=float, default=420, help="longest wait (s) for file creation at rest before a round")
+    parser.add_argument("--resting-us", type=float, default=60, help="file creation cost (us) taken as at rest")
     args = parser.parse_args()
 
     if not args.index.is_file():
@@ -128,71 +157,80 @@ def main() -> int:
     replay = [crlf(raw) for _, raw in rows[args.train :]]
     if args.limit:
         replay = replay[: args.limit]
-    settings = args.processes or [None]
-    results: dict[int | None, list[float]] = {setting: [] for setting in settings}
+    trees = [tree.resolve() for tree in args.tree or [ROOT]]
+    settings = [(tree, processes) for tree in trees for processes in args.processes or [None]]
+    results: dict[tuple[Path, int | None], list[float]] = {setting: [] for setting in settings}
     failed = False
-    for _ in range(args.rounds):
-        for processes in settings:
-            rate, ok = run_once(args, rows, replay, processes)
-            results[processes].append(rate)
-            failed |= not ok
+    work_root = Path(tempfile.mkdtemp(prefix="spamd-bench-"))
+    try:
+        for _ in range(args.rounds):
+            for tree, processes in settings:
+                cost = wait_for_resting_file_system(work_root, args.settle, args.resting_us)
+                print(f"file creation {cost:.0f} us before the round")
+                rate, ok = run_once(args, rows, replay, processes, tree, Path(tempfile.mkdtemp(dir=work_root)))
+                results[tree, processes].append(rate)
+                failed |= not ok
+    finally:
+        if args.keep:
+            print(f"kept {work_root}")
+        else:
+            shutil.rmtree(work_root, ignore_errors=True)
     if args.rounds > 1 or len(settings) > 1:
-        for processes, rates in results.items():
-            print(f"processes {'default' if processes is None else processes}: "
+        for (tree, processes), rates in results.items():
+            name = f"{tree.name} " if len(trees) > 1 else ""
+            print(f"{name}processes {'default' if processes is None else processes}: "
                   f"{' '.join(f'{r:.0f}' for r in rates)} msgs/s, median {statistics.median(rates):.0f}")  # fmt: skip
     return 1 if failed else 0
 
 
-def run_once(args: argparse.Namespace, rows: list[tuple[str, bytes]], replay: list[bytes], processes: int | None) -> tuple[float, bool]:
+def run_once(
+    args: argparse.Namespace, rows: list[tuple[str, bytes]], replay: list[bytes], processes: int | None, tree: Path, work: Path
+) -> tuple[float, bool]:
     """One fresh spamd, pretrained, replayed to by the clients: (msgs/s, every message delivered)."""
-    work = Path(tempfile.mkdtemp(prefix="spamd-bench-"))
+    config_file = work / "spamd.toml"
+    fsync = "false" if args.no_fsync else "true"
+    parser_section = "" if processes is None else f"[parser]\nprocesses = {processes}\n"
+    config_file.write_text(f'[log]\nformat = "json"\n[maildir]\nfsync = {fsync}\n[smtp]\nmax_recipients = 10\n{parser_section}')
+    data_dir = work / "data"
+    t = time.perf_counter()
+    pretrain(data_dir, config_file, rows[: args.train])
+    print(f"trained {args.train} messages in {time.perf_counter() - t:.1f} s")
+    proc, port = start_daemon(data_dir, config_file, work / "spamd.log", args.profile, tree)
     try:
-        config_file = work / "spamd.toml"
-        fsync = "false" if args.no_fsync else "true"
-        parser_section = "" if processes is None else f"[parser]\nprocesses = {processes}\n"
-        config_file.write_text(f'[log]\nformat = "json"\n[maildir]\nfsync = {fsync}\n[smtp]\nmax_recipients = 10\n{parser_section}')
-        data_dir = work / "data"
-        t = time.perf_counter()
-        pretrain(data_dir, config_file, rows[: args.train])
-        print(f"trained {args.train} messages in {time.perf_counter() - t:.1f} s")
-        proc, port = start_daemon(data_dir, config_file, work / "spamd.log", args.profile)
-        try:
-            shares = [replay[i :: args.clients] for i in range(args.clients)]
-            latencies: list[float] = []
-            errors: list[str] = []
-            threads = [threading.Thread(target=client, args=(port, share, latencies, errors)) for share in shares]
-            started = time.perf_counter()
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-            elapsed = time.perf_counter() - started
-        finally:
-            proc.terminate()
-            _, status, usage = os.wait4(proc.pid, 0)
-            code = os.waitstatus_to_exitcode(status)
-            proc.returncode = code
-            cpu = usage.ru_utime + usage.ru_stime
-            print(f"spamd user {usage.ru_utime:.1f} s, system {usage.ru_stime:.1f} s, voluntary switches {usage.ru_nvcsw}, involuntary {usage.ru_nivcsw}")
-        delivered = sum(len(os.listdir(data_dir / "Maildir" / d / "new")) for d in ("", ".Junk"))
-        rate = len(latencies) / elapsed
-        print(
-            f"{len(latencies)} messages, {args.clients} clients, fsync {'off' if args.no_fsync else 'on'}, "
-            f"processes {'default' if processes is None else processes}: "
-            f"{rate:.0f} msgs/s, latency p50 {statistics.median(latencies):.1f} ms, "
-            f"p99 {percentile(latencies, 0.99):.1f} ms, max {max(latencies):.1f} ms; "
-            f"errors {len(errors)}; delivered {delivered}; spamd exit {code}, "
-            f"spamd CPU {cpu:.1f} s ({cpu / max(1, len(latencies)) * 1000:.2f} ms/msg incl. start-up and shutdown, "
-            "its analysis processes included: they are its children)"
-        )
-        for error in errors[:5]:
-            print("  error:", error)
-        return rate, not errors and delivered == len(replay) and code == 0
+        shares = [replay[i :: args.clients] for i in range(args.clients)]
+        latencies: list[float] = []
+        errors: list[str] = []
+        threads = [threading.Thread(target=client, args=(port, share, latencies, errors)) for share in shares]
+        client_cpu = time.process_time()
+        started = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        elapsed = time.perf_counter() - started
+        client_cpu = time.process_time() - client_cpu
     finally:
-        if args.keep:
-            print(f"kept {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+        proc.terminate()
+        _, status, usage = os.wait4(proc.pid, 0)
+        code = os.waitstatus_to_exitcode(status)
+        proc.returncode = code
+        cpu = usage.ru_utime + usage.ru_stime
+        print(f"spamd user {usage.ru_utime:.1f} s, system {usage.ru_stime:.1f} s, voluntary switches {usage.ru_nvcsw}, involuntary {usage.ru_nivcsw}")
+    delivered = sum(len(os.listdir(data_dir / "Maildir" / d / "new")) for d in ("", ".Junk"))
+    rate = len(latencies) / elapsed
+    print(
+        f"{len(latencies)} messages, {args.clients} clients, fsync {'off' if args.no_fsync else 'on'}, "
+        f"processes {'default' if processes is None else processes}: "
+        f"{rate:.0f} msgs/s, latency p50 {statistics.median(latencies):.1f} ms, "
+        f"p99 {percentile(latencies, 0.99):.1f} ms, max {max(latencies):.1f} ms; "
+        f"errors {len(errors)}; delivered {delivered}; spamd exit {code}, "
+        f"spamd CPU {cpu:.1f} s ({cpu / max(1, len(latencies)) * 1000:.2f} ms/msg incl. start-up and shutdown, "
+        "its analysis processes included: they are its children); "
+        f"client CPU {client_cpu:.1f} s ({client_cpu / max(1, len(latencies)) * 1000:.2f} ms/msg)"
+    )
+    for error in errors[:5]:
+        print("  error:", error)
+    return rate, not errors and delivered == len(replay) and code == 0
 
 
 if __name__ == "__main__":
