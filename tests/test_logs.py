@@ -1,0 +1,113 @@
+"""The daemon's log lines: one JSON shape for spamd's events and for aiosmtpd's and
+watchdog's stdlib records, a level that changes live, and a log that cannot fail
+the delivery that writes it (closed stderr, full disk)."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import threading
+from collections.abc import Iterator
+
+import pytest
+import structlog
+
+from spamd.config import LogConfig
+from spamd.logs import configure_logging, set_level
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    structlog.reset_defaults()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    for handler in handlers:
+        root.addHandler(handler)
+    root.setLevel(level)
+    for name in ("mail.log", "watchdog"):
+        logging.getLogger(name).setLevel(logging.NOTSET)
+
+
+def lines(stream: io.StringIO) -> list[dict]:
+    return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def test_spamd_events_and_stdlib_records_share_one_json_shape(restore_logging: None) -> None:
+    stream = io.StringIO()
+    configure_logging(LogConfig(format="json", level="info"), stream)
+    log = structlog.get_logger()
+    log.info("message_scored", verdict="ham", delivered_to=["Maildir/new/1"])
+    logging.getLogger("mail.log").warning("peer %s misbehaved", "127.0.0.1")
+    try:
+        raise ZeroDivisionError("boom")
+    except ZeroDivisionError as e:
+        log.error("smtp_session_failed", exc_info=e)
+
+    scored, foreign, failed = lines(stream)
+    assert scored["event"] == "message_scored" and scored["level"] == "info"
+    assert scored["verdict"] == "ham" and scored["delivered_to"] == ["Maildir/new/1"]
+    assert scored["timestamp"].endswith("Z")
+    assert foreign == {"event": "peer 127.0.0.1 misbehaved", "level": "warning", "timestamp": foreign["timestamp"], "logger": "mail.log"}
+    assert failed["level"] == "error" and "ZeroDivisionError: boom" in failed["exception"]
+
+
+def test_the_level_changes_live_and_chatty_libraries_stay_at_warning(restore_logging: None) -> None:
+    stream = io.StringIO()
+    configure_logging(LogConfig(format="json", level="info"), stream)
+    log = structlog.get_logger()  # cached on first use, as every module's logger is
+    log.debug("hidden")
+    log.info("shown_at_info")
+    set_level("debug")  # what SIGHUP does
+    log.debug("shown_at_debug")
+    logging.getLogger("mail.log").info("every SMTP command")
+    set_level("error")
+    log.warning("hidden_at_error")
+    log.error("shown_at_error")
+
+    assert [line["event"] for line in lines(stream)] == ["shown_at_info", "shown_at_debug", "shown_at_error"]
+
+
+@pytest.mark.parametrize("broken", ["closed", "full disk"])
+def test_a_log_that_cannot_be_written_does_not_fail_the_caller(restore_logging: None, broken: str) -> None:
+    if broken == "closed":
+        stream = io.StringIO()
+        stream.close()
+    else:
+        stream = open("/dev/full", "w")  # every flush fails with ENOSPC
+    try:
+        configure_logging(LogConfig(format="json"), stream)
+        structlog.get_logger().info("message_scored", verdict="spam")
+        logging.getLogger("watchdog").error("inotify hiccup")
+    finally:
+        if not stream.closed:
+            try:
+                stream.close()
+            except OSError:
+                pass
+
+
+def test_lines_from_many_threads_never_interleave(restore_logging: None) -> None:
+    stream = io.StringIO()
+    configure_logging(LogConfig(format="json"), stream)
+    log = structlog.get_logger()
+    padding = "x" * 2000
+
+    def spamd_events(n: int) -> None:
+        for i in range(200):
+            log.info("message_scored", thread=n, i=i, padding=padding)
+
+    def stdlib_records(n: int) -> None:
+        for i in range(200):
+            logging.getLogger("watchdog").warning("event %d %d %s", n, i, padding)
+
+    threads = [threading.Thread(target=spamd_events if n % 2 else stdlib_records, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    parsed = lines(stream)  # a torn line would not parse
+    assert len(parsed) == 8 * 200
