@@ -311,8 +311,10 @@ def serve(sock: socket.socket) -> None:
     answers go back in one send: a busy daemon is woken once per batch, not per message.
     """
     from spamd.engine import tune_gc_for_message_streams
+    from spamd.scheduling import yield_to_the_loop
 
     tune_gc_for_message_streams()
+    yield_to_the_loop()
     classifier: Classifier | None = None
     received = bytearray()
     while True:

@@ -29,6 +29,7 @@ from spamd.config import Config, load_config, metrics_address, parse_host_port
 from spamd.engine import Engine, tune_gc_for_message_streams
 from spamd.errors import SpamdError
 from spamd.logs import configure_logging, set_level
+from spamd.scheduling import background_executor
 from spamd.frontends.maildir import Mailbox, MaildirWatcher, export_indexes, load_indexes, save_indexes, user_of
 from spamd.model import Label
 from spamd.scoring import Metrics, Scorer
@@ -126,6 +127,7 @@ class Daemon:
 
     async def startup(self) -> None:
         config = self.config
+        asyncio.get_running_loop().set_default_executor(background_executor())
         self.should_exit = asyncio.Event()
         self._snapshot_lock = asyncio.Lock()
         if self.install_signals:

@@ -69,6 +69,7 @@ from spamd.config import MaildirConfig
 from spamd.errors import SpamdError, StoreError, StoreUnavailableError
 from spamd.message import message_key
 from spamd.model import Label, Verdict
+from spamd.scheduling import threads_started_here_yield_to_the_loop
 from spamd.scoring import Scored, has_spam_status, spam_flagged
 from spamd.store import write_atomically
 
@@ -697,18 +698,20 @@ class MaildirWatcher:
 
     def start_watching(self) -> None:
         """Start inotify watches; events queue up until `start_consuming` (after catch-up)."""
-        self.observer = Observer()
-        for mailbox in self.mailboxes:
-            self._watch(mailbox)
-        self.observer.start()
+        with threads_started_here_yield_to_the_loop():  # Observer() starts watchdog's inotify reader
+            self.observer = Observer()
+            for mailbox in self.mailboxes:
+                self._watch(mailbox)
+            self.observer.start()
 
     def _watch(self, mailbox: Mailbox) -> None:
-        self.observer.schedule(
-            _Bridge(asyncio.get_running_loop(), mailbox, self.queue),
-            str(mailbox.root),
-            recursive=True,
-            event_filter=_WATCHED_EVENTS,
-        )
+        with threads_started_here_yield_to_the_loop():  # a running observer starts the new watch's threads here
+            self.observer.schedule(
+                _Bridge(asyncio.get_running_loop(), mailbox, self.queue),
+                str(mailbox.root),
+                recursive=True,
+                event_filter=_WATCHED_EVENTS,
+            )
 
     async def watch_added(self, mailbox: Mailbox) -> None:
         """Serve a Maildir added to `mailboxes` while running: watch it, then catch up on what it holds."""
