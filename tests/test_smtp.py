@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import smtplib
+import time
 import socket
 
 import pytest
@@ -274,6 +275,24 @@ async def test_dot_stuffing_and_tiny_messages_survive_the_data_reader(tmp_path):
         assert b"Subject: one line\n" in bodies and b"" in bodies
         [big_body] = [b for b in bodies if b.startswith(b"Subject: big")]
         assert big_body == big.replace(b"\r\n..", b"\r\n.").replace(b"\r\n", b"\n")
+
+
+async def test_a_session_busy_past_the_idle_timeout_is_closed_only_once_it_falls_silent(tmp_path):
+    # One timer per session that re-arms itself (FilterSMTP._reset_timeout): commands
+    # spread over four idle timeouts keep the session; silence ends it one timeout later.
+    config = daemon_config(tmp_path, smtp={"idle_timeout_s": 0.5, "data_timeout_s": 5.0})
+    async with running(config) as daemon:
+        client = await asyncio.to_thread(smtplib.SMTP, "127.0.0.1", port_of(daemon), timeout=10)
+        try:
+            await asyncio.to_thread(client.ehlo, "busy")
+            for _ in range(10):
+                await asyncio.sleep(0.2)
+                assert (await asyncio.to_thread(client.noop))[0] == 250
+            silent = time.monotonic()
+            await wait_until(lambda: daemon.stats()["daemon"]["smtp_sessions"] == 0, timeout=5)
+            assert 0.45 <= time.monotonic() - silent <= 2.0
+        finally:
+            client.close()
 
 
 async def test_idle_session_is_closed_after_the_idle_timeout(tmp_path):
