@@ -471,6 +471,7 @@ class Daemon:
             spamc_answered=0 if self.spamc is None else self.spamc.answered,
             maildirs=[{"path": str(m.root), "user": m.user, "indexed_messages": len(m.index)} for m in self.mailboxes],
             maildir_events_queued=0 if self.watcher is None else self.watcher.queue.qsize(),
+            maildir_events_handled=0 if self.watcher is None else self.watcher.handled,
         )
         stats["daemon"] = daemon
         return stats

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from spamd.frontends.maildir import FILED_MARK, base_of
+from spamd.frontends.maildir import FILED_MARK, RecentNames, base_of
 from spamd.model import Label
 from tests.daemon_helpers import (
     daemon_config,
@@ -194,6 +194,39 @@ async def test_moves_between_any_folder_and_junk(tmp_path):
         trash = imap_move(paths[1], maildir, TRASH)
         imap_move(trash, maildir, JUNK)  # Trash -> Junk: spam
         await wait_until(lambda: trained(daemon) == (1, 1))
+
+
+async def test_spamds_own_deliveries_never_wake_the_loops_watcher_yet_moving_them_trains(tmp_path):
+    maildir = tmp_path / "Maildir"
+    async with running(daemon_config(tmp_path)) as daemon:
+        train(daemon)
+        port = daemon.server.sockets[0].getsockname()[1]
+        raws = [make_message(Label.HAM, n, seed=11) for n in range(20)]
+        for raw in raws:
+            assert await asyncio.to_thread(send, port, raw) == {}
+        await sentinel(daemon, maildir)
+        # One "created" event per delivery reached the loop before; the watcher's thread
+        # now drops them (a straggler that arrives after its delivery returned still may).
+        handled = daemon.stats()["daemon"]["maildir_events_handled"]
+        assert handled < len(raws) // 2, handled
+        delivered = folder_files(maildir)
+        assert len(delivered) == len(raws)
+        spam_before = trained(daemon)[0]
+        imap_move(delivered[0], maildir, JUNK)
+        await wait_until(lambda: trained(daemon)[0] == spam_before + 1)
+
+
+async def test_recent_names_are_kept_at_least_one_period_and_at_most_two():
+    names = RecentNames(keep_s=0.3)
+    names.add("first")
+    await asyncio.sleep(0.2)
+    assert "first" in names and "never" not in names
+    await asyncio.sleep(0.2)
+    names.add("second")  # a turnover: "first" is now in the previous period
+    assert "first" in names and "second" in names
+    await asyncio.sleep(0.35)
+    names.add("third")  # another: "first" is gone, the set does not grow without bound
+    assert "first" not in names and "second" in names and "third" in names
 
 
 async def test_move_under_a_new_name_hard_link_then_unlink(tmp_path):
