@@ -149,6 +149,7 @@ def main() -> int:
     parser.add_argument("--settle", type=float, default=420, help="longest wait (s) for file creation at rest before a round")
     parser.add_argument("--resting-us", type=float, default=60, help="file creation cost (us) taken as at rest")
     args = parser.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # progress shows in a log file too
 
     if not args.index.is_file():
         print(f"corpus index not found: {args.index}", file=sys.stderr)
