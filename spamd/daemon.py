@@ -29,9 +29,9 @@ from spamd.config import Config, load_config, metrics_address, parse_host_port
 from spamd.engine import Engine, tune_gc_for_message_streams
 from spamd.errors import SpamdError
 from spamd.logs import configure_logging, set_level
-from spamd.scheduling import background_executor
 from spamd.frontends.maildir import Mailbox, MaildirWatcher, export_indexes, load_indexes, save_indexes, user_of
 from spamd.model import Label
+from spamd.scheduling import background_executor
 from spamd.scoring import Metrics, Scorer
 from spamd.frontends.milter import MilterServer
 from spamd.frontends.smtp import FilterSMTP, SmtpHandler
