@@ -24,14 +24,22 @@ from collections.abc import Iterator
 
 def yield_to_the_loop() -> None:
     """Make the calling thread a batch task (and every thread it starts from now on)."""
-    _set_policy(getattr(os, "SCHED_BATCH", None))
+    batch = getattr(os, "SCHED_BATCH", None)
+    if batch is not None:
+        _set_policy(batch, 0)
 
 
-def _set_policy(policy: int | None) -> None:
-    if policy is None or not hasattr(os, "sched_setscheduler"):
-        return
-    with contextlib.suppress(OSError):
-        os.sched_setscheduler(0, policy, os.sched_param(0))
+def _policy() -> tuple[int, int] | None:
+    """The calling thread's policy and priority, or None where they cannot be read."""
+    try:
+        return os.sched_getscheduler(0), os.sched_getparam(0).sched_priority
+    except (AttributeError, OSError):
+        return None
+
+
+def _set_policy(policy: int, priority: int) -> None:
+    with contextlib.suppress(AttributeError, OSError):
+        os.sched_setscheduler(0, policy, os.sched_param(priority))
 
 
 @contextlib.contextmanager
@@ -39,14 +47,18 @@ def threads_started_here_yield_to_the_loop() -> Iterator[None]:
     """Threads started inside (by a library, as watchdog's observer starts its own) are batch tasks.
 
     A new thread takes its policy from the thread that starts it: the loop's
-    thread is a batch task only while inside, then ordinary again.
+    thread is a batch task only while inside, then what it was before, priority
+    included (a real-time loop stays real-time).
     """
-    before = os.sched_getscheduler(0) if hasattr(os, "sched_getscheduler") else None
+    before = _policy()
+    if before is None:  # nothing to restore it to: leave the loop's thread alone
+        yield
+        return
     yield_to_the_loop()
     try:
         yield
     finally:
-        _set_policy(before)
+        _set_policy(*before)
 
 
 def background_executor() -> concurrent.futures.ThreadPoolExecutor:

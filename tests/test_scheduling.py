@@ -64,3 +64,22 @@ async def test_in_a_running_daemon_only_the_loop_is_an_ordinary_task(tmp_path: P
         assert {t.name: policy(t) for t in started} == {t.name: os.SCHED_BATCH for t in started}
         assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the loop's own thread
         assert {os.sched_getscheduler(h.process.pid) for h in daemon.analyzers.helpers} == {os.SCHED_BATCH}
+
+
+def test_a_real_time_loop_thread_gets_its_policy_and_priority_back() -> None:
+    before = os.sched_getscheduler(0), os.sched_getparam(0)
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+    except PermissionError:
+        pytest.skip("setting SCHED_FIFO needs CAP_SYS_NICE")
+    try:
+        done = threading.Event()
+        with threads_started_here_yield_to_the_loop():
+            inside = threading.Thread(target=done.wait)
+            inside.start()
+        assert (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority) == (os.SCHED_FIFO, 1)
+        assert policy(inside) == os.SCHED_BATCH
+        done.set()
+        inside.join()
+    finally:
+        os.sched_setscheduler(0, before[0], before[1])
