@@ -97,7 +97,7 @@ async def test_a_killed_helper_hands_its_messages_back_and_is_replaced() -> None
 
 
 async def test_a_hung_helper_is_killed_and_its_messages_go_back_to_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("spamd.analyzers.ANSWER_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(AnalysisProcesses, "answer_timeout_s", 1.0)
     helpers = AnalysisProcesses(CONFIG, 1)
     await helpers.start()
     try:
@@ -226,7 +226,7 @@ async def test_helpers_that_cannot_start_leave_every_message_to_the_loop(
 ) -> None:
     # A broken install: the helper exits at once, or cannot be run at all. spamd keeps
     # analyzing on the loop, and stops trying after a few starts instead of every second.
-    monkeypatch.setattr("spamd.analyzers.RESTART_INTERVAL_S", 0.01)
+    monkeypatch.setattr("spamd.helper_processes.RESTART_INTERVAL_S", 0.01)
     monkeypatch.setattr(sys, "executable", interpreter)
     helpers = AnalysisProcesses(CONFIG, 1)
     await helpers.start()
