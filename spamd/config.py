@@ -176,6 +176,10 @@ class MaildirConfig:
     autolearn: bool = False
     # fsync each delivered message and its directory before answering 250.
     fsync: bool = True
+    # Processes that write SMTP deliveries beside the event loop
+    # (spamd/frontends/delivery.py): -1 for one when there are two cores or more,
+    # 0 for none (the daemon's own threads write them).
+    delivery_processes: int = -1
 
 
 @dataclass(frozen=True)
@@ -321,6 +325,8 @@ def _validate(config: Config, source: str) -> None:
         problems.append("parser limits must be >= 1")
     if not -1 <= p.processes <= 64:
         problems.append("parser.processes must be -1 (one per core but one), 0 (none) or up to 64")
+    if not -1 <= config.maildir.delivery_processes <= 8:
+        problems.append("maildir.delivery_processes must be -1 (one on two cores or more), 0 (none) or up to 8")
     if s.mode not in ("deliver", "relay"):
         problems.append(f"smtp.mode must be 'deliver' or 'relay', got {s.mode!r}")
     if not 0 <= s.port <= 65535 or not 0 < s.next_hop_port <= 65535:

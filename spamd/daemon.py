@@ -34,6 +34,7 @@ from spamd.model import Label
 from spamd.scheduling import background_executor
 from spamd.scoring import Metrics, Scorer
 from spamd.frontends.milter import MilterServer
+from spamd.frontends.delivery import DeliveryProcesses, default_delivery_processes
 from spamd.frontends.smtp import FilterSMTP, SmtpHandler
 from spamd.frontends.spamc import SpamcServer
 from spamd.store import remove_stale_temps
@@ -97,6 +98,7 @@ class Daemon:
         self.mailboxes: list[Mailbox] = []
         self.watcher: MaildirWatcher | None = None
         self.analyzers: AnalysisProcesses | None = None
+        self.writers: DeliveryProcesses | None = None
         self.smtp: SmtpHandler | None = None
         self.server: asyncio.AbstractServer | None = None
         self.milter: MilterServer | None = None
@@ -177,8 +179,12 @@ class Daemon:
         self.watcher.start_consuming()
 
         loop = asyncio.get_running_loop()
-        self.smtp = SmtpHandler(lambda: self.config, self.scorer, self.mailboxes, self.metrics.error)
         s = config.smtp
+        writers = default_delivery_processes() if config.maildir.delivery_processes == -1 else config.maildir.delivery_processes
+        if writers and s.mode == "deliver":
+            self.writers = DeliveryProcesses(writers)
+            await self.writers.start()
+        self.smtp = SmtpHandler(lambda: self.config, self.scorer, self.mailboxes, self.metrics.error, self.writers)
         try:
             self.server = await loop.create_server(lambda: FilterSMTP(self.smtp, self.config, loop), s.host, s.port)
         except OSError as e:
@@ -245,6 +251,8 @@ class Daemon:
             await self.watcher.stop()
         if self.analyzers is not None:
             await self.analyzers.close()
+        if self.writers is not None:
+            await self.writers.close()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

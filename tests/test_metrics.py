@@ -106,8 +106,10 @@ def test_counters_grow_by_exactly_the_traffic_and_moves_and_survive_a_restart(tm
         assert families["spamd_messages_scored"].type == "counter"
         assert families["spamd_scan_duration_seconds"].type == "histogram"
 
-        # Its analysis process (one: a core for it and one for the loop) is ready within seconds.
+        # Its analysis process (one: a core for it and one for the loop) is ready within seconds,
+        # and so is its delivery process (one, on two cores or more).
         assert wait_until_sync(lambda: value(parse(scrape_text(port))[0], "spamd_analysis_processes") == 1, timeout=30)
+        assert wait_until_sync(lambda: value(parse(scrape_text(port))[0], "spamd_delivery_processes") == 1, timeout=30)
         before, _ = parse(scrape_text(port))
         # N = 5 over SMTP (3 spam, 2 ham), K = 2 dropped into INBOX by another MDA.
         for i in range(3):
@@ -164,6 +166,10 @@ def test_counters_grow_by_exactly_the_traffic_and_moves_and_survive_a_restart(tm
         assert delta("spamd_messages_analyzed_total", by="analysis_process") == 7
         assert delta("spamd_messages_analyzed_total", by="handed_back") == 0
         assert value(after, "spamd_analysis_processes_started_total") == 1
+        # Every SMTP delivery was written by the delivery process (the Maildir's own arrivals stay).
+        assert delta("spamd_deliveries_written_total", by="delivery_process") == 5
+        assert delta("spamd_deliveries_written_total", by="handed_back") == 0
+        assert value(after, "spamd_delivery_processes_started_total") == 1
 
         daemon.signal(signal.SIGTERM)
         assert daemon.wait() == 0

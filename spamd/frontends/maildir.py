@@ -50,7 +50,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgpack
 import structlog
@@ -67,11 +67,15 @@ from watchdog.observers import Observer
 
 from spamd.config import MaildirConfig
 from spamd.errors import SpamdError, StoreError, StoreUnavailableError
+from spamd.helper_processes import HelperUnavailable
 from spamd.message import message_key
 from spamd.model import Label, Verdict
 from spamd.scheduling import threads_started_here_yield_to_the_loop
 from spamd.scoring import Scored, has_spam_status, spam_flagged
 from spamd.store import write_atomically
+
+if TYPE_CHECKING:
+    from spamd.frontends.delivery import DeliveryProcesses
 
 log = structlog.get_logger()
 
@@ -584,7 +588,7 @@ _UNNAMED_FILE_FLAGS = os.O_WRONLY | os.O_TMPFILE | os.O_CLOEXEC
 
 
 def _write_unnamed_then_link(
-    tmp_fd: int, new_fd: int, name: str, data: bytes, mode: int, ownership: Ownership | None, fsync: bool
+    tmp_fd: int, new_fd: int, new_dir: Path, name: str, data: bytes, mode: int, ownership: Ownership | None, fsync: bool
 ) -> bool:
     """Write the message as an unnamed file in tmp/ (O_TMPFILE), then link it into new/ whole.
 
@@ -608,7 +612,7 @@ def _write_unnamed_then_link(
         except OSError as e:
             if e.errno in _NO_UNNAMED_FILES and not os.path.exists(f"/proc/self/fd/{fd}"):
                 return False  # no /proc here: written for nothing, the caller writes it again
-            raise
+            raise OSError(e.errno, e.strerror, str(new_dir / name)) from None  # not the /proc path linked from
     finally:
         os.close(fd)
     return True
@@ -617,20 +621,29 @@ def _write_unnamed_then_link(
 def write_message(
     mailbox: Mailbox, folder: str, name: str, data: bytes, fsync: bool, replaces: Location | None = None
 ) -> Path:
-    """Unnamed-file write in tmp/, fsync, link into new/ (or, where the file system has no
-    unnamed files, tmp/ write, fsync, rename into new/), fsync new/; then unlink `replaces` (blocking).
+    """`write_file` into `mailbox`, then unlink `replaces` (blocking).
 
     The message is in new/ whole before the original is removed: a crash leaves
     the original, a copy, or both, never a half-written file and never neither.
+    """
+    path = write_file(mailbox.root, mailbox.ownership, folder, name, data, fsync)
+    if replaces is not None:
+        mailbox.remove(replaces)
+    return path
+
+
+def write_file(root: Path, ownership: Ownership | None, folder: str, name: str, data: bytes, fsync: bool) -> Path:
+    """Unnamed-file write in tmp/ (O_TMPFILE), fsync, link into new/ (or, where the file system has no
+    unnamed files, tmp/ write, fsync, rename into new/), fsync new/ (blocking).
+
     The file gets the Maildir's owner, group and file mode. Every directory is
     opened without following links, so a link a user planted in their Maildir
     cannot make spamd write, or chown, anything outside it.
     """
-    folder_dir = mailbox.folder_dir(folder)
-    ownership = mailbox.ownership
+    folder_dir = root / folder if folder else root
     fds: list[int] = []
     try:
-        fds.append(os.open(mailbox.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+        fds.append(os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
         if folder:
             fds.append(_open_dir(fds[-1], folder, folder_dir))
         folder_fd = fds[-1]
@@ -639,7 +652,7 @@ def write_message(
         new_fd = _open_dir(folder_fd, "new", folder_dir / "new")
         fds.append(new_fd)
         mode = ownership.file_mode if ownership is not None else 0o600
-        if not _write_unnamed_then_link(tmp_fd, new_fd, name, data, mode, ownership, fsync):
+        if not _write_unnamed_then_link(tmp_fd, new_fd, folder_dir / "new", name, data, mode, ownership, fsync):
             fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=tmp_fd)
             try:
                 _write_file(fd, data, ownership, fsync)
@@ -659,8 +672,6 @@ def write_message(
     finally:
         for opened in fds:
             os.close(opened)
-    if replaces is not None:
-        mailbox.remove(replaces)
     return folder_dir / "new" / name
 
 
@@ -958,15 +969,25 @@ class MaildirWatcher:
             self.learn(raw, Label.SPAM if spam else Label.HAM, "autolearn", user=False, user_name=mailbox.user)
 
 
-async def deliver(mailbox: Mailbox, scored: Scored, fsync: bool) -> Path:
-    """SMTP delivery: into Junk/new if spam, else INBOX/new; recorded in the index first."""
+async def deliver(mailbox: Mailbox, scored: Scored, fsync: bool, writers: DeliveryProcesses | None = None) -> Path:
+    """SMTP delivery: into Junk/new if spam, else INBOX/new; recorded in the index first.
+
+    Written by a delivery process when one takes it, else by one of the daemon's threads.
+    """
     folder = mailbox.junk if scored.score.verdict is Verdict.SPAM else INBOX
     name = unique_name()
     mailbox.index.record(name, folder, scored.key)
     mailbox.delivered.add(name)
     try:
         data = scored.data.replace(b"\r\n", b"\n")  # Maildir files use LF, as Dovecot and Courier write them
-        return await asyncio.to_thread(write_message, mailbox, folder, name, data, fsync)
+        if writers is not None:
+            try:
+                return await writers.write(mailbox.root, mailbox.ownership, folder, name, data, fsync)
+            except HelperUnavailable:
+                # Its process exited or hung. If it had linked the file already, the
+                # thread's link fails (EEXIST): 451, and the sender's retry makes a copy.
+                pass
+        return await asyncio.to_thread(write_file, mailbox.root, mailbox.ownership, folder, name, data, fsync)
     except BaseException:
         mailbox.index.forget(name)
         raise

@@ -34,6 +34,8 @@ from spamd.accuracy import JUDGEMENTS, WAYS_IN
 from spamd.analyzers import AnalysisProcesses
 from spamd.engine import Engine
 from spamd.errors import SpamdError
+from spamd.frontends.delivery import DeliveryProcesses
+from spamd.helper_processes import HelperProcesses
 from spamd.model import Label, Verdict
 from spamd.scoring import SCAN_BUCKETS_S, Metrics
 
@@ -54,6 +56,7 @@ class DaemonState(Protocol):
     engine: Engine | None
     metrics: Metrics
     analyzers: AnalysisProcesses | None
+    writers: DeliveryProcesses | None
 
 
 class SpamdCollector(Collector):
@@ -71,6 +74,7 @@ class SpamdCollector(Collector):
         yield GaugeMetricFamily("spamd_start_time_seconds", "When this spamd process started (Unix time).", value=self.started)
         yield from self._frontends(self.daemon.metrics)
         yield from self._analyzers(self.daemon.analyzers)
+        yield from self._delivery_processes(self.daemon.writers)
         engine = self.daemon.engine
         if engine is not None:
             yield from self._engine(engine)
@@ -114,21 +118,18 @@ class SpamdCollector(Collector):
         yield errors
 
     def _analyzers(self, analyzers: AnalysisProcesses | None) -> Iterator[Metric]:
-        ready = 0 if analyzers is None else sum(h.alive and h.ready for h in analyzers.helpers)
-        yield GaugeMetricFamily("spamd_analysis_processes", "Analysis processes ready beside the loop ([parser] processes).", value=ready)
-        started = CounterMetricFamily(
-            "spamd_analysis_processes_started", "Analysis processes started, replacements included (restarts at zero with spamd).",
-        )  # fmt: skip
-        started.add_metric([], 0 if analyzers is None else analyzers.started_total)
-        analyzed = CounterMetricFamily(
-            "spamd_messages_analyzed",
-            "Messages analyzed by an analysis process, or handed back to the loop because none answered "
+        yield from _helper_families(
+            analyzers, "analysis", "Analysis processes ready beside the loop ([parser] processes).",
+            "spamd_messages_analyzed", "Messages analyzed by an analysis process, or handed back to the loop because none answered "
             "(exited, stuck, starting); without analysis processes, neither (restarts at zero with spamd).",
-            labels=["by"],
-        )
-        analyzed.add_metric(["analysis_process"], 0 if analyzers is None else analyzers.answered)
-        analyzed.add_metric(["handed_back"], 0 if analyzers is None else analyzers.handed_back)
-        yield from (started, analyzed)
+        )  # fmt: skip
+
+    def _delivery_processes(self, writers: DeliveryProcesses | None) -> Iterator[Metric]:
+        yield from _helper_families(
+            writers, "delivery", "Delivery processes ready beside the loop ([maildir] delivery_processes).",
+            "spamd_deliveries_written", "SMTP deliveries written by a delivery process, or handed back to the daemon's threads "
+            "because none answered (exited, stuck, starting); without delivery processes, neither (restarts at zero with spamd).",
+        )  # fmt: skip
 
     def _engine(self, engine: Engine) -> Iterator[Metric]:
         live, model, store = engine.live, engine.model, engine.store
@@ -300,3 +301,17 @@ class MetricsServer:
         lines = [f"HTTP/1.1 {status} {_STATUS[status]}", *(f"{k}: {v}" for k, v in headers), "", ""]
         writer.write("\r\n".join(lines).encode("latin-1") + (b"" if head_only else body))
         await writer.drain()
+
+
+def _helper_families(helpers: HelperProcesses | None, kind: str, ready_help: str, done_name: str, done_help: str) -> Iterator[Metric]:
+    """spamd_<kind>_processes, spamd_<kind>_processes_started and `done_name` by helper or handed back."""
+    ready = 0 if helpers is None else sum(h.alive and h.ready for h in helpers.helpers)
+    yield GaugeMetricFamily(f"spamd_{kind}_processes", ready_help, value=ready)
+    started = CounterMetricFamily(
+        f"spamd_{kind}_processes_started", f"{kind.capitalize()} processes started, replacements included (restarts at zero with spamd).",
+    )  # fmt: skip
+    started.add_metric([], 0 if helpers is None else helpers.started_total)
+    done = CounterMetricFamily(done_name, done_help, labels=["by"])
+    done.add_metric([f"{kind}_process"], 0 if helpers is None else helpers.answered)
+    done.add_metric(["handed_back"], 0 if helpers is None else helpers.handed_back)
+    yield from (started, done)

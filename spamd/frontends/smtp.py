@@ -23,6 +23,7 @@ from aiosmtpd.smtp import SMTP, Envelope, Session
 
 from spamd.config import Config
 from spamd.errors import SpamdError, StoreUnavailableError
+from spamd.frontends.delivery import DeliveryProcesses
 from spamd.frontends.maildir import Mailbox, deliver, mailbox_for
 from spamd.model import Label, Verdict
 from spamd.scoring import Scored, Scorer
@@ -239,11 +240,13 @@ class SmtpHandler:
         scorer: Scorer,
         mailboxes: list[Mailbox],
         on_error: Callable[..., None],
+        writers: DeliveryProcesses | None = None,
     ):
         self.config = config
         self.scorer = scorer
         self.mailboxes = mailboxes
         self.on_error = on_error
+        self.writers = writers  # delivery processes; None: the daemon's threads write
         self.sessions: set[FilterSMTP] = set()
         self.in_flight = 0
         self.idle = asyncio.Event()
@@ -312,7 +315,7 @@ class SmtpHandler:
         delivered = []
         for mailbox in targets:
             try:
-                path = await deliver(mailbox, scored, config.maildir.fsync)
+                path = await deliver(mailbox, scored, config.maildir.fsync, self.writers)
             except OSError as e:
                 # Copies already written stay: a retry duplicates them rather than losing any.
                 what = "disk full" if e.errno == errno.ENOSPC else e.strerror
