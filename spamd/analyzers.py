@@ -62,10 +62,10 @@ class AnalysisProcesses(HelperProcesses[Analyzed]):
     def configuration(self) -> bytes:
         return pickle.dumps((self.config.parser, self.config.model.hash_bits))
 
-    def reconfigure(self, config: Config) -> None:  # type: ignore[override]
+    def reconfigure(self, config: Config) -> None:
         """New parser caps for the helpers (hash_bits never changes while running)."""
         self.config = config
-        super().reconfigure()
+        self.send_configuration()
 
     async def analyze(self, raw: bytes) -> Analyzed:
         """The message's key and features from a helper; AnalysisUnavailable if none answers."""

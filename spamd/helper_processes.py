@@ -105,7 +105,7 @@ class HelperProcesses(Generic[T]):
             self._give_up(f"cannot start {sys.executable}: {e.strerror or e}")
         self._watchdog = asyncio.create_task(self._kill_stuck(), name=f"{self.kind}-watchdog")
 
-    def reconfigure(self) -> None:
+    def send_configuration(self) -> None:
         """Send every running helper the current `configuration()`."""
         for helper in self.helpers:
             if helper.alive:

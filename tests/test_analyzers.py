@@ -143,7 +143,8 @@ async def test_the_daemon_delivers_every_message_while_its_helper_is_killed(tmp_
 
 
 async def test_no_helper_outlives_a_killed_daemon(tmp_path: Path) -> None:
-    (tmp_path / "spamd.toml").write_text("[parser]\nprocesses = 1\n[maildir]\nfsync = false\n")
+    # Both kinds: the analysis process and the delivery process (spamd/helper_processes.py).
+    (tmp_path / "spamd.toml").write_text("[parser]\nprocesses = 1\n[maildir]\nfsync = false\ndelivery_processes = 1\n")
     log = (tmp_path / "spamd.log").open("wb")
     daemon = subprocess.Popen(
         [sys.executable, "-m", "spamd", "--config", str(tmp_path / "spamd.toml"), "--data-dir", str(tmp_path / "data"),
@@ -151,13 +152,23 @@ async def test_no_helper_outlives_a_killed_daemon(tmp_path: Path) -> None:
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
     )  # fmt: skip
     log.close()
+    children = Path(f"/proc/{daemon.pid}/task/{daemon.pid}/children")
+
+    def helpers() -> dict[str, int] | None:
+        found = {}
+        for pid in children.read_text().split():
+            with contextlib.suppress(FileNotFoundError):  # (a child between fork and exec still shows spamd's own line)
+                args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                if args[1:2] == [b"-m"]:
+                    found[args[2].decode()] = int(pid)
+        return found if {"spamd.analyzers", "spamd.frontends.delivery"} <= found.keys() else None
+
     try:
-        children = Path(f"/proc/{daemon.pid}/task/{daemon.pid}/children")
-        helper = int((await wait_until(lambda: children.read_text().split(), timeout=30))[0])  # type: ignore[index]
-        assert Path(f"/proc/{helper}/cmdline").read_bytes().split(b"\0")[1:3] == [b"-m", b"spamd.analyzers"]
+        found = await wait_until(helpers, timeout=30)
+        assert isinstance(found, dict)
         daemon.send_signal(signal.SIGKILL)
         daemon.wait(timeout=10)
-        await wait_until(lambda: not _alive(helper), timeout=10)
+        await wait_until(lambda: not any(_alive(pid) for pid in found.values()), timeout=10)
     finally:
         if daemon.poll() is None:
             daemon.kill()
