@@ -259,3 +259,39 @@ def test_a_work_frame_carries_every_field_exactly(root: str, folder: str, name: 
 def test_file_names_that_are_not_utf8_survive_the_frame() -> None:
     name = os.fsdecode(b"1.M2P3.h\xffst")  # a surrogate-escaped byte, as os.fsdecode gives it
     assert decode_work(encode_work(Path("/m"), None, "", name, b"x", True))[3] == name
+
+
+def test_a_helper_whose_daemon_is_gone_finishes_the_writes_it_started_and_drops_the_rest(tmp_path: Path) -> None:
+    # The daemon answered nothing for the queued ones: its senders send them again, so
+    # writing them as well would only make second copies.
+    import socket
+    import subprocess
+
+    from spamd.helper_processes import frame
+
+    mailbox = maildir(tmp_path)
+    ours, theirs = socket.socketpair()
+    helper = subprocess.Popen(
+        [sys.executable, "-m", "spamd.frontends.delivery", str(theirs.fileno())], pass_fds=(theirs.fileno(),)
+    )
+    theirs.close()
+    try:
+        ours.sendall(frame(b"C", 0))
+        assert ours.recv(64).startswith(b"R")
+        helper.send_signal(signal.SIGSTOP)  # everything below arrives in one read, then the end of the socket
+        works = [
+            frame(b"W", n, encode_work(mailbox.root, mailbox.ownership, INBOX, f"{n}.x.host", MESSAGE + b"%d\n" % n, True))
+            for n in range(1, 201)
+        ]
+        ours.sendall(b"".join(works))
+        ours.shutdown(socket.SHUT_WR)
+        helper.send_signal(signal.SIGCONT)
+        assert helper.wait(timeout=30) == 0
+    finally:
+        if helper.poll() is None:
+            helper.kill()
+        ours.close()
+    written = files(mailbox.root / "new")
+    assert len(written) < 200  # (how many started before the end was read depends on the scheduler)
+    assert all(path.read_bytes() == MESSAGE + path.name.split(".")[0].encode() + b"\n" for path in written)
+    assert not files(mailbox.root / "tmp")

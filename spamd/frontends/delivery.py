@@ -124,14 +124,17 @@ def _deliver_one(sock: socket.socket, sending: threading.Lock, ident: int, paylo
 def serve(sock: socket.socket) -> None:
     """Write the daemon's deliveries, WRITER_THREADS at a time, until its end of the socket closes.
 
-    Writes already started finish before the process exits.
+    Then writes already started finish, and those not started are dropped: a daemon
+    that went away with them queued answered nothing for them, so their senders send
+    them again, and writing them too would only leave a second copy.
     """
     from spamd.scheduling import yield_to_the_loop
 
     ignore_stop_signals()
     yield_to_the_loop()  # the writer threads started below inherit it
     sending = threading.Lock()
-    with ThreadPoolExecutor(WRITER_THREADS, thread_name_prefix="delivery") as writers:
+    writers = ThreadPoolExecutor(WRITER_THREADS, thread_name_prefix="delivery")
+    try:
         for batch in frames(sock):
             for kind, ident, payload in batch:
                 if kind == b"C":
@@ -139,6 +142,8 @@ def serve(sock: socket.socket) -> None:
                         sock.sendall(frame(b"R", 0))
                 else:
                     writers.submit(_deliver_one, sock, sending, ident, payload)
+    finally:
+        writers.shutdown(wait=True, cancel_futures=True)
 
 
 if __name__ == "__main__":
