@@ -101,3 +101,33 @@ def test_unsegmented_cjk_text_becomes_character_pairs():
     assert words("Hello 世界你好吗 foo 中 bar") == ["hello", "foo", "bar", "世界", "你好"]
     sentence = "我们公司提供最优惠的价格和最好的服务请联系我们获取更多信息" * 2
     assert "".join(words(sentence)) == sentence and len(words(sentence)) == len(sentence) // 2
+
+
+# The word patterns as they were before they were made possessive: the possessive
+# ones must find exactly the same words.
+_BACKTRACKING_WORD_PATTERNS = {
+    "_WORD_RE": r"[$€£]?[^\W_][^\W_]+(?:['’\-.,][^\W_]+)*[%!]?",
+    "_PLAIN_WORD_RE": r"[^\W_][^\W_]+(?:['’\-.,][^\W_]+)*[%!]?",
+    "_ASCII_WORD_RE": r"\$?[a-z0-9][a-z0-9]+(?:['\-.,][a-z0-9]+)*[%!]?",
+    "_ASCII_PLAIN_WORD_RE": r"[a-z0-9][a-z0-9]+(?:['\-.,][a-z0-9]+)*[%!]?",
+}
+# Text dense in what the patterns turn on: separators, signs, runs of them, letters of other scripts.
+_WORD_EDGE_TEXT = st.lists(
+    st.tuples(
+        st.sampled_from(["ab", "x9", "Zé", "é", "9", "q", "ёж", "Ab", "_"]),
+        st.sampled_from(["", " ", "\n", "'", "’", "-", "--", ".", ",", ".,", "$", "€", "£", "%", "!", "%!", "_"]),
+    ),
+    max_size=60,
+).map(lambda pairs: "".join(fragment + separator for fragment, separator in pairs)) | st.text(max_size=300)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_WORD_EDGE_TEXT)
+def test_possessive_word_patterns_find_what_backtracking_ones_did(text):
+    import re
+
+    import spamd.tokenize as tokenize_module
+
+    for name, backtracking in _BACKTRACKING_WORD_PATTERNS.items():
+        for sample in (text, text.lower()):
+            assert getattr(tokenize_module, name).findall(sample) == re.findall(backtracking, sample), name
