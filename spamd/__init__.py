@@ -7,3 +7,13 @@ model state; spamd.daemon wires the service; spamd.cli is spamctl.
 """
 
 __version__ = "0.1.0"
+
+import os as _os
+
+# numpy's OpenBLAS starts a thread per core at import, and on this 2-core VM that
+# thread spins for about 0.1 s of CPU before it sleeps: 0.41-0.47 -> 0.33-0.35 s of
+# CPU per `spamctl classify` of two messages (10 runs each), in every spamd, spamctl
+# and helper process. spamd's arrays are a message's few hundred tokens: no BLAS call
+# of its is large enough for threads to help. Set before anything imports numpy; an
+# admin's own setting wins.
+_os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")

@@ -535,3 +535,18 @@ def test_the_quick_several_messages_check_agrees_with_mailbox(
     box = mailbox.mbox(str(path), create=False)
     assert quick == (data.startswith(b"From ") and len(box) > 1)
     box.close()
+
+
+def _threads_after_importing_numpy(environment: dict[str, str]) -> int:
+    probe = "import spamd, numpy, os; print(len(os.listdir('/proc/self/task')))"
+    done = subprocess.run([sys.executable, "-c", probe], env=environment, capture_output=True, text=True, check=True)
+    return int(done.stdout)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc (Linux)")
+def test_spamd_processes_start_no_blas_threads_unless_the_admin_asks():
+    # OpenBLAS's thread per core spun ~0.1 s of CPU at every process start, for nothing.
+    environment = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    assert _threads_after_importing_numpy(environment) == 1
+    if len(os.sched_getaffinity(0)) > 1:  # an admin's own setting still starts OpenBLAS's threads
+        assert _threads_after_importing_numpy({**environment, "OPENBLAS_NUM_THREADS": "2"}) == 2
