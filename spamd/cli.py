@@ -41,6 +41,7 @@ from spamd.frontends.control import (
 )
 from spamd.engine import Engine, tune_gc_for_message_streams
 from spamd.errors import NotAMessageError, SpamdError, StateLockedError
+from spamd.message import read_message_file
 from spamd.store import write_atomically
 
 # Training requests carry a few messages each: small enough that the daemon's
@@ -318,7 +319,7 @@ class Inputs:
                 yield described, self._stdin, None
                 continue
             try:
-                raw = path.read_bytes()
+                raw = read_message_file(path)
             except OSError as e:  # a file that vanished (moved by a mail client) or is unreadable
                 yield described, None, e.strerror or str(e)
                 continue

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from spamd.errors import SpamdError
+from spamd.message import read_message_file
 from spamd.model import Label
 
 if TYPE_CHECKING:
@@ -100,7 +101,7 @@ def read_batches(entries: list[IndexEntry], analyze_many: Callable[[list[bytes]]
             entry = entries[position]
             position += 1
             try:
-                raw = entry.path.read_bytes()
+                raw = read_message_file(entry.path)
             except OSError as e:
                 failed[len(batch)] = e.strerror or str(e)
             else:
@@ -153,7 +154,7 @@ def _read_and_analyze(classifier: "Classifier", entries: list[IndexEntry]) -> Ba
     failed: dict[int, str] = {}
     for number, entry in enumerate(entries):
         try:
-            raws.append(entry.path.read_bytes())
+            raws.append(read_message_file(entry.path))
         except OSError as e:
             failed[number] = e.strerror or str(e)
     analyzed = iter(classifier.analyze_many(raws))

