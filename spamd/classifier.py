@@ -81,23 +81,13 @@ def _run_in_worker(task: tuple[Callable[[Classifier, Any], Any], Any]) -> Any:
     return function(_worker_classifier, job)
 
 
-def analyze_raws(classifier: Classifier, raws: list[bytes]) -> list[Analyzed]:
-    """`analyze_many` as a job for `AnalysisWorkers.map` (module level: picklable)."""
-    return classifier.analyze_many(raws)
-
-
-def score_raws(classifier: Classifier, raws: list[bytes]) -> list[Score]:
-    """Analyze and score, as a job for workers given a model that does not change meanwhile."""
-    return [classifier.score(analyzed) for analyzed in classifier.analyze_many(raws)]
-
-
 class AnalysisWorkers:
     """Worker processes that each hold a Classifier, for bulk work.
 
     Analysis (strip, parse, tokenize, hash) is most of the CPU per message and needs
     no model, so `spamctl eval` runs it here while one process scores and trains in
     order. Given a `model` that nothing trains meanwhile (`spamctl classify` of many
-    messages without a daemon), the workers score too. `map` keeps the jobs' order.
+    messages without a daemon), the workers read and score too. `map` keeps the jobs' order.
     """
 
     def __init__(self, config: Config, jobs: int, model: MultinomialNB | None = None):

@@ -118,6 +118,19 @@ def write_mbox(path: Path, messages: list[bytes]) -> Path:
     return path
 
 
+def classify_inputs(home: Path) -> tuple[list[Path], list[str], Path]:
+    """Files, an mbox of two and a message too large for a control frame, in the order `spamctl classify` takes them.
+
+    Returns the paths, the names of the lines it prints for them (in order), and the large one.
+    """
+    first, last, big = home / "first.eml", home / "last.eml", home / "big.eml"
+    first.write_bytes(SPAM[0])
+    last.write_bytes(HAM[0])
+    big.write_bytes(b"Subject: big\n\n" + b"x" * (64 << 20))
+    box = write_mbox(home / "both.mbox", [SPAM[1], HAM[1]])
+    return [first, big, box, last], [str(first), f"{box} message 1", f"{box} message 2", str(last)], big
+
+
 @pytest.fixture
 def home() -> Iterator[Path]:
     """A short private directory (socket paths are limited to 107 bytes) with a small-model config."""

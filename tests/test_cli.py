@@ -24,7 +24,7 @@ from spamd.config import load_config
 from spamd.frontends.control import ControlClient, ControlError
 from spamd.engine import Engine
 from spamd.model import Label
-from tests.cli_helpers import HAM, SPAM, SPAMCTL, home, run_spamctl, wait_until, write_maildir, write_mbox  # noqa: F401 (home is a fixture)
+from tests.cli_helpers import HAM, SPAM, SPAMCTL, classify_inputs, home, run_spamctl, wait_until, write_maildir, write_mbox  # noqa: F401 (home is a fixture)
 
 
 
@@ -227,6 +227,16 @@ def test_classify_of_many_prints_a_line_each_agreeing_with_one_at_a_time(home: P
     assert lines[2][1:] == lines[0][1:] and lines[3][1:] == lines[1][1:]  # the same messages in the mbox
     as_json = [__import__("json").loads(line) for line in ctl(home, "classify", *files, "--json").stdout.splitlines()]
     assert [r["path"] for r in as_json] == [str(f) for f in files] and lines[0][1] == as_json[0]["verdict"]
+
+
+def test_classify_of_many_names_a_message_too_large_in_its_place_and_goes_on(home: Path) -> None:
+    # Read, analyzed and scored in worker processes (no daemon, two cores): the lines
+    # stay in the order of the inputs, an mbox among them is split where it stands.
+    paths, names, big = classify_inputs(home)
+    result = ctl(home, "classify", *paths)
+    assert result.returncode == 1
+    assert [line.rsplit(" ", 3)[0] for line in result.stdout.splitlines()] == names
+    assert f"{big}: too large" in result.stderr and result.stderr.count("\n") == 1
 
 
 def test_standard_input_is_one_message_and_keyed_as_the_same_file(home: Path) -> None:

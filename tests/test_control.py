@@ -35,7 +35,7 @@ from spamd.frontends.control import (
 from spamd.engine import Engine
 from spamd.message import looks_like_message
 from spamd.model import Label
-from tests.cli_helpers import HAM, SPAM, home, run_spamctl_async, write_maildir  # noqa: F401 (home is a fixture)
+from tests.cli_helpers import HAM, SPAM, classify_inputs, home, run_spamctl_async, write_maildir  # noqa: F401 (home is a fixture)
 
 
 class StandInDaemon:
@@ -256,6 +256,19 @@ async def test_spamctl_uses_the_daemon_when_one_answers(home: Path, served: tupl
     assert exported.returncode == 0, exported.stderr
     imported = await run_spamctl_async(*base, "import", home / "backup.spamd", "--json")
     assert imported.returncode == 0 and imported.json()["mode"] == "daemon"
+
+
+@pytest.mark.asyncio
+async def test_spamctl_classify_of_many_through_the_daemon(home: Path, served: tuple[ControlServer, StandInDaemon]) -> None:
+    server, _ = served
+    paths, names, big = classify_inputs(home)
+    result = await run_spamctl_async("--config", home / "spamd.toml", "--data-dir", home / "data", "classify", *paths)
+    assert result.returncode == 1 and f"{big}: too large" in result.stderr  # never sent: over a control frame
+    lines = [line.rsplit(" ", 3) for line in result.stdout.splitlines()]
+    assert [line[0] for line in lines] == names
+    for line, raw in zip(lines, [SPAM[0], SPAM[1], HAM[1], HAM[0]]):
+        single = await ask(server.path, "classify", raw=raw)
+        assert line[1:] == [single["verdict"], f"{single['probability']:.4f}", f"{single['score']:+.4f}"]
 
 
 @pytest.mark.parametrize(
