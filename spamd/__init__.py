@@ -6,9 +6,9 @@ delivery -> training (spamd.training, spamd.store). spamd.engine holds the open
 model state; spamd.daemon wires the service; spamd.cli is spamctl.
 """
 
-__version__ = "0.1.0"
-
 import os as _os
+
+__version__ = "0.1.0"
 
 # numpy's OpenBLAS starts a thread per core at import, and on this 2-core VM that
 # thread spins for about 0.1 s of CPU before it sleeps: 0.41-0.47 -> 0.33-0.35 s of
