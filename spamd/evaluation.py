@@ -148,16 +148,44 @@ def run_online(
 # ---------------------------------------------------------------- analysis in worker processes
 
 
-def _read_and_analyze(classifier: "Classifier", entries: list[IndexEntry]) -> Batch:
+# A worker's answer for a chunk of the index: the keys of the messages it could read, all
+# their feature ids and counts end to end, each message's number of features, and why
+# each of the others could not be read (by place in the chunk). Three arrays pickle in
+# three headers, where a list of Analyzed pickled two arrays a message: the main
+# process unpickled a batch in 14.3 us a message, 1.4 us this way (trec07p-dev).
+AnalyzedChunk = tuple[list[bytes], np.ndarray, np.ndarray, np.ndarray, dict[int, str]]
+
+
+def _read_and_analyze(classifier: "Classifier", paths: list[Path]) -> AnalyzedChunk:
     """In a worker: read a chunk of the index and analyze what could be read (module level: picklable)."""
     raws: list[bytes] = []
     failed: dict[int, str] = {}
-    for number, entry in enumerate(entries):
+    for number, path in enumerate(paths):
         try:
-            raws.append(read_message_file(entry.path))
+            raws.append(read_message_file(path))
         except OSError as e:
             failed[number] = e.strerror or str(e)
-    analyzed = iter(classifier.analyze_many(raws))
+    analyzed = classifier.analyze_many(raws)
+    features = [a.features for a in analyzed]
+    return (
+        [a.key for a in analyzed],
+        np.concatenate([f.ids for f in features]) if features else np.zeros(0, np.uint32),
+        np.concatenate([f.counts for f in features]) if features else np.zeros(0, np.uint32),
+        np.array([len(f.ids) for f in features], dtype=np.int64),
+        failed,
+    )
+
+
+def _unpacked(entries: list[IndexEntry], chunk: AnalyzedChunk) -> Batch:
+    """A worker's answer as the Batch `read_batches` would have made of the same entries."""
+    from spamd.classifier import Analyzed
+    from spamd.model import Features
+
+    keys, ids, counts, lengths, failed = chunk
+    ends = np.cumsum(lengths).tolist()
+    analyzed = iter(
+        [Analyzed(key, Features(ids[start:end], counts[start:end])) for key, start, end in zip(keys, [0, *ends], ends)]
+    )
     return [(entry, None, failed[n]) if n in failed else (entry, next(analyzed), "") for n, entry in enumerate(entries)]
 
 
@@ -173,7 +201,9 @@ def analyze_in_workers(config: "Config", entries: list[IndexEntry], jobs: int) -
 
     chunks = [entries[i : i + BATCH_MESSAGES] for i in range(0, len(entries), BATCH_MESSAGES)]
     with AnalysisWorkers(config, jobs) as workers:
-        yield from workers.map(_read_and_analyze, chunks)
+        answers = workers.map(_read_and_analyze, ([entry.path for entry in chunk] for chunk in chunks))
+        for chunk, answer in zip(chunks, answers):
+            yield _unpacked(chunk, answer)
 
 
 def roc_points(scores: np.ndarray, is_spam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
