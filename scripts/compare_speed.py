@@ -42,7 +42,7 @@ REFERENCE_BOGOFILTER_MSGS_PER_S = 2911  # bulk classify on the machine the targe
 
 def spamctl_command() -> list[str]:
     spamctl = Path(sys.executable).with_name("spamctl")
-    return [str(spamctl)] if spamctl.exists() else [sys.executable, "-m", "spamd.cli"]
+    return [str(spamctl)] if spamctl.exists() else [sys.executable, "-c", "from spamd.cli import main; main()"]
 
 
 def spamd_eval_rate(index: Path, jobs: int | None = None) -> float:

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spamd.cli import holds_several_mbox_messages
+from spamd.cli.inputs import holds_several_mbox_messages
 from spamd.config import load_config
 from spamd.frontends.control import ControlClient, ControlError
 from spamd.engine import Engine

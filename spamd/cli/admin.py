@@ -1,0 +1,118 @@
+"""spamctl stats, report, snapshot, reload, export and import: looking after the model and the daemon."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from contextlib import closing
+from pathlib import Path
+
+from spamd.cli.backends import open_backend
+from spamd.cli.inputs import _read_file
+from spamd.cli.output import emit_json, format_stats, human_bytes, table
+from spamd.config import Config
+from spamd.errors import SpamdError
+from spamd.frontends.control import DaemonNotRunning
+from spamd.store import write_atomically
+
+
+def cmd_stats(config: Config, args: argparse.Namespace) -> int:
+    with closing(open_backend(config)) as backend:
+        stats = backend.request("stats")
+    if args.json:
+        emit_json(stats)
+    else:
+        print(format_stats(stats))
+    return 0
+
+
+def cmd_report(config: Config, args: argparse.Namespace) -> int:
+    """Live accuracy per day: a table, JSON, or a plot with the training volume."""
+    with closing(open_backend(config)) as backend:
+        days = backend.request("live_days")["days"]
+    if args.plot:
+        from spamd.evaluation import plot_live_accuracy  # optional matplotlib: only when asked
+
+        plot_live_accuracy(days, Path(args.plot))
+    if args.json:
+        emit_json({"days": days})
+    elif not args.plot:
+        rows: list[tuple[str, ...]] = [("day", "scored", "missed spam", "false pos", "unsure->spam", "unsure->ham",
+                                        "trained spam", "trained ham")]  # fmt: skip
+        for d in days:
+            rows.append((d["day"], *(str(d.get(k, 0)) for k in ("scored", "missed_spam", "false_positive",
+                         "unsure_resolved_spam", "unsure_resolved_ham", "trained:spam", "trained:ham"))))  # fmt: skip
+        print(table(rows) if days else "no live-accuracy figures yet")
+    return 0
+
+
+def cmd_snapshot(config: Config, args: argparse.Namespace) -> int:
+    with closing(open_backend(config)) as backend:
+        result = backend.request("snapshot")
+    if args.json:
+        emit_json({**result, "mode": backend.mode})
+    else:
+        print(f"snapshot written: {result['path']}")
+    return 0
+
+
+def cmd_reload(config: Config, args: argparse.Namespace) -> int:
+    try:
+        backend = open_backend(config, daemon_only=True)
+    except DaemonNotRunning:
+        raise DaemonNotRunning(
+            f"no spamd is running (nothing answers on {config.control_socket}); there is no daemon to reload"
+        ) from None
+    try:
+        result = backend.request("reload")
+    finally:
+        backend.close()
+    if args.json:
+        emit_json(result)
+    else:
+        print("configuration reloaded")
+        if isinstance(result, dict) and result:
+            rows = [(str(k), json.dumps(v, default=str)) for k, v in sorted(result.items())]
+            print(table(rows, indent="  ", numbers=False))
+    return 0
+
+
+def cmd_export(config: Config, args: argparse.Namespace) -> int:
+    target = Path(args.file)
+    if target.is_dir():
+        raise SpamdError(f"{target}: is a directory; give a file name to export to")
+    if not target.parent.is_dir():
+        raise SpamdError(f"{target.parent}: no such directory")
+    with closing(open_backend(config)) as backend:
+        data = backend.export_bytes()
+    try:
+        write_atomically(target, data)
+    except PermissionError:
+        raise SpamdError(f"{target}: permission denied") from None
+    except OSError as e:
+        raise SpamdError(f"{target}: cannot write: {e.strerror}") from None
+    if args.json:
+        emit_json({"path": str(target), "bytes": len(data), "mode": backend.mode})
+    else:
+        print(f"exported {human_bytes(len(data))} to {target}")
+    return 0
+
+
+def cmd_import(config: Config, args: argparse.Namespace) -> int:
+    source = Path(args.file)
+    if source.is_dir():
+        raise SpamdError(f"{source}: is a directory, not a spamd export")
+    data = _read_file(source)
+    if not data:
+        raise SpamdError(f"{source}: empty file, not a spamd export")
+    with closing(open_backend(config)) as backend:
+        result = backend.import_bytes(data, str(source))
+    if args.json:
+        emit_json({**result, "mode": backend.mode})
+    else:
+        print(
+            f"imported {source}: {result['trained_ham']:,} ham and {result['trained_spam']:,} spam in the model, "
+            f"{result['ledger_entries']:,} trained messages; saved as {result['snapshot']}"
+        )
+    return 0
+

@@ -1,0 +1,172 @@
+"""What spamctl prints: JSON, tables, sizes and durations, and the stats and live-accuracy reports."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections import Counter
+from typing import Any
+
+
+def emit_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, sort_keys=True, default=str))
+
+
+def table(rows: list[tuple[str, ...]], indent: str = "", numbers: bool = True) -> str:
+    """Left-aligned first column; the others right-aligned (numbers) or left-aligned (text)."""
+    if not rows:
+        return ""
+    widths = [max(len(row[i]) for row in rows if i < len(row)) for i in range(max(map(len, rows)))]
+    lines = []
+    for row in rows:
+        align = str.rjust if numbers else str.ljust
+        cells = [row[0].ljust(widths[0])] + [align(cell, widths[i + 1]) for i, cell in enumerate(row[1:])]
+        lines.append(indent + "  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def human_bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def human_duration(seconds: float | None) -> str:
+    if seconds is None or (isinstance(seconds, float) and math.isnan(seconds)):
+        return "-"
+    s = int(seconds)
+    if s < 60:
+        return f"{seconds:.0f} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    if s < 86400:
+        return f"{s // 3600} h {s % 3600 // 60} min"
+    return f"{s // 86400} d {s % 86400 // 3600} h"
+
+
+def _verdicts(counts: dict[str, int] | None) -> str:
+    counts = counts or {}
+    total = sum(counts.values())
+    parts = ", ".join(f"{v} {counts.get(v, 0)}" for v in ("ham", "unsure", "spam"))
+    return f"{total} ({parts})"
+
+
+# Training outcomes in the order a table shows them.
+_OUTCOME_COLUMNS = ("learned", "corrected", "skipped_repeat", "unlearned", "not_trained", "declined")
+
+
+def format_stats(stats: dict[str, Any]) -> str:
+    daemon = stats.get("mode") == "daemon"
+    # The daemon's own figures (throughput, latency, errors) sit in a "daemon" section.
+    extra: dict[str, Any] = stats["daemon"] if isinstance(stats.get("daemon"), dict) else stats
+    if daemon:
+        header = f"spamd running (pid {extra.get('pid', '?')}), up {human_duration(stats.get('uptime_s'))}"
+    else:
+        header = f"no spamd running; read from {stats.get('state_dir', 'the state directory')}"
+    rows: list[tuple[str, ...]] = []
+    if daemon:
+        rows.append(("messages scored since start", _verdicts(stats.get("scored_by_verdict"))))
+    rows += [
+        ("messages scored all time", _verdicts(stats.get("scored_by_verdict_all_time"))),
+        ("ham in the model", f"{stats.get('trained_ham', 0):,}"),
+        ("spam in the model", f"{stats.get('trained_spam', 0):,}"),
+        ("distinct tokens", f"{stats.get('tokens', 0):,}"),
+        ("trained messages (ledger)", f"{stats.get('ledger_entries', 0):,}"),
+        ("model memory", human_bytes(stats.get("model_memory_bytes"))),
+        (
+            "snapshot",
+            f"seq {stats.get('snapshot_seq', 0)}, {human_bytes(stats.get('snapshot_bytes'))}, "
+            + (
+                "none written yet"
+                if stats.get("snapshot_age_s") is None
+                else f"{human_duration(stats.get('snapshot_age_s'))} old"
+            ),
+        ),
+        (
+            "journal",
+            f"seq {stats.get('journal_seq', 0)}, {stats.get('journal_records', 0)} records since the snapshot, "
+            f"{human_bytes(stats.get('journal_bytes'))}",
+        ),
+    ]
+    if daemon:
+        p50, p99 = extra.get("latency_ms_p50"), extra.get("latency_ms_p99")
+        rows.append(("scoring throughput (last min)", f"{extra.get('throughput_msgs_per_s', 0)} msgs/s"))
+        rows.append(("scoring latency p50 / p99", "-" if p50 is None else f"{p50} ms / {p99} ms"))
+        if extra.get("smtp_listen"):
+            rows.append(("smtp", f"{extra['smtp_listen']} ({extra.get('smtp_mode', '?')}), "
+                                 f"{extra.get('smtp_sessions', 0)} sessions open"))
+        if extra.get("milter_listen"):
+            rows.append(("milter", f"{extra['milter_listen']}, {extra.get('milter_sessions', 0)} connections open, "
+                                   f"{extra.get('milter_in_flight', 0)} messages in flight"))
+        for served in extra.get("maildirs") or []:
+            rows.append(("maildir", f"{served.get('path')} ({served.get('indexed_messages', 0)} messages indexed)"))
+    out = [header, "", table(rows, numbers=False)]
+    events: dict[str, int] = stats.get("training_events") or {}
+    by_source: dict[str, Counter[str]] = {}
+    for key, n in events.items():
+        source, _, outcome = key.partition(":")
+        by_source.setdefault(source, Counter())[outcome] += n
+    out.append("")
+    if not daemon:
+        out.append("training events: counted by a running daemon only")
+    elif by_source:
+        columns = [c for c in _OUTCOME_COLUMNS if c in ("learned", "corrected", "skipped_repeat") or any(
+            counts[c] for counts in by_source.values())]
+        names = {"skipped_repeat": "skipped (repeat)"}
+        training_rows = [("training since start",) + tuple(names.get(c, c) for c in columns)]
+        for source in sorted(by_source):
+            training_rows.append((f"  {source}",) + tuple(str(by_source[source][c]) for c in columns))
+        out.append(table(training_rows))
+    else:
+        out.append("training since start: none")
+    live = stats.get("live_accuracy")
+    if isinstance(live, dict):
+        out.append("")
+        out.append(format_live_accuracy(live))
+    problems = list(stats.get("recovery_problems") or [])
+    errors = list(extra.get("recent_errors") or [])
+    if problems or errors:
+        out.append("")
+        out.append("recent errors:")
+        out.extend(f"  recovery: {p}" for p in problems)
+        for e in errors:
+            if isinstance(e, dict):
+                when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.get("time", 0)))
+                details = ", ".join(f"{k}={v}" for k, v in e.items() if k not in ("time", "event"))
+                out.append(f"  {when} {e.get('event', '?')} {details}".rstrip())
+            else:
+                out.append(f"  {e}")
+    return "\n".join(out)
+
+
+_LIVE_COLUMNS = (
+    ("missed_spam", "missed spam"),
+    ("false_positive", "false positives"),
+    ("unsure_resolved_spam", "unsure -> spam"),
+    ("unsure_resolved_ham", "unsure -> ham"),
+)
+
+
+def format_live_accuracy(live: dict[str, Any]) -> str:
+    """The live-accuracy table: per window, messages scored and what people's moves said, count (rate)."""
+    rows: list[tuple[str, ...]] = [("live accuracy (UTC days)", "scored", *(name for _, name in _LIVE_COLUMNS))]
+    for window in ("day", "week", "month"):
+        w = live.get(window) or {}
+        scored = int(w.get("scored", 0))
+        cells = []
+        for kind, _ in _LIVE_COLUMNS:
+            n = int(w.get(kind, 0))
+            cells.append(f"{n}" if not scored else f"{n} ({100 * n / scored:.2f}%)")
+        label = {"day": "  today", "week": "  last 7 days", "month": "  last 30 days"}[window]
+        rows.append((label, f"{scored:,}", *cells))
+    note = (
+        "  a false positive is mail spamd filed as spam that a person moved out of Junk; "
+        "a missed spam, mail it let through that a person moved into Junk"
+    )
+    return table(rows) + "\n" + note
+

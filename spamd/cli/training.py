@@ -1,0 +1,131 @@
+"""spamctl train and untrain: messages sent to the model in batches, with a progress bar and a tally of outcomes."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from contextlib import closing
+from typing import Any
+
+from spamd.cli.backends import BATCH_BYTES, BATCH_MESSAGES, open_backend
+from spamd.cli.inputs import Inputs, too_large
+from spamd.cli.output import emit_json, table
+from spamd.config import Config
+from spamd.frontends.control import NOT_A_MESSAGE
+
+
+def cmd_train(config: Config, args: argparse.Namespace) -> int:
+    label = "spam" if args.spam else "ham"
+    return _train_paths(config, args, "train", label)
+
+
+def cmd_untrain(config: Config, args: argparse.Namespace) -> int:
+    return _train_paths(config, args, "untrain", None)
+
+
+def _train_paths(config: Config, args: argparse.Namespace, command: str, label: str | None) -> int:
+    inputs = Inputs(args.paths)  # resolve every PATH before training any: a typo trains nothing
+    with closing(inputs):
+        return _train_inputs(config, args, command, label, inputs)
+
+
+def _train_inputs(config: Config, args: argparse.Namespace, command: str, label: str | None, inputs: Inputs) -> int:
+    tally: Counter[str] = Counter()
+    problems: list[tuple[str, str]] = []
+    failure: str | None = None
+    backend = open_backend(config)
+    progress = _progress_bar(inputs.total, "training" if command == "train" else "untraining")
+    try:
+        batch: list[bytes] = []
+        names: list[str] = []
+
+        def send() -> str | None:
+            extra = {"label": label} if label else {}
+            result = backend.request(command, messages=batch, **extra)
+            for name, outcome in zip(names, result["outcomes"]):
+                tally[outcome] += 1
+                if outcome == NOT_A_MESSAGE:
+                    problems.append((name, "not a mail message"))
+            progress.update(len(batch))
+            batch.clear()
+            names.clear()
+            return result.get("error")
+
+        size = 0
+        for name, raw, problem in inputs:
+            if raw is not None:
+                problem = too_large(raw)
+            if problem is not None:
+                problems.append((name, problem))
+                tally["unreadable"] += 1
+                progress.update(1)
+                continue
+            assert raw is not None
+            if batch and (len(batch) >= BATCH_MESSAGES or size + len(raw) > BATCH_BYTES):
+                failure = send()
+                size = 0
+                if failure:
+                    break
+            batch.append(raw)
+            names.append(name)
+            size += len(raw)
+        if batch and not failure:
+            failure = send()
+    finally:
+        progress.close()
+        backend.close()
+    for name, problem in problems:
+        print(f"spamctl: {name}: {problem}", file=sys.stderr)
+    report = {
+        "mode": backend.mode,
+        "messages": inputs.total,
+        **{k: tally.get(k, 0) for k in _tally_keys(command)},
+        "problems": [{"path": name, "problem": problem} for name, problem in problems],
+    }
+    if label:
+        report["label"] = label
+    if failure:
+        report["error"] = failure
+    if args.json:
+        emit_json(report)
+    else:
+        title = f"trained as {label}" if label else "untrained"
+        rows = [(_TALLY_NAMES.get(k, k), str(tally.get(k, 0))) for k in _tally_keys(command)]
+        print(f"{title}: {inputs.total} messages ({backend.mode})")
+        print(table(rows, indent="  "))
+    if failure:
+        print(f"spamctl: stopped: {failure}", file=sys.stderr)
+    return 1 if failure or problems else 0
+
+
+_TALLY_NAMES = {
+    "skipped_repeat": "skipped (already trained)",
+    "not_trained": "not in the model",
+    NOT_A_MESSAGE: "not a mail message",
+    "unreadable": "unreadable",
+}
+
+
+def _tally_keys(command: str) -> tuple[str, ...]:
+    if command == "train":
+        return ("learned", "corrected", "skipped_repeat", NOT_A_MESSAGE, "unreadable")
+    return ("unlearned", "not_trained", NOT_A_MESSAGE, "unreadable")
+
+
+class _NoProgress:
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress_bar(total: int, what: str) -> Any:
+    """tqdm on stderr when it is a terminal; nothing otherwise (logs and pipes stay clean)."""
+    if not sys.stderr.isatty():
+        return _NoProgress()
+    from tqdm import tqdm  # only worth importing for a person watching
+
+    return tqdm(total=total, desc=what, unit="msg", file=sys.stderr, leave=False)
+
