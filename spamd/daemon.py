@@ -5,7 +5,7 @@ up with moves made while spamd was down, then listens. Serve waits on an Event
 that SIGTERM/SIGINT set; SIGHUP reloads the config. Shutdown stops accepting,
 lets messages in flight finish, handles queued Maildir events, writes a
 snapshot and releases the state. Business logic lives in the frontends (smtp.py,
-milter.py, spamc.py, maildir.py, control.py) and scoring.py; the model in the Engine.
+milter.py, spamc.py, maildir/, control.py) and scoring.py; the model in the Engine.
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ from spamd.config import Config, load_config, metrics_address, parse_host_port
 from spamd.engine import Engine, tune_gc_for_message_streams
 from spamd.errors import SpamdError
 from spamd.logs import configure_logging, set_level
-from spamd.frontends.maildir import Mailbox, MaildirWatcher, export_indexes, load_indexes, save_indexes, user_of
+from spamd.frontends.maildir.mailbox import Mailbox, user_of
+from spamd.frontends.maildir.seen import export_indexes, load_indexes, save_indexes
+from spamd.frontends.maildir.watcher import MaildirWatcher
 from spamd.model import Label
 from spamd.scheduling import background_executor
 from spamd.scoring import Metrics, Scorer

@@ -21,7 +21,9 @@ from hypothesis import strategies as st
 
 from spamd.config import MaildirConfig
 from spamd.frontends.delivery import DeliveryProcesses, DeliveryUnavailable, decode_work, encode_work
-from spamd.frontends.maildir import INBOX, Mailbox, Ownership, write_file
+from spamd.frontends.maildir.files import write_file
+from spamd.frontends.maildir.layout import INBOX, Ownership
+from spamd.frontends.maildir.mailbox import Mailbox
 from spamd.model import Label
 from tests.daemon_helpers import daemon_config, files, make_message, running, send, train, wait_until
 from tests.test_full_disk import fill, tmpfs  # noqa: F401 (a fixture)

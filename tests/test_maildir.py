@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from spamd.frontends.maildir import FILED_MARK, RecentNames, base_of
+from spamd.frontends.maildir.layout import FILED_MARK, base_of
+from spamd.frontends.maildir.seen import RecentNames
 from spamd.model import Label
 from tests.daemon_helpers import (
     daemon_config,
@@ -375,7 +376,7 @@ async def test_a_file_moved_out_of_the_maildir_is_forgotten(tmp_path):
 
 async def test_stale_tmp_files_are_removed_fresh_ones_kept(tmp_path):
     from spamd.config import MaildirConfig
-    from spamd.frontends.maildir import STALE_TMP_S, Mailbox
+    from spamd.frontends.maildir.mailbox import STALE_TMP_S, Mailbox
 
     mailbox = Mailbox(tmp_path / "Maildir", MaildirConfig(), "user", None)
     mailbox.ensure_layout()
@@ -414,7 +415,7 @@ async def test_everything_created_in_a_maildir_gets_its_owner_group_and_mode(tmp
     if tmp_file == "named":
         # As on a file system without O_TMPFILE: the kernel opens tmp/ itself and answers
         # EISDIR, and delivery writes a named file in tmp/ and renames it.
-        monkeypatch.setattr("spamd.frontends.maildir._UNNAMED_FILE_FLAGS", os.O_WRONLY | os.O_CLOEXEC)
+        monkeypatch.setattr("spamd.frontends.maildir.files._UNNAMED_FILE_FLAGS", os.O_WRONLY | os.O_CLOEXEC)
     maildir = tmp_path / "Maildir"
     maildir.mkdir(mode=0o750)
     os.chmod(maildir, 0o750)
@@ -446,7 +447,7 @@ async def test_everything_created_in_a_maildir_gets_its_owner_group_and_mode(tmp
 @needs_root
 async def test_a_group_shared_maildir_keeps_its_set_group_id_folders(tmp_path):
     from spamd.config import MaildirConfig
-    from spamd.frontends.maildir import Mailbox
+    from spamd.frontends.maildir.mailbox import Mailbox
 
     maildir = tmp_path / "Maildir"
     maildir.mkdir()
@@ -460,7 +461,7 @@ async def test_a_group_shared_maildir_keeps_its_set_group_id_folders(tmp_path):
 @needs_root
 async def test_a_missing_maildir_gets_its_parents_owner(tmp_path):
     from spamd.config import MaildirConfig
-    from spamd.frontends.maildir import Mailbox
+    from spamd.frontends.maildir.mailbox import Mailbox
 
     home = tmp_path / "alice"
     home.mkdir()
@@ -473,7 +474,7 @@ async def test_a_missing_maildir_gets_its_parents_owner(tmp_path):
 @needs_root
 async def test_folders_a_root_spamd_left_owned_by_root_are_repaired(tmp_path):
     from spamd.config import MaildirConfig
-    from spamd.frontends.maildir import Mailbox
+    from spamd.frontends.maildir.mailbox import Mailbox
 
     maildir = tmp_path / "Maildir"
     for sub in ("cur", "new", "tmp", ".Junk/cur", ".Junk/new", ".Junk/tmp"):
@@ -498,7 +499,8 @@ async def test_folders_a_root_spamd_left_owned_by_root_are_repaired(tmp_path):
 async def test_a_symbolic_link_in_a_maildir_is_never_followed(tmp_path):
     from spamd.config import MaildirConfig
     from spamd.errors import StoreError
-    from spamd.frontends.maildir import Mailbox, write_message
+    from spamd.frontends.maildir.files import write_message
+    from spamd.frontends.maildir.mailbox import Mailbox
 
     outside = tmp_path / "outside"
     outside.mkdir(mode=0o755)
@@ -554,7 +556,7 @@ async def test_spamd_neither_root_nor_the_owner_says_what_to_change():
     os.chmod(maildir, 0o777)  # writable, so only the ownership problem remains
     code = (
         "import sys; from pathlib import Path; from spamd.config import MaildirConfig; "
-        "from spamd.frontends.maildir import Mailbox; "
+        "from spamd.frontends.maildir.mailbox import Mailbox; "
         "print(Mailbox(Path(sys.argv[1]), MaildirConfig(), 'u').ensure_layout())"
     )
     if python_for(MAIL_UID + 1, MAIL_GID + 1) is None:

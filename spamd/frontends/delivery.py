@@ -32,7 +32,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from spamd.classifier import usable_cores
-from spamd.frontends.maildir import Ownership, write_file
+from spamd.frontends.maildir.files import write_file
+from spamd.frontends.maildir.layout import Ownership
 from spamd.helper_processes import HelperProcesses, HelperUnavailable, frame, frames, ignore_stop_signals
 
 _WORK = struct.Struct("!BIIHHIHH")

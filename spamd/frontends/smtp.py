@@ -24,7 +24,8 @@ from aiosmtpd.smtp import SMTP, Envelope, Session
 from spamd.config import Config
 from spamd.errors import SpamdError, StoreUnavailableError
 from spamd.frontends.delivery import DeliveryProcesses
-from spamd.frontends.maildir import Mailbox, deliver, mailbox_for
+from spamd.frontends.maildir.deliver import deliver
+from spamd.frontends.maildir.mailbox import Mailbox, mailbox_for
 from spamd.model import Label, Verdict
 from spamd.scoring import Scored, Scorer
 
