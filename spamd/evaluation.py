@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -18,7 +19,8 @@ import numpy as np
 
 from spamd.errors import SpamdError
 from spamd.message import read_message_file
-from spamd.model import Label
+from spamd.feedback import Event, Feedback, Protocol
+from spamd.model import Label, Verdict
 
 if TYPE_CHECKING:
     from spamd.classifier import Classifier
@@ -72,8 +74,12 @@ class Report:
     unsure_pct: float
     msgs_per_s: float
     seconds: float
+    # Trainings applied, by source (eval: a person's label; autolearn; settled), and of
+    # them those that changed the model (learned or corrected, not a repeat or declined).
+    trained: dict[str, int] = field(default_factory=dict)
+    changed: dict[str, int] = field(default_factory=dict)
 
-    def as_dict(self) -> dict[str, float | int]:
+    def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
@@ -115,34 +121,57 @@ def read_batches(entries: list[IndexEntry], analyze_many: Callable[[list[bytes]]
 def run_online(
     batches: Iterable[Batch],
     score: Callable[[Prepared], tuple[float, bool, bool]],
-    learn: Callable[[Prepared, Label], None],
+    learn: Callable[[Prepared, Label, str, bool], object],
     on_skip: Callable[[IndexEntry, str], None] = lambda entry, reason: None,
     progress: Callable[[int], None] = lambda n: None,
-) -> tuple[list[Result], int, float]:
-    """Score each message, record it, then learn it with its gold label (TREC immediate feedback).
+    protocol: Protocol | None = None,
+) -> tuple[list[Result], int, float, Counter[tuple[str, str]]]:
+    """Score each message, record it, then apply the training its protocol's feedback causes.
 
     `batches` yields the messages in index order, already analyzed (raw bytes ->
     what `score` and `learn` take), which depends on nothing learned: by
     `read_batches` here, or by worker processes (`analyze_in_workers`). Each is
-    then scored and learned in index order, so every score comes from a model
-    trained on exactly the messages before it. `score(prepared)` returns (score,
-    judged_spam, unsure). Unreadable messages are skipped and reported through
-    `on_skip`. Returns the results, the number skipped, and seconds.
+    then scored in index order, and the training events due by then are applied
+    before the next one is scored; with full immediate feedback (the default
+    protocol, TREC's) that is each message with its gold label right after its
+    score. `score(prepared)` returns (score, judged_spam, unsure);
+    `learn(prepared, label, source, person)` returns the trainer's outcome.
+    Unreadable messages are skipped and reported through `on_skip`. Returns the
+    results, the number skipped, seconds, and the trainings by (source, outcome).
     """
+    feedback = Feedback(protocol or Protocol())
     results: list[Result] = []
+    trained: Counter[tuple[str, str]] = Counter()
+    waiting: dict[int, Prepared] = {}  # message number -> analyzed, while an event for it is pending
     skipped = 0
+
+    def apply(events: list[Event]) -> None:
+        for event in events:
+            outcome = learn(waiting[event.message], event.label, event.source, event.person)
+            trained[(event.source, getattr(outcome, "value", str(outcome)))] += 1
+        for event in events:
+            if not feedback.waits_for(event.message):
+                waiting.pop(event.message, None)
+
     started = time.perf_counter()
     for batch in batches:
         for entry, prepared, reason in batch:
             if prepared is None:
                 skipped += 1
                 on_skip(entry, reason)
-            else:
-                value, judged_spam, unsure = score(prepared)
-                results.append(Result(entry.name, entry.label, value, judged_spam, unsure))
-                learn(prepared, entry.label)
+                progress(1)
+                continue
+            number = len(results)
+            apply(feedback.due(number))  # labels that arrived while earlier messages were scored
+            value, judged_spam, unsure = score(prepared)
+            results.append(Result(entry.name, entry.label, value, judged_spam, unsure))
+            verdict = Verdict.UNSURE if unsure else Verdict.SPAM if judged_spam else Verdict.HAM
+            waiting[number] = prepared
+            apply(feedback.observe(number, entry.label, verdict))
+            if not feedback.waits_for(number):
+                waiting.pop(number, None)
             progress(1)
-    return results, skipped, time.perf_counter() - started
+    return results, skipped, time.perf_counter() - started, trained
 
 
 # ---------------------------------------------------------------- analysis in worker processes
@@ -261,7 +290,9 @@ def lam(hm: float, sm: float, n_ham: int, n_spam: int) -> float:
     return 100.0 / (1.0 + math.exp(-z))
 
 
-def summarize(results: list[Result], skipped: int, seconds: float) -> Report:
+def summarize(
+    results: list[Result], skipped: int, seconds: float, trained: Counter[tuple[str, str]] | None = None
+) -> Report:
     scores = np.array([r.score for r in results], dtype=np.float64)
     is_spam = np.array([r.gold == Label.SPAM for r in results], dtype=bool)
     judged = np.array([r.judged_spam for r in results], dtype=bool)
@@ -280,7 +311,17 @@ def summarize(results: list[Result], skipped: int, seconds: float) -> Report:
         unsure_pct=100.0 * unsure / max(len(results), 1),
         msgs_per_s=len(results) / seconds if seconds > 0 else float("nan"),
         seconds=seconds,
+        trained=_by_source(trained or Counter(), lambda outcome: True),
+        changed=_by_source(trained or Counter(), lambda outcome: outcome in ("learned", "corrected")),
     )
+
+
+def _by_source(trained: Counter[tuple[str, str]], counts: Callable[[str], bool]) -> dict[str, int]:
+    totals: Counter[str] = Counter()
+    for (source, outcome), n in trained.items():
+        if counts(outcome):
+            totals[source] += n
+    return dict(sorted(totals.items()))
 
 
 def iter_result_lines(results: list[Result]) -> Iterator[str]:
@@ -298,8 +339,9 @@ def evaluate_index(
     progress: bool = False,
     on_skip: Callable[[IndexEntry, str], None] = lambda entry, reason: None,
     jobs: int = 0,
+    protocol: Protocol | None = None,
 ) -> tuple[list[Result], Report]:
-    """Run the protocol through the real Engine (parse, score, journaled training) on a fresh model.
+    """Run the protocol (default: TREC immediate full feedback) through the real Engine (parse, score, journaled training) on a fresh model.
 
     The model lives in a temporary data directory that is removed afterwards; the
     journal is written as in the daemon but not fsynced (durable=False), since a
@@ -322,8 +364,8 @@ def evaluate_index(
                 scored = engine.classify_analyzed(analyzed).score
                 return scored.log_odds, scored.verdict == Verdict.SPAM, scored.verdict == Verdict.UNSURE
 
-            def learn(analyzed: Analyzed, label: Label) -> None:
-                engine.trainer.train(analyzed, label, source="eval")
+            def learn(analyzed: Analyzed, label: Label, source: str, person: bool) -> object:
+                return engine.trainer.train(analyzed, label, source=source, user=person)
 
             bar = _progress_bar(len(entries)) if progress else None
             try:
@@ -332,19 +374,20 @@ def evaluate_index(
                     if jobs > 0
                     else read_batches(entries, engine.classifier.analyze_many)
                 )
-                results, skipped, seconds = run_online(
+                results, skipped, seconds, trained = run_online(
                     batches,
                     score,
                     learn,
                     on_skip,
                     bar.update if bar is not None else (lambda n: None),
+                    protocol,
                 )
             finally:
                 if bar is not None:
                     bar.close()
         finally:
             engine.close()
-    return results, summarize(results, skipped, seconds)
+    return results, summarize(results, skipped, seconds, trained)
 
 
 def _progress_bar(total: int):
@@ -404,7 +447,7 @@ def plot_roc(results: list[Result], path: Path, title: str) -> None:
     _save_figure(plt, fig, path, dpi=120)
 
 
-def format_report(report: Report, index: Path) -> str:
+def format_report(report: Report, index: Path, protocol: Protocol | None = None) -> str:
     rows = [
         ("index", str(index)),
         ("messages", f"{report.messages:,} ({report.skipped} skipped)"),
@@ -415,13 +458,18 @@ def format_report(report: Report, index: Path) -> str:
         ("unsure", f"{report.unsure_pct:.2f}%"),
         ("throughput", f"{report.msgs_per_s:,.0f} msgs/s ({report.seconds:.1f} s)"),
     ]
+    if protocol is not None:
+        rows.insert(1, ("feedback", protocol.describe()))
+    for source, n in report.trained.items():
+        rows.append((f"trained ({source})", f"{n:,} ({report.changed.get(source, 0):,} changed the model)"))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
 def eval_command(
-    config: "Config", index: Path, results: Path | None, plot: Path | None, as_json: bool, progress: bool, jobs: int
-) -> int:
+    config: "Config", index: Path, results: Path | None, plot: Path | None, as_json: bool, progress: bool, jobs: int,
+    protocol: Protocol | None = None,
+) -> int:  # fmt: skip
     """`spamctl eval INDEX`: print the report (a table, or JSON as the last line) and write extras."""
     import json
     import sys
@@ -429,7 +477,7 @@ def eval_command(
     def on_skip(entry: IndexEntry, reason: str) -> None:
         print(f"spamctl eval: skipped {entry.name}: {reason}", file=sys.stderr)
 
-    found, report = evaluate_index(config, index, progress=progress, on_skip=on_skip, jobs=jobs)
+    found, report = evaluate_index(config, index, progress=progress, on_skip=on_skip, jobs=jobs, protocol=protocol)
     if results is not None:
         try:
             with open(results, "w", encoding="utf-8") as f:
@@ -439,9 +487,10 @@ def eval_command(
     if plot is not None:
         plot_roc(found, plot, f"spamd on {index.parent.name or index}")
     if as_json:
-        print(json.dumps({**report.as_dict(), "index": str(index)}))
+        described = {"feedback": (protocol or Protocol()).describe()}
+        print(json.dumps({**report.as_dict(), "index": str(index), **described}))
     else:
-        print(format_report(report, index))
+        print(format_report(report, index, protocol))
     return 0
 
 
