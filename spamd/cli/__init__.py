@@ -21,7 +21,7 @@ import structlog
 
 from spamd.cli.admin import cmd_export, cmd_import, cmd_reload, cmd_report, cmd_snapshot, cmd_stats
 from spamd.cli.classify import cmd_classify, cmd_explain
-from spamd.cli.evaluate import cmd_eval
+from spamd.cli.evaluate import add_eval_arguments, cmd_eval
 from spamd.cli.training import cmd_train, cmd_untrain
 from spamd.config import load_config
 from spamd.engine import tune_gc_for_message_streams
@@ -79,13 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("file", metavar="FILE")
     imported = command("import", "replace model and ledger with an export (verified first)", cmd_import)
     imported.add_argument("file", metavar="FILE")
-    evaluate = command("eval", "TREC-style online evaluation over an index file", cmd_eval)
-    evaluate.add_argument("index", metavar="INDEX")
-    evaluate.add_argument("--results", metavar="FILE", help="write TREC results lines here")
-    evaluate.add_argument("--plot", metavar="FILE.png", help="draw the ROC curve here")
-    evaluate.add_argument(
-        "--jobs", type=int, metavar="N", help="processes analyzing messages (default: one per core; 1: none beside eval)"
-    )
+    add_eval_arguments(command("eval", "TREC-style online evaluation over an index file", cmd_eval))
     return parser
 
 

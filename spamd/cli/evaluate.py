@@ -1,4 +1,4 @@
-"""spamctl eval: TREC-style online evaluation (spamd.evaluation does the work)."""
+"""spamctl eval: TREC-style online evaluation under a feedback protocol (spamd.evaluation does the work)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,70 @@ from pathlib import Path
 
 from spamd.config import Config
 from spamd.errors import SpamdError
+from spamd.feedback import FEEDBACKS, People, Protocol
+
+
+def add_eval_arguments(evaluate: argparse.ArgumentParser) -> None:
+    evaluate.add_argument("index", metavar="INDEX")
+    evaluate.add_argument("--results", metavar="FILE", help="write TREC results lines here")
+    evaluate.add_argument("--plot", metavar="FILE.png", help="draw the ROC curve here")
+    evaluate.add_argument(
+        "--jobs", type=int, metavar="N", help="processes analyzing messages (default: one per core; 1: none beside eval)"
+    )
+    protocol = evaluate.add_argument_group(
+        "feedback protocol", "who labels which message, and when (spamd/feedback.py); delays count messages scored"
+    )
+    protocol.add_argument(
+        "--feedback", choices=FEEDBACKS, default="full",
+        help="full: every message trained with its label (TREC); errors: only when the verdict was wrong or "
+        "Unsure; people: a seeded simulation of a mailbox's owner (default: full)",
+    )  # fmt: skip
+    protocol.add_argument("--delay", type=int, default=0, metavar="N", help="full/errors: a label arrives N messages later")
+    learn = protocol.add_mutually_exclusive_group()
+    learn.add_argument("--autolearn", dest="autolearn", action="store_true", default=None,
+                       help="learn confident verdicts at delivery (default: as [maildir] autolearn)")  # fmt: skip
+    learn.add_argument("--no-autolearn", dest="autolearn", action="store_false")
+    settled = protocol.add_mutually_exclusive_group()
+    settled.add_argument("--settled", dest="settled", action="store_true", default=None,
+                         help="learn mail left in place (default: as [maildir] settle_after > 0)")  # fmt: skip
+    settled.add_argument("--no-settled", dest="settled", action="store_false")
+    defaults = Protocol()
+    protocol.add_argument("--settle-after", type=int, default=defaults.settle_after, metavar="N",
+                          help=f"messages scored before mail left in place counts as settled (default {defaults.settle_after})")  # fmt: skip
+    people = People()
+    for name, help in (
+        ("correct_missed_spam", "probability that spam filed in INBOX is moved to Junk"),
+        ("rescue_lost_ham", "probability that ham filed in Junk is moved out"),
+        ("sort_unsure", "probability that an Unsure message is moved where it belongs"),
+        ("delete_missed_spam", "of missed spam not moved: probability it is deleted rather than kept read"),
+        ("read_ham", "probability that ham in INBOX is read (what settled learning needs)"),
+    ):
+        protocol.add_argument(f"--{name.replace('_', '-')}", type=float, default=getattr(people, name), metavar="P",
+                              help=f"people: {help} (default {getattr(people, name)})")  # fmt: skip
+    protocol.add_argument("--mean-delay", type=float, default=people.mean_delay, metavar="N",
+                          help=f"people: messages scored before a correction, on average (default {people.mean_delay:g})")  # fmt: skip
+    protocol.add_argument("--seed", type=int, default=people.seed, help="people: the simulation's seed")
+
+
+def protocol_of(config: Config, args: argparse.Namespace) -> Protocol:
+    """The protocol the arguments ask for; autolearn and settled learning default to the daemon's configuration."""
+    for name in ("correct_missed_spam", "rescue_lost_ham", "sort_unsure", "delete_missed_spam", "read_ham"):
+        if not 0.0 <= getattr(args, name) <= 1.0:
+            raise SpamdError(f"--{name.replace('_', '-')} {getattr(args, name)}: a probability, from 0 to 1")
+    if args.delay < 0 or args.settle_after < 0 or args.mean_delay < 0:
+        raise SpamdError("--delay, --settle-after and --mean-delay count messages: at least 0")
+    people = People(
+        args.correct_missed_spam, args.rescue_lost_ham, args.sort_unsure, args.delete_missed_spam, args.read_ham,
+        args.mean_delay, args.seed,
+    )  # fmt: skip
+    return Protocol(
+        feedback=args.feedback,
+        delay=args.delay,
+        autolearn=config.maildir.autolearn if args.autolearn is None else args.autolearn,
+        settled=getattr(config.maildir, "settle_after", 0) > 0 if args.settled is None else args.settled,
+        settle_after=args.settle_after,
+        people=people,
+    )
 
 
 def cmd_eval(config: Config, args: argparse.Namespace) -> int:
@@ -25,5 +89,5 @@ def cmd_eval(config: Config, args: argparse.Namespace) -> int:
         args.json,
         sys.stderr.isatty(),
         jobs,
+        protocol_of(config, args),
     )
-
