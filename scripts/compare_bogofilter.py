@@ -35,15 +35,42 @@ import time
 from pathlib import Path
 
 from spamd.config import load_config
+from spamd.cli.evaluate import add_protocol_arguments, protocol_of
 from spamd.evaluation import IndexEntry, Result, evaluate_index, read_index, summarize
-from spamd.model import Label
+from spamd.feedback import Event, Feedback, Protocol
+from spamd.model import Label, Verdict
 from spamd.variants import VARIANTS, write_variant
 
 
-def run_bogofilter(entries: list[IndexEntry]) -> tuple[list[Result], int, float]:
-    """One bogofilter process per message for scoring (-T) and one for training, as TREC runs did."""
+def run_bogofilter(entries: list[IndexEntry], protocol: Protocol) -> tuple[list[Result], int, float]:
+    """One bogofilter process per message for scoring (-T) and one per training event, as TREC runs did.
+
+    The same feedback protocol as spamd's (spamd.feedback): the events it makes of
+    each verdict are applied as `-s` / `-n`, and a label that changes an earlier
+    one as `-Sn` / `-Ns` (bogofilter's unregister-and-register), with the same rule
+    as spamd's ledger: autolearn and settled never override a person's label.
+    """
     results: list[Result] = []
     skipped = 0
+    feedback = Feedback(protocol)
+    raws: dict[int, bytes] = {}
+    trained: dict[int, tuple[Label, bool]] = {}  # message -> (label, a person's)
+
+    def apply(events: list[Event], wordlist: str) -> None:
+        for event in events:
+            known = trained.get(event.message)
+            flag = "-s" if event.label == Label.SPAM else "-n"
+            if known is not None:
+                if known[0] == event.label or (known[1] and not event.person):
+                    trained[event.message] = (known[0], known[1] or event.person)
+                    continue
+                flag = "-Ns" if event.label == Label.SPAM else "-Sn"
+            trained[event.message] = (event.label, event.person)
+            subprocess.run(["bogofilter", flag, "-d", wordlist], input=raws[event.message], check=True, capture_output=True)
+        for event in events:
+            if not feedback.waits_for(event.message):
+                raws.pop(event.message, None)
+
     with tempfile.TemporaryDirectory(prefix="bogo-") as wordlist:
         started = time.perf_counter()
         for entry in entries:
@@ -52,6 +79,8 @@ def run_bogofilter(entries: list[IndexEntry]) -> tuple[list[Result], int, float]
             except OSError:
                 skipped += 1
                 continue
+            number = len(results)
+            apply(feedback.due(number), wordlist)
             scored = subprocess.run(["bogofilter", "-T", "-d", wordlist], input=raw, capture_output=True, check=False)
             # -T prints "<S|H|U> <spamicity>"; exit codes 0/1/2 are verdicts, 3 an error.
             if scored.returncode == 3 and b"wordlist" in scored.stderr and not any(Path(wordlist).iterdir()):
@@ -62,10 +91,16 @@ def run_bogofilter(entries: list[IndexEntry]) -> tuple[list[Result], int, float]
             else:
                 verdict, spamicity = scored.stdout.split()[:2]
                 results.append(Result(entry.name, entry.label, float(spamicity), verdict == b"S", verdict == b"U"))
-            flag = "-s" if entry.label == Label.SPAM else "-n"
-            subprocess.run(["bogofilter", flag, "-d", wordlist], input=raw, check=True, capture_output=True)
+            last = results[-1]
+            raws[number] = raw
+            apply(feedback.observe(number, entry.label, VERDICT[(last.judged_spam, last.unsure)]), wordlist)
+            if not feedback.waits_for(number):
+                raws.pop(number, None)
         seconds = time.perf_counter() - started
     return results, skipped, seconds
+
+
+VERDICT = {(True, False): Verdict.SPAM, (False, False): Verdict.HAM, (False, True): Verdict.UNSURE}
 
 
 def stream_digest(entries: list[IndexEntry]) -> str:
@@ -80,14 +115,20 @@ def stream_digest(entries: list[IndexEntry]) -> str:
     return h.hexdigest()
 
 
-def bogofilter_report(entries: list[IndexEntry], cache_dir: Path, version: str) -> dict[str, float | int]:
-    """bogofilter's report on a stream, from the cache when it has run on the same bytes before."""
-    cache = cache_dir / f"bogofilter-{stream_digest(entries)}.json"
+def cache_name(entries: list[IndexEntry], protocol: Protocol) -> str:
+    """Where bogofilter's report on this stream under this protocol is cached (full feedback: the old name)."""
+    suffix = "" if protocol == Protocol() else "-" + hashlib.blake2b(repr(protocol).encode(), digest_size=6).hexdigest()
+    return f"bogofilter-{stream_digest(entries)}{suffix}.json"
+
+
+def bogofilter_report(entries: list[IndexEntry], cache_dir: Path, version: str, protocol: Protocol) -> dict[str, float | int]:
+    """bogofilter's report on a stream under a protocol, from the cache when it has run on the same bytes before."""
+    cache = cache_dir / cache_name(entries, protocol)
     if cache.exists():
         cached = json.loads(cache.read_text())
         if cached.get("version") == version:
             return cached["report"]
-    results, skipped, seconds = run_bogofilter(entries)
+    results, skipped, seconds = run_bogofilter(entries, protocol)
     report = summarize(results, skipped, seconds).as_dict()
     cache_dir.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps({"version": version, "report": report}))
@@ -149,6 +190,7 @@ def main() -> int:
     parser.add_argument("--no-bogofilter", action="store_true", help="spamd only (ratios from the cache if there)")
     parser.add_argument("--worst", type=int, default=0, help="list spamd's N worst-ranked ham and spam per stream")
     parser.add_argument("--json", action="store_true")
+    add_protocol_arguments(parser, several=True)
     args = parser.parse_args()
     if not args.no_bogofilter and bogofilter_missing():
         return 2
@@ -161,37 +203,49 @@ def main() -> int:
         parser.error(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")
 
     config = load_config(None)
+    protocols = [protocol_of(config, args, feedback) for feedback in args.feedback]
     rows = []
     for index in args.index:
         corpus = index.parent.name if index.parent.name != "full" else index.parent.parent.name
         for name in names:
             stream = index if name == "original" else write_variant(index, name, args.work / corpus)
             entries = read_index(stream)
-            results, report = evaluate_index(config, stream)
-            spamd_row = report.as_dict()
-            bogo_row = None
-            if args.no_bogofilter:
-                cache = args.work / "bogofilter-cache" / f"bogofilter-{stream_digest(entries)}.json"
-                if cache.exists():
-                    bogo_row = json.loads(cache.read_text())["report"]
-            else:
-                bogo_row = bogofilter_report(entries, args.work / "bogofilter-cache", version)
-            row = {"corpus": corpus, "variant": name, "messages": len(entries), "spamd": spamd_row, "bogofilter": bogo_row}
-            if args.worst:
-                row["worst"] = explain_worst(config, entries, worst_ranked(results, args.worst))
-            rows.append(row)
-            if not args.json:
-                print_row(row, flush=True)
-    ratios = [r["spamd"]["one_minus_roca_pct"] / r["bogofilter"]["one_minus_roca_pct"] for r in rows if r["bogofilter"]]
-    geomean = math.exp(sum(math.log(max(x, 1e-9)) for x in ratios) / len(ratios)) if ratios else float("nan")
+            for protocol in protocols:
+                results, report = evaluate_index(config, stream, protocol=protocol)
+                spamd_row = report.as_dict()
+                bogo_row = None
+                if args.no_bogofilter:
+                    cache = args.work / "bogofilter-cache" / cache_name(entries, protocol)
+                    if cache.exists():
+                        bogo_row = json.loads(cache.read_text())["report"]
+                else:
+                    bogo_row = bogofilter_report(entries, args.work / "bogofilter-cache", version, protocol)
+                row = {
+                    "corpus": corpus, "variant": name, "feedback": protocol.describe(), "messages": len(entries),
+                    "spamd": spamd_row, "bogofilter": bogo_row,
+                }  # fmt: skip
+                if args.worst:
+                    row["worst"] = explain_worst(config, entries, worst_ranked(results, args.worst))
+                rows.append(row)
+                if not args.json:
+                    print_row(row, flush=True)
+    summary = {}
+    for protocol in protocols:
+        ratios = [
+            r["spamd"]["one_minus_roca_pct"] / r["bogofilter"]["one_minus_roca_pct"]
+            for r in rows
+            if r["bogofilter"] and r["feedback"] == protocol.describe()
+        ]
+        geomean = math.exp(sum(math.log(max(x, 1e-9)) for x in ratios) / len(ratios)) if ratios else float("nan")
+        summary[protocol.describe()] = geomean
+        if not args.json:
+            print(f"geometric mean over {len(ratios)} streams of (1-ROCA)% spamd / bogofilter, {protocol.describe()}: {geomean:.3f}")
     if args.json:
-        print(json.dumps({"bogofilter_version": version, "rows": rows, "geomean_roca_ratio": geomean}))
-    else:
-        print(f"geometric mean over {len(ratios)} streams of (1-ROCA)% spamd / bogofilter: {geomean:.3f}")
+        print(json.dumps({"bogofilter_version": version, "rows": rows, "geomean_roca_ratio": summary}))
     return 0
 
 
-HEADER = f"{'corpus':<13} {'variant':<15} {'filter':<10} {'(1-ROCA)%':>10} {'hm%@sm0.1':>10} {'lam%':>7} {'hm%':>6} {'sm%':>6}"
+HEADER = f"{'corpus':<13} {'variant':<15} {'feedback':<24} {'filter':<10} {'(1-ROCA)%':>10} {'hm%@sm0.1':>10} {'lam%':>7} {'hm%':>6} {'sm%':>6}"
 
 
 def print_row(row: dict, flush: bool = False) -> None:
@@ -203,12 +257,12 @@ def print_row(row: dict, flush: bool = False) -> None:
         if r is None:
             continue
         print(
-            f"{row['corpus'][:13]:<13} {row['variant']:<15} {name:<10} {r['one_minus_roca_pct']:>10.4f} "
+            f"{row['corpus'][:13]:<13} {row['variant']:<15} {row['feedback'][:24]:<24} {name:<10} {r['one_minus_roca_pct']:>10.4f} "
             f"{r['hm_at_sm01_pct']:>10.2f} {r['lam_pct']:>7.3f} {r['hm_pct']:>6.2f} {r['sm_pct']:>6.2f}"
         )
     if row["bogofilter"]:
         ratio = row["spamd"]["one_minus_roca_pct"] / row["bogofilter"]["one_minus_roca_pct"]
-        print(f"{'':<13} {'':<15} ratio (1-ROCA)% spamd / bogofilter: {ratio:.2f}")
+        print(f"{'':<13} {'':<15} {'':<24} ratio (1-ROCA)% spamd / bogofilter: {ratio:.2f}")
     for line in row.get("worst", []):
         print(f"{'':<13}   {line}")
     sys.stdout.flush()

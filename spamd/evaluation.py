@@ -167,7 +167,7 @@ def run_online(
             results.append(Result(entry.name, entry.label, value, judged_spam, unsure))
             verdict = Verdict.UNSURE if unsure else Verdict.SPAM if judged_spam else Verdict.HAM
             waiting[number] = prepared
-            apply(feedback.observe(number, entry.label, verdict))
+            apply(feedback.observe(number, entry.label, verdict, value))
             if not feedback.waits_for(number):
                 waiting.pop(number, None)
             progress(1)

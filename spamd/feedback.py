@@ -54,6 +54,10 @@ class Protocol:
     autolearn: bool = False  # learn confident verdicts at delivery, as `[maildir] autolearn`
     settled: bool = False  # learn what is left in place, as `[maildir] settle_after`
     settle_after: int = 1000  # messages scored before a message left in place counts as settled
+    # Only a verdict this far from undecided (|normalized log-odds|) is autolearned or
+    # settled: spamd's mistakes lie near its thresholds, and these learn them uncorrected.
+    autolearn_margin: float = 0.0
+    settle_margin: float = 0.0
     people: People = field(default_factory=People)
 
     def __post_init__(self) -> None:
@@ -94,6 +98,7 @@ class Feedback:
         self._pending: list[Event] = []
         self._made = 0
         self._open: Counter[int] = Counter()  # message -> its events not yet released
+        self._confident = True  # the message being observed is beyond settle_margin
 
     def _add(self, due: int, message: int, label: Label, source: str, person: bool) -> None:
         self._made += 1
@@ -119,7 +124,7 @@ class Feedback:
         """What is still pending at the end of the stream (never applied: no message follows)."""
         return sorted(self._pending)
 
-    def observe(self, message: int, gold: Label, verdict: Verdict) -> list[Event]:
+    def observe(self, message: int, gold: Label, verdict: Verdict, log_odds: float = 0.0) -> list[Event]:
         """Record what follows from message number `message` (0-based) scored as `verdict`.
 
         Returns the events due at once (autolearn, and labels with no delay), in
@@ -128,7 +133,8 @@ class Feedback:
         p = self.protocol
         now = message + 1  # messages scored so far
         filed_spam = verdict is Verdict.SPAM  # Junk; Unsure and ham go to INBOX
-        if p.autolearn and verdict is not Verdict.UNSURE:
+        self._confident = abs(log_odds) >= p.settle_margin
+        if p.autolearn and verdict is not Verdict.UNSURE and abs(log_odds) >= p.autolearn_margin:
             self._add(now, message, Label.SPAM if filed_spam else Label.HAM, AUTOLEARN, False)
         wrong = verdict is Verdict.UNSURE or filed_spam != (gold == Label.SPAM)
         if p.feedback == "full" or (p.feedback == "errors" and wrong):
@@ -165,5 +171,5 @@ class Feedback:
             self._settle(message, now, Label.HAM)
 
     def _settle(self, message: int, now: int, filed: Label) -> None:
-        if self.protocol.settled:
+        if self.protocol.settled and self._confident:
             self._add(now + self.protocol.settle_after, message, filed, SETTLED, False)

@@ -18,11 +18,17 @@ def add_eval_arguments(evaluate: argparse.ArgumentParser) -> None:
     evaluate.add_argument(
         "--jobs", type=int, metavar="N", help="processes analyzing messages (default: one per core; 1: none beside eval)"
     )
+    add_protocol_arguments(evaluate)
+
+
+def add_protocol_arguments(evaluate: argparse.ArgumentParser, several: bool = False) -> None:
+    """The feedback protocol's options; `several` lets --feedback name a comma-separated list (scripts)."""
     protocol = evaluate.add_argument_group(
         "feedback protocol", "who labels which message, and when (spamd/feedback.py); delays count messages scored"
     )
     protocol.add_argument(
-        "--feedback", choices=FEEDBACKS, default="full",
+        "--feedback", default=["full"] if several else "full", type=_feedbacks if several else _feedback,
+        metavar="{" + ",".join(FEEDBACKS) + "}" + (",..." if several else ""),
         help="full: every message trained with its label (TREC); errors: only when the verdict was wrong or "
         "Unsure; people: a seeded simulation of a mailbox's owner (default: full)",
     )  # fmt: skip
@@ -53,7 +59,17 @@ def add_eval_arguments(evaluate: argparse.ArgumentParser) -> None:
     protocol.add_argument("--seed", type=int, default=people.seed, help="people: the simulation's seed")
 
 
-def protocol_of(config: Config, args: argparse.Namespace) -> Protocol:
+def _feedback(text: str) -> str:
+    if text not in FEEDBACKS:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected one of {', '.join(FEEDBACKS)}")
+    return text
+
+
+def _feedbacks(text: str) -> list[str]:
+    return [_feedback(part.strip()) for part in text.split(",")]
+
+
+def protocol_of(config: Config, args: argparse.Namespace, feedback: str | None = None) -> Protocol:
     """The protocol the arguments ask for; autolearn and settled learning default to the daemon's configuration."""
     for name in ("correct_missed_spam", "rescue_lost_ham", "sort_unsure", "delete_missed_spam", "read_ham"):
         if not 0.0 <= getattr(args, name) <= 1.0:
@@ -65,7 +81,7 @@ def protocol_of(config: Config, args: argparse.Namespace) -> Protocol:
         args.mean_delay, args.seed,
     )  # fmt: skip
     return Protocol(
-        feedback=args.feedback,
+        feedback=feedback or args.feedback,
         delay=args.delay,
         autolearn=config.maildir.autolearn if args.autolearn is None else args.autolearn,
         settled=getattr(config.maildir, "settle_after", 0) > 0 if args.settled is None else args.settled,
