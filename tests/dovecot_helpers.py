@@ -2,7 +2,8 @@
 
 Nothing here mocks Dovecot: `Dovecot` writes a private dovecot.conf (static
 passdb and userdb, every mail owned by MAIL_UID:MAIL_GID, an IMAP listener on
-a free 127.0.0.1 port, logs in a file) under a directory of its own, starts
+a free 127.0.0.1 port, logs in a file; the Maildir location and mailboxes are
+docs/dovecot.md's lines, read from it) under a directory of its own, starts
 `dovecot -F` and stops it after. The mail uid has no passwd entry, as a
 virtual-mail "vmail" uid often has not; Dovecot needs none with a static userdb.
 
@@ -26,6 +27,7 @@ import tempfile
 from pathlib import Path
 
 from tests.daemon_helpers import DaemonProcess, wait_until_sync
+from tests.doc_snippets import snippet
 
 DOVECOT = "/usr/sbin/dovecot"
 SIEVEC = "/usr/bin/sievec"
@@ -48,17 +50,7 @@ default_internal_user = dovecot
 default_internal_group = dovecot
 default_login_user = dovenull
 first_valid_uid = 1000
-mail_location = maildir:~/Maildir
-namespace inbox {{
-  inbox = yes
-  separator = /
-  mailbox Junk {{
-    special_use = \\Junk
-  }}
-  mailbox Trash {{
-    special_use = \\Trash
-  }}
-}}
+{maildir}
 passdb {{
   driver = static
   args = password={password}
@@ -105,7 +97,10 @@ class Dovecot:
         os.chown(top / "home", MAIL_UID, MAIL_GID)
         os.chmod(top / "home", 0o755)
         self.conf.write_text(
-            DOVECOT_CONF.format(top=top, port=self.port, uid=MAIL_UID, gid=MAIL_GID, password=PASSWORD, extra=extra)
+            DOVECOT_CONF.format(
+                top=top, port=self.port, uid=MAIL_UID, gid=MAIL_GID, password=PASSWORD, extra=extra,
+                maildir=snippet("dovecot-maildir.conf").rstrip("\n"),  # docs/dovecot.md's lines, as they are
+            )  # fmt: skip
         )
         self.proc: subprocess.Popen[bytes] | None = None
 

@@ -34,6 +34,7 @@ from spamd.engine import Engine
 from spamd.model import Label
 from tests.attack_helpers import NextHop
 from tests.daemon_helpers import DaemonProcess, crlf, make_message, wait_until_sync, write_config
+from tests.doc_snippets import main_cf_settings, master_cf_services, snippet, with_placeholders
 
 POSTFIX = Path("/usr/sbin/postfix")
 POSTQUEUE = Path("/usr/sbin/postqueue")
@@ -231,6 +232,40 @@ class Postfix:
         """One message through Postfix's smtpd, as a mail client sends it."""
         with smtplib.SMTP("127.0.0.1", self.smtp_port, timeout=30) as client:
             return client.sendmail("sender@example.org", [rcpt], crlf(data))
+
+
+# ---------------------------------------------------------------- docs/postfix.md's lines, with this instance's ports
+
+
+def milter_main_cf(milter: str) -> dict[str, str]:
+    """docs/postfix.md's main.cf lines for the milter, pointed at `milter` ("inet:127.0.0.1:PORT")."""
+    text = with_placeholders(snippet("postfix-milter-main.cf"), {"inet:127.0.0.1:10027": milter})
+    return main_cf_settings(text)
+
+
+def content_filter_master_cf(spamd_port: int, reinject_port: int) -> tuple[str, str]:
+    """docs/postfix.md's master.cf lines for the content filter, as (smtpd_options, services).
+
+    The docs' first entry is the public `smtp inet ... smtpd` service with the
+    content_filter option added: here the options go under the private instance's own
+    smtpd listener (Postfix.master_cf drops Debian's public one). The rest are the
+    `spamd` transport and the re-injection listener, as the docs write them.
+    """
+    text = with_placeholders(
+        snippet("postfix-content-filter-master.cf"),
+        {"[127.0.0.1]:10025": f"[127.0.0.1]:{spamd_port}", "127.0.0.1:10026 ": f"127.0.0.1:{reinject_port} "},
+    )
+    public, *services = master_cf_services(text)
+    first, _, options = public.partition("\n")
+    fields = first.split()
+    if fields[:2] != ["smtp", "inet"] or fields[-1] != "smtpd" or not options:
+        raise AssertionError(f"docs/postfix.md's content filter should start with the smtp inet service and its -o lines: {public!r}")
+    return options, "".join(services)
+
+
+def content_filter_spamd_toml(reinject_port: int) -> str:
+    """docs/postfix.md's spamd.toml lines for the content filter (relay mode), re-injecting at `reinject_port`."""
+    return with_placeholders(snippet("postfix-content-filter-spamd.toml"), {"next_hop_port = 10026": f"next_hop_port = {reinject_port}"})
 
 
 @contextlib.contextmanager

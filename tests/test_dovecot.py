@@ -234,7 +234,7 @@ def test_mail_dovecot_lda_delivers_is_filed_by_spamd_and_stays_readable(dovecot,
 
 @pytest.fixture(scope="module")
 def sieve_dovecot() -> Iterator[Dovecot]:
-    """Dovecot with config/imapsieve/ installed as its README says, paths moved under a private directory."""
+    """Dovecot with config/imapsieve/ installed as its conf.d snippet and docs/dovecot.md say, paths moved under a private directory."""
     if not os.path.exists(SIEVEC):
         pytest.skip(f"{SIEVEC} is not installed (apt-get install dovecot-sieve)")
     top = private_dir("spamd-ds-")

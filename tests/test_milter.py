@@ -1,8 +1,8 @@
 """spamd as a Postfix milter, inside Debian's real Postfix, and against hostile milter clients.
 
-Postfix (smtpd_milters = inet:127.0.0.1:PORT, milter_protocol = 6,
-milter_default_action = tempfail) takes mail from smtplib and relays it to a sink;
-spamd runs as a subprocess beside it. The hand-written milter clients below are only
+Postfix, with docs/postfix.md's main.cf lines read from it (smtpd_milters =
+inet:127.0.0.1:PORT, milter_protocol = 6, milter_default_action = tempfail), takes mail
+from smtplib and relays it to a sink; spamd runs as a subprocess beside it. The hand-written milter clients below are only
 the hostile ones: everything a well-behaved MTA does is done by Postfix itself.
 """
 
@@ -30,7 +30,17 @@ from spamd.frontends.milter import (
 from spamd.model import Label
 from tests.attack_helpers import WellBehaved, tag_of
 from tests.daemon_helpers import crlf, wait_until_sync
-from tests.postfix_helpers import Postfix, Sink, Spamd, free_port, message, postfix_missing, running_postfix, watch
+from tests.postfix_helpers import (
+    Postfix,
+    Sink,
+    Spamd,
+    free_port,
+    message,
+    milter_main_cf,
+    postfix_missing,
+    running_postfix,
+    watch,
+)
 
 pytestmark = pytest.mark.skipif(postfix_missing() is not None, reason=str(postfix_missing()))
 
@@ -57,13 +67,7 @@ def spamd(spamd_process):
 @pytest.fixture(scope="module")
 def postfix(sink, spamd_process):
     milter = f"inet:127.0.0.1:{spamd_process.milter_port}"
-    main = {
-        "smtpd_milters": milter,
-        "non_smtpd_milters": milter,
-        "milter_protocol": "6",
-        "milter_default_action": "tempfail",
-        "milter_mail_macros": "i {mail_addr} {client_addr} {client_name} {auth_authen}",
-    }
+    main = milter_main_cf(milter)  # docs/postfix.md's main.cf lines, with this instance's port
     # Two more listeners whose milter speaks older protocol versions (no "no reply" flags:
     # spamd answers every header and body chunk), per Postfix's per-milter settings.
     services = "".join(

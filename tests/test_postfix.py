@@ -1,9 +1,10 @@
 """spamd as a Postfix content filter (smtp.mode = "relay"), inside Debian's real Postfix.
 
-The master.cf is the README's, adapted to a private instance: Postfix's smtpd hands
-every message to spamd (content_filter=spamd:[127.0.0.1]:PORT), spamd re-injects it
-into a second smtpd that filters nothing, and Postfix relays it to a sink. smtplib is
-the mail client; spamd runs as a subprocess.
+The master.cf and spamd.toml lines are docs/postfix.md's, read from it (tests/doc_snippets.py)
+with this instance's ports: Postfix's smtpd hands every message to spamd
+(content_filter=spamd:[127.0.0.1]:PORT), spamd re-injects it into a second smtpd that
+filters nothing, and Postfix relays it to a sink. smtplib is the mail client; spamd
+runs as a subprocess.
 """
 
 from __future__ import annotations
@@ -11,28 +12,19 @@ from __future__ import annotations
 import pytest
 
 from spamd.model import Label
-from tests.postfix_helpers import Postfix, Sink, Spamd, free_port, message, postfix_missing, running_postfix
+from tests.postfix_helpers import (
+    Postfix,
+    Sink,
+    Spamd,
+    content_filter_master_cf,
+    content_filter_spamd_toml,
+    free_port,
+    message,
+    postfix_missing,
+    running_postfix,
+)
 
 pytestmark = pytest.mark.skipif(postfix_missing() is not None, reason=str(postfix_missing()))
-
-# README "As a Postfix content filter", with the ports of this instance.
-CONTENT_FILTER_SMTPD = "  -o content_filter=spamd:[127.0.0.1]:{spamd_port}\n"
-CONTENT_FILTER_SERVICES = """\
-spamd     unix  -       -       n       -       16      smtp
-  -o smtp_data_done_timeout=1200
-  -o smtp_send_xforward_command=no
-  -o disable_dns_lookups=yes
-  -o max_use=20
-127.0.0.1:{reinject_port} inet n  -       n       -       -       smtpd
-  -o content_filter=
-  -o receive_override_options=no_unknown_recipient_checks,no_header_body_checks,no_milters
-  -o smtpd_helo_restrictions=
-  -o smtpd_client_restrictions=
-  -o smtpd_sender_restrictions=
-  -o smtpd_recipient_restrictions=permit_mynetworks,reject
-  -o mynetworks=127.0.0.0/8
-  -o smtpd_authorized_xforward_hosts=127.0.0.0/8
-"""
 
 
 @pytest.fixture(scope="module")
@@ -44,9 +36,8 @@ def sink():
 @pytest.fixture(scope="module")
 def postfix_and_spamd(tmp_path_factory, sink):
     reinject_port = free_port()
-    spamd = Spamd(tmp_path_factory.mktemp("filter"), f'[smtp]\nmode = "relay"\nnext_hop_port = {reinject_port}\n')
-    smtpd = CONTENT_FILTER_SMTPD.format(spamd_port=spamd.smtp_port)
-    services = CONTENT_FILTER_SERVICES.format(reinject_port=reinject_port)
+    spamd = Spamd(tmp_path_factory.mktemp("filter"), content_filter_spamd_toml(reinject_port))
+    smtpd, services = content_filter_master_cf(spamd.smtp_port, reinject_port)
     spamd.start()
     try:
         with running_postfix(sink.port, smtpd_options=smtpd, services=services) as postfix:
