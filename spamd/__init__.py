@@ -10,7 +10,7 @@ import os as _os
 
 __version__ = "0.1.0"
 
-# numpy's OpenBLAS starts a thread per core at import, and on this 2-core VM that
+# numpy's OpenBLAS starts a thread per core at import, and on a 2-core machine that
 # thread spins for about 0.1 s of CPU before it sleeps: 0.41-0.47 -> 0.33-0.35 s of
 # CPU per `spamctl classify` of two messages (10 runs each), in every spamd, spamctl
 # and helper process. spamd's arrays are a message's few hundred tokens: no BLAS call

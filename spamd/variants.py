@@ -1,7 +1,7 @@
 """Derived mail streams: a corpus rewritten into the shapes of mail nobody tuned on.
 
 Accuracy measured only on the two development corpora overstates what spamd does
-on other sites' mail (issue 10: worse than bogofilter on every held-out stream).
+on other sites' mail (spamd trailed bogofilter on held-out streams while leading on both).
 Each variant rewrites every message of a TREC index the same deterministic way,
 standing in for a mail source we do not have: exports without the usual headers,
 pasted forwards with no empty line after the header block, CRLF files, mbox
@@ -208,7 +208,7 @@ _PUNCT_RE = re.compile(r"([^\w\s])")
 def bare_tokenized(raw: bytes) -> bytes:
     """A preprocessed export: `Subject:` line, then the text lower-cased with punctuation split off, no empty line.
 
-    The shape of research corpora such as Ling-Spam and Enron-Spam, and of the issue's
+    The shape of research corpora such as Ling-Spam and Enron-Spam, for
     example: "from : jane on 12 / 14 / 99" is body text, not a From field.
     """
     text = _PUNCT_RE.sub(r" \1 ", visible_text(raw).lower())

@@ -30,7 +30,7 @@ def test_spamassassin_online_accuracy_stays_below_bound():
     # 0.0529 / 4.00 when written.
     assert report.one_minus_roca_pct < 0.058, report
     assert report.hm_at_sm01_pct < 4.4, report
-    # Below bogofilter 1.2.5 on the same protocol (0.108 / 8.67): the floor.
+    # Below bogofilter 1.2.5 on the same protocol (0.108 / 8.67): the floor.
     assert report.one_minus_roca_pct < 0.108 and report.hm_at_sm01_pct < 8.67
 
 

@@ -109,7 +109,7 @@ def test_folded_headers_are_unfolded_and_a_line_that_is_no_field_starts_the_body
 
 
 def test_a_header_block_without_the_empty_line_after_it_keeps_the_body():
-    # Issue 10: exports and pasted forwards have no empty line; every line was read as a
+    # Exports and pasted forwards have no empty line; every line was read as a
     # header, "from : jane" became a From field and the message had no text at all.
     raw = b"Subject: meeting moved\nhi all, the meeting moved to 3pm\nfrom : jane on 12 / 14 / 99\nthanks\n"
     parsed = parse(raw)

@@ -241,7 +241,7 @@ def test_explain_shares_sum_to_the_score_with_collisions():
     assert sum(r.weight for r in rows) == pytest.approx(score.log_odds)
 
 
-# ---------------------------------------------------------------- thin evidence (issue 10)
+# ---------------------------------------------------------------- thin evidence
 
 
 @settings(max_examples=100, deadline=None)
