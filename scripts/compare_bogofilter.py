@@ -1,21 +1,27 @@
 #!/usr/bin/env python3
-"""spamd and bogofilter side by side on TREC indexes and their derived streams, same immediate-feedback protocol.
+"""spamd and bogofilter side by side on TREC indexes and their derived streams, under the same feedback protocols.
 
 For each message in index order: score it (spamd: the real Engine; bogofilter:
-`bogofilter -T`, whose spamicity is the score), then train it with its gold label
-(spamd: Trainer; bogofilter: `-s` / `-n`), each with a fresh model in a temp dir.
-Prints (1-ROCA)%, hm% at sm%=0.1 and lam% for both, and the ratio of their (1-ROCA)%.
+`bogofilter -T`, whose spamicity is the score), then train what the protocol's
+feedback says (spamd: Trainer; bogofilter: `-s` / `-n`, `-Sn` / `-Ns` to change a
+label), each with a fresh model in a temp dir. `--feedback full,errors,people`
+runs each protocol (spamd.feedback; the options are `spamctl eval`'s); bogofilter
+gets the labels people give, spamd also its own autolearn and settled learning as
+configured, since that is what each ships. Prints (1-ROCA)%, hm% at sm%=0.1 and
+lam% for both, and the ratio of their (1-ROCA)%.
 
 With --variants, each index is first rewritten into the derived streams of
 `spamd.variants` (headers reduced to Subject, no empty line after the headers,
 CRLF, an mbox From line, no Received, HTML only, Cyrillic, CJK, a bare
 tokenized export), and every stream is measured; the last line is the geometric
-mean over all streams of spamd's (1-ROCA)% over bogofilter's. bogofilter's
-results are cached per stream (keyed by the stream's content), since they do
-not change when spamd does.
+mean over all streams of spamd's (1-ROCA)% over bogofilter's, per protocol.
+bogofilter's results are cached per stream and protocol (keyed by the stream's
+content), since they do not change when spamd does.
 
     python scripts/compare_bogofilter.py ../shared/corpora/trec07p-dev/full/index
     python scripts/compare_bogofilter.py --variants all --worst 10 \\
+        ../shared/corpora/spamassassin/index ../shared/corpora/trec07p-dev/full/index
+    python scripts/compare_bogofilter.py --feedback errors,people --variants all \\
         ../shared/corpora/spamassassin/index ../shared/corpora/trec07p-dev/full/index
 
 bogofilter comes from Debian (`apt-get install bogofilter`); this script installs nothing.
@@ -24,6 +30,7 @@ bogofilter comes from Debian (`apt-get install bogofilter`); this script install
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import math
@@ -113,6 +120,11 @@ def stream_digest(entries: list[IndexEntry]) -> str:
         except OSError:
             h.update(b"unreadable")
     return h.hexdigest()
+
+
+def peer_protocol(protocol: Protocol) -> Protocol:
+    """bogofilter gets the labels people give, not spamd's own autolearn and settled learning."""
+    return dataclasses.replace(protocol, autolearn=False, settled=False)
 
 
 def cache_name(entries: list[IndexEntry], protocol: Protocol) -> str:
@@ -215,11 +227,11 @@ def main() -> int:
                 spamd_row = report.as_dict()
                 bogo_row = None
                 if args.no_bogofilter:
-                    cache = args.work / "bogofilter-cache" / cache_name(entries, protocol)
+                    cache = args.work / "bogofilter-cache" / cache_name(entries, peer_protocol(protocol))
                     if cache.exists():
                         bogo_row = json.loads(cache.read_text())["report"]
                 else:
-                    bogo_row = bogofilter_report(entries, args.work / "bogofilter-cache", version, protocol)
+                    bogo_row = bogofilter_report(entries, args.work / "bogofilter-cache", version, peer_protocol(protocol))
                 row = {
                     "corpus": corpus, "variant": name, "feedback": protocol.describe(), "messages": len(entries),
                     "spamd": spamd_row, "bogofilter": bogo_row,
