@@ -8,6 +8,10 @@ tokenizer first. This is how the figures in spamd/tokenize.py were obtained.
 
     python scripts/ablate_tokenizer.py                  # both corpora
     python scripts/ablate_tokenizer.py --corpus spamassassin
+    python scripts/ablate_tokenizer.py --index ~/mail/index   # a TREC index of one's own mail
+
+Files of an index that are no mail message (empty, binary) or cannot be read are
+named on stderr and left out.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from spamd.config import Config
-from spamd.evaluation import hm_at_sm, one_minus_roca, read_index
+from spamd.errors import SpamdError
+from spamd.evaluation import hm_at_sm, index_messages, one_minus_roca, read_index
 from spamd.message import parse_message, strip_own_headers
 from spamd.model import Label, MultinomialNB, featurize
 from spamd.tokenize import tokenize
@@ -63,19 +68,24 @@ def online(tokens_per_message: list[tuple[Label, list[str]]], config: Config) ->
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", choices=sorted(INDEXES), action="append")
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], epilog=f"Without --corpus or --index: both corpora under {CORPORA}."
+    )
+    parser.add_argument("--corpus", choices=sorted(INDEXES), action="append", help="a development corpus (repeatable)")
+    parser.add_argument("--index", type=Path, action="append", default=[], help="a TREC index (repeatable)")
     args = parser.parse_args()
     config = Config()
-    names = args.corpus or list(INDEXES)
-    if not all(INDEXES[n].exists() for n in names):
+    indexes = {name: INDEXES[name] for name in args.corpus or ([] if args.index else list(INDEXES))}
+    if not all(index.exists() for index in indexes.values()):
         print(f"corpora not found under {CORPORA}", file=sys.stderr)
         return 2
+    indexes.update({str(index): index for index in args.index})
+    names = list(indexes)
     tokenized = {}
     for name in names:
         tokenized[name] = [
-            (entry.label, tokenize(parse_message(strip_own_headers(entry.path.read_bytes()), config.parser)))
-            for entry in read_index(INDEXES[name])
+            (entry.label, tokenize(parse_message(strip_own_headers(raw), config.parser)))
+            for entry, raw in index_messages(read_index(indexes[name]))
         ]
     print(f"{'tokens removed':<48}" + "".join(f"{n:>28}" for n in names))
     rows = [("none (full tokenizer)", lambda t: False), *FAMILIES.items()]
@@ -90,4 +100,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except SpamdError as e:  # an index that cannot be read or has a line that is no entry: one line, no traceback
+        sys.exit(f"{Path(sys.argv[0]).name}: {e}")

@@ -19,7 +19,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from spamd.config import load_config
-from spamd.evaluation import read_index
+from spamd.errors import SpamdError
+from spamd.evaluation import IndexEntry, index_messages, read_index, say_skipped
 from spamd.message import parse_message, strip_own_headers
 from spamd.tokenize import MAX_WORD, body_tokens, tokenize
 
@@ -54,11 +55,13 @@ def main() -> int:
         examples: dict[str, list[str]] = defaultdict(list)
         entries = read_index(index)
         no_tokens = 0
-        for entry in entries:
-            try:
-                raw = entry.path.read_bytes()
-            except OSError:
-                continue
+        skipped: list[IndexEntry] = []
+
+        def skip(entry: IndexEntry, reason: str) -> None:
+            skipped.append(entry)
+            say_skipped(entry, reason)
+
+        for entry, raw in index_messages(entries, on_skip=skip):
             parsed = parse_message(strip_own_headers(raw), limits)
             if body_tokens(parsed):
                 continue
@@ -68,7 +71,10 @@ def main() -> int:
             reasons[reason] += 1
             if len(examples[reason]) < args.examples:
                 examples[reason].append(f"{entry.label} {entry.name}")
-        print(f"{index}: {len(entries)} messages, {sum(reasons.values())} without body tokens, {no_tokens} without any token")
+        print(
+            f"{index}: {len(entries) - len(skipped)} messages ({len(skipped)} skipped: no mail message or unreadable), "
+            f"{sum(reasons.values())} without body tokens, {no_tokens} without any token"
+        )
         for reason, n in reasons.most_common():
             print(f"  {n:6d}  {reason}")
             for example in examples[reason]:
@@ -77,4 +83,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except SpamdError as e:  # an index that cannot be read or has a line that is no entry: one line, no traceback
+        sys.exit(f"{Path(sys.argv[0]).name}: {e}")

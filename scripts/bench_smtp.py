@@ -38,12 +38,16 @@ DEFAULT_INDEX = ROOT.parent / "shared" / "corpora" / "trec07p-dev" / "full" / "i
 
 
 def read_corpus(index: Path) -> list[tuple[str, bytes]]:
-    rows = []
-    for line in index.read_text().splitlines():
-        label, _, rel = line.partition(" ")
-        if rel:
-            rows.append((label, (index.parent / rel).read_bytes()))
-    return rows
+    """('spam' or 'ham', bytes) of each message of a TREC index; each file that is none is named on stderr."""
+    sys.path.insert(0, str(ROOT))
+    from spamd.errors import SpamdError
+    from spamd.evaluation import index_messages, read_index
+
+    try:
+        entries = read_index(index)
+    except SpamdError as e:  # an index that cannot be read or has a line that is no entry: one line, no traceback
+        raise SystemExit(f"{Path(sys.argv[0]).name}: {e}") from None
+    return [(str(entry.label), raw) for entry, raw in index_messages(entries)]
 
 
 def crlf(data: bytes) -> bytes:

@@ -43,7 +43,8 @@ from pathlib import Path
 
 from spamd.config import load_config
 from spamd.cli.evaluate import add_protocol_arguments, protocol_of
-from spamd.evaluation import IndexEntry, Result, evaluate_index, read_index, summarize
+from spamd.errors import SpamdError
+from spamd.evaluation import IndexEntry, Result, evaluate_index, index_messages, mail_entries, read_index, read_mail, summarize
 from spamd.feedback import Event, Feedback, Protocol
 from spamd.model import Label, Verdict
 from spamd.variants import VARIANTS, write_variant
@@ -58,7 +59,7 @@ def run_bogofilter(entries: list[IndexEntry], protocol: Protocol) -> tuple[list[
     as spamd's ledger: autolearn and settled never override a person's label.
     """
     results: list[Result] = []
-    skipped = 0
+    skipped: list[IndexEntry] = []
     feedback = Feedback(protocol)
     raws: dict[int, bytes] = {}
     trained: dict[int, tuple[Label, bool]] = {}  # message -> (label, a person's)
@@ -80,12 +81,8 @@ def run_bogofilter(entries: list[IndexEntry], protocol: Protocol) -> tuple[list[
 
     with tempfile.TemporaryDirectory(prefix="bogo-") as wordlist:
         started = time.perf_counter()
-        for entry in entries:
-            try:
-                raw = entry.path.read_bytes()
-            except OSError:
-                skipped += 1
-                continue
+        # The entries spamd's eval skips (no mail message, unreadable) are skipped here too.
+        for entry, raw in index_messages(entries, on_skip=lambda entry, reason: skipped.append(entry)):
             number = len(results)
             apply(feedback.due(number), wordlist)
             scored = subprocess.run(["bogofilter", "-T", "-d", wordlist], input=raw, capture_output=True, check=False)
@@ -104,7 +101,7 @@ def run_bogofilter(entries: list[IndexEntry], protocol: Protocol) -> tuple[list[
             if not feedback.waits_for(number):
                 raws.pop(number, None)
         seconds = time.perf_counter() - started
-    return results, skipped, seconds
+    return results, len(skipped), seconds
 
 
 VERDICT = {(True, False): Verdict.SPAM, (False, False): Verdict.HAM, (False, True): Verdict.UNSURE}
@@ -115,10 +112,11 @@ def stream_digest(entries: list[IndexEntry]) -> str:
     h = hashlib.blake2b(digest_size=16)
     for entry in entries:
         h.update(f"{entry.label} {entry.name}\n".encode())
-        try:
-            h.update(hashlib.blake2b(entry.path.read_bytes(), digest_size=16).digest())
-        except OSError:
-            h.update(b"unreadable")
+        raw, reason = read_mail(entry.path)
+        if raw is None:  # skipped by both filters: no bytes that a cached result depends on
+            h.update(b"unreadable" if reason.startswith("unreadable") else b"not a mail message")
+        else:
+            h.update(hashlib.blake2b(raw, digest_size=16).digest())
     return h.hexdigest()
 
 
@@ -177,11 +175,7 @@ def explain_worst(config, entries: list[IndexEntry], worst: list[tuple[str, Resu
     with tempfile.TemporaryDirectory(prefix="spamd-explain-") as tmp:
         engine = Engine.open(dataclasses.replace(config, data_dir=Path(tmp)), durable=False)
         try:
-            for entry in entries:
-                try:
-                    raw = entry.path.read_bytes()
-                except OSError:
-                    continue
+            for entry, raw in index_messages(entries, on_skip=lambda entry, reason: None):  # as eval skipped them
                 if entry.name in wanted:
                     kind, result = wanted[entry.name]
                     score, contributions = engine.explain(raw, limit)
@@ -219,6 +213,12 @@ def main() -> int:
     rows = []
     for index in args.index:
         corpus = index.parent.name if index.parent.name != "full" else index.parent.parent.name
+        # Each file of the index that is no mail message (empty, binary) or cannot be read
+        # is named on stderr once, here; both filters skip it in every stream, and no
+        # derived stream is made of it.
+        if not mail_entries(read_index(index)):
+            print(f"{index}: no mail message to measure", file=sys.stderr)
+            continue
         for name in names:
             stream = index if name == "original" else write_variant(index, name, args.work / corpus)
             entries = read_index(stream)
@@ -233,7 +233,7 @@ def main() -> int:
                 else:
                     bogo_row = bogofilter_report(entries, args.work / "bogofilter-cache", version, peer_protocol(protocol))
                 row = {
-                    "corpus": corpus, "variant": name, "feedback": protocol.describe(), "messages": len(entries),
+                    "corpus": corpus, "variant": name, "feedback": protocol.describe(), "messages": report.messages,
                     "spamd": spamd_row, "bogofilter": bogo_row,
                 }  # fmt: skip
                 if args.worst:
@@ -281,4 +281,7 @@ def print_row(row: dict, flush: bool = False) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except SpamdError as e:  # an index that cannot be read or has a line that is no entry: one line, no traceback
+        sys.exit(f"{Path(sys.argv[0]).name}: {e}")

@@ -33,7 +33,8 @@ import time
 from pathlib import Path
 
 from compare_bogofilter import bogofilter_missing  # this script's sibling in scripts/
-from spamd.evaluation import IndexEntry, read_index
+from spamd.errors import SpamdError
+from spamd.evaluation import IndexEntry, mail_entries, read_index
 from spamd.model import Label
 
 TARGET_MSGS_PER_S = 1500
@@ -46,25 +47,48 @@ def spamctl_command() -> list[str]:
 
 
 def spamd_eval_rate(index: Path, jobs: int | None = None) -> float:
-    """msgs/s reported by one `spamctl eval --json` run (a fresh model in a temp dir)."""
+    """msgs/s reported by one `spamctl eval --json` run (a fresh model in a temp dir).
+
+    eval skips what is no mail message itself (as `read_mail` does here), saying so on
+    its stderr: this script has said it already.
+    """
     extra = [] if jobs is None else ["--jobs", str(jobs)]
-    done = subprocess.run([*spamctl_command(), "eval", str(index), "--json", *extra], capture_output=True, text=True, check=True)
+    done = subprocess.run([*spamctl_command(), "eval", str(index), "--json", *extra], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"spamctl eval failed: {done.stderr.strip()[-500:]}")
     return float(json.loads(done.stdout.strip().splitlines()[-1])["msgs_per_s"])
 
 
 def trained_data_dir(entries: list[IndexEntry], where: Path) -> Path:
-    """A spamd state directory trained on the whole index (untimed), for bulk classification."""
+    """A spamd state directory trained on the index's messages (untimed), for bulk classification.
+
+    `entries` are the index's mail messages only (`mail_entries`), so train refuses
+    none for not being one; a file it refuses all the same (too large for the control
+    socket, gone meanwhile) is reported as skipped, and the rest is trained.
+    """
     data = where / "data"
     for label in Label:
-        paths = [str(e.path) for e in entries if e.label == label and e.path.is_file()]
+        paths = [str(e.path) for e in entries if e.label == label]
+        if not paths:
+            continue
         flag = "--spam" if label == Label.SPAM else "--ham"
-        subprocess.run([*spamctl_command(), "--data-dir", str(data), "train", flag, *paths], capture_output=True, check=True)
+        done = subprocess.run(
+            [*spamctl_command(), "--data-dir", str(data), "--json", "train", flag, *paths], capture_output=True, text=True
+        )
+        try:
+            report = json.loads(done.stdout)
+        except ValueError:
+            raise SystemExit(f"spamctl train failed: {done.stderr.strip()[-500:]}") from None
+        for problem in report.get("problems", []):
+            print(f"{Path(sys.argv[0]).name}: skipped {problem['path']}: {problem['problem']} (spamctl train)", file=sys.stderr)
+        if report.get("error"):
+            raise SystemExit(f"spamctl train failed: {report['error']}")
     return data
 
 
 def spamd_bulk_classify_rate(entries: list[IndexEntry], data: Path) -> float:
-    """msgs/s of `spamctl classify FILE...` over the whole index, process start included (as bogofilter's)."""
-    paths = [str(e.path) for e in entries if e.path.is_file()]
+    """msgs/s of `spamctl classify FILE...` over the index's messages, process start included (as bogofilter's)."""
+    paths = [str(e.path) for e in entries]
     started = time.perf_counter()
     done = subprocess.run([*spamctl_command(), "--data-dir", str(data), "classify", *paths], capture_output=True, text=True)
     seconds = time.perf_counter() - started
@@ -74,10 +98,9 @@ def spamd_bulk_classify_rate(entries: list[IndexEntry], data: Path) -> float:
 
 
 def bogofilter_bulk_rate(entries: list[IndexEntry]) -> tuple[float, float]:
-    """(train msgs/s, classify msgs/s) of bogofilter in bulk mode on a fresh word list."""
-    readable = [e for e in entries if e.path.is_file()]
-    names = {label: "".join(f"{e.path}\n" for e in readable if e.label == label) for label in Label}
-    everything = "".join(f"{e.path}\n" for e in readable)
+    """(train msgs/s, classify msgs/s) of bogofilter in bulk mode on a fresh word list, over the same messages."""
+    names = {label: "".join(f"{e.path}\n" for e in entries if e.label == label) for label in Label}
+    everything = "".join(f"{e.path}\n" for e in entries)
     with tempfile.TemporaryDirectory(prefix="bogo-speed-") as wordlist:
         started = time.perf_counter()
         for label, flag in ((Label.SPAM, "-s"), (Label.HAM, "-n")):
@@ -89,7 +112,7 @@ def bogofilter_bulk_rate(entries: list[IndexEntry]) -> tuple[float, float]:
         classified = time.perf_counter() - started
         if done.returncode == 3:
             raise SystemExit(f"bogofilter failed: {done.stderr.strip()}")
-    return len(readable) / trained, len(readable) / classified
+    return len(entries) / trained, len(entries) / classified
 
 
 def main() -> int:
@@ -100,7 +123,12 @@ def main() -> int:
     args = parser.parse_args()
     if bogofilter_missing():
         return 2
-    entries = read_index(args.index)
+    # The index's mail messages: each file that is not one (empty, binary, unreadable) is
+    # named on stderr once, and no program here is given it.
+    entries = mail_entries(read_index(args.index))
+    if not entries:
+        print(f"{args.index}: no mail message to measure", file=sys.stderr)
+        return 1
     spamd_rates, one_process_rates, classify_rates, bogo_train_rates, bogo_classify_rates = [], [], [], [], []
     with tempfile.TemporaryDirectory(prefix="spamd-speed-") as tmp:
         data = trained_data_dir(entries, Path(tmp))
@@ -158,4 +186,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except SpamdError as e:  # an index that cannot be read or has a line that is no entry: one line, no traceback
+        sys.exit(f"{Path(sys.argv[0]).name}: {e}")

@@ -22,7 +22,8 @@ import re
 import sys
 from pathlib import Path
 
-from spamd.evaluation import read_index
+from spamd.errors import SpamdError
+from spamd.evaluation import index_messages, read_index
 
 _HTML_RE = re.compile(rb"<html|text/html", re.IGNORECASE)
 
@@ -31,11 +32,7 @@ def heavy_lines(indexes: list[Path], min_bytes: int) -> list[str]:
     """'spam /abs/path' lines of the messages of `indexes` that are large and carry HTML."""
     lines = []
     for index in indexes:
-        for entry in read_index(index):
-            try:
-                raw = entry.path.read_bytes()
-            except OSError:
-                continue
+        for entry, raw in index_messages(read_index(index)):  # each file that is no message is named on stderr
             if len(raw) >= min_bytes and _HTML_RE.search(raw):
                 lines.append(f"{entry.label} {entry.path.resolve()}")
     return lines
@@ -60,4 +57,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except SpamdError as e:  # an index that cannot be read or has a line that is no entry: one line, no traceback
+        sys.exit(f"{Path(sys.argv[0]).name}: {e}")

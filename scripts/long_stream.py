@@ -44,7 +44,8 @@ from pathlib import Path
 
 from spamd.config import Config, ModelConfig, StoreConfig
 from spamd.engine import Engine
-from spamd.evaluation import read_index
+from spamd.errors import SpamdError
+from spamd.evaluation import index_messages, read_index
 from spamd.model import Label
 
 CORPORA = Path(__file__).resolve().parents[2] / "shared" / "corpora"
@@ -74,16 +75,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def load_messages(indexes: list[Path]) -> list[tuple[Label, bytes]]:
-    """Every readable message of the indexes, interleaved (one from each in turn)."""
-    lists = []
-    for index in indexes:
-        rows = []
-        for entry in read_index(index):
-            try:
-                rows.append((entry.label, entry.path.read_bytes()))
-            except OSError:
-                continue
-        lists.append(rows)
+    """Every message of the indexes, interleaved (one from each in turn); each file that is none is named on stderr."""
+    lists = [[(entry.label, raw) for entry, raw in index_messages(read_index(index))] for index in indexes]
     mixed: list[tuple[Label, bytes]] = []
     for i in range(max(map(len, lists), default=0)):
         mixed.extend(rows[i] for rows in lists if i < len(rows))
@@ -327,4 +320,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except SpamdError as e:  # an index that cannot be read or has a line that is no entry: one line, no traceback
+        sys.exit(f"{Path(sys.argv[0]).name}: {e}")

@@ -36,7 +36,8 @@ from pathlib import Path
 from spamd.classifier import Analyzed
 from spamd.config import Config, ModelConfig
 from spamd.engine import Engine
-from spamd.evaluation import read_index
+from spamd.errors import SpamdError
+from spamd.evaluation import index_messages, read_index
 from spamd.message import message_key, parse_message, strip_own_headers
 from spamd.model import featurize
 from spamd.store import Ledger, Store
@@ -70,9 +71,11 @@ def ledger_bytes_per_entry(ledger: Ledger) -> float:
 
 
 def measure(index: Path, config: Config, tmp_root: Path | None) -> dict[str, object]:
-    entries = read_index(index)
-    raws = [entry.path.read_bytes() for entry in entries]
-    labels = [entry.label for entry in entries]
+    messages = list(index_messages(read_index(index)))  # each file that is no message is named on stderr
+    if not messages:
+        raise SystemExit(f"{index}: no mail message to measure")
+    raws = [raw for _, raw in messages]
+    labels = [entry.label for entry, _ in messages]
     limits = config.parser
 
     # 1. parse + tokenize only.
@@ -215,4 +218,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except SpamdError as e:  # an index that cannot be read or has a line that is no entry: one line, no traceback
+        sys.exit(f"{Path(sys.argv[0]).name}: {e}")

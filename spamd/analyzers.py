@@ -29,8 +29,10 @@ import numpy as np
 
 from spamd.classifier import Analyzed, Classifier, usable_cores
 from spamd.config import Config, ModelConfig
+from spamd.gc_tuning import tune_gc_for_message_streams
 from spamd.helper_processes import HelperProcesses, HelperUnavailable, frame, frames, ignore_stop_signals
 from spamd.model import Features
+from spamd.scheduling import yield_to_the_loop
 
 _KEY_LENGTH = struct.Struct("!H")
 
@@ -109,9 +111,6 @@ def serve(sock: socket.socket) -> None:
     Every frame that one read brings is answered before the next read, and the
     answers go back in one send: a busy daemon is woken once per batch, not per message.
     """
-    from spamd.engine import tune_gc_for_message_streams
-    from spamd.scheduling import yield_to_the_loop
-
     ignore_stop_signals()
     tune_gc_for_message_streams()
     yield_to_the_loop()

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from spamd.config import Config
+from spamd.gc_tuning import tune_gc_for_message_streams
 from spamd.message import parse_message, strip_own_headers, stripped_message_key
 from spamd.model import Features, MultinomialNB, Score, featurize
 from spamd.tokenize import tokenize
@@ -68,8 +69,6 @@ _worker_classifier: Classifier | None = None
 
 
 def _start_worker(config: Config, model: MultinomialNB | None) -> None:
-    from spamd.engine import tune_gc_for_message_streams
-
     global _worker_classifier
     tune_gc_for_message_streams()
     _worker_classifier = Classifier(config, model)  # type: ignore[arg-type]  # None: analysis only, it never scores

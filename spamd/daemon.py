@@ -26,8 +26,9 @@ import structlog
 
 from spamd.analyzers import AnalysisProcesses, default_processes
 from spamd.config import Config, load_config, metrics_address, parse_host_port
-from spamd.engine import Engine, tune_gc_for_message_streams
+from spamd.engine import Engine
 from spamd.errors import SpamdError
+from spamd.gc_tuning import tune_gc_for_message_streams
 from spamd.logs import configure_logging, set_level
 from spamd.frontends.maildir.mailbox import Mailbox, user_of
 from spamd.frontends.maildir.seen import export_indexes, load_indexes, save_indexes

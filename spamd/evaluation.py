@@ -8,6 +8,8 @@ scored or learned: the caller passes the real classifier and trainer in.
 from __future__ import annotations
 
 import math
+import os
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -18,8 +20,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from spamd.errors import SpamdError
-from spamd.message import read_message_file
 from spamd.feedback import Event, Feedback, Protocol
+from spamd.message import looks_like_message, read_message_file
 from spamd.model import Label, Verdict
 
 if TYPE_CHECKING:
@@ -51,6 +53,53 @@ def read_index(index: Path) -> list[IndexEntry]:
             raise SpamdError(f"{index}:{number}: expected '<spam|ham> <path>', got {line[:80]!r}")
         entries.append(IndexEntry(Label.parse(parts[0]), parts[1].strip(), index.parent / parts[1].strip()))
     return entries
+
+
+# Why an index entry is not learned from: what `spamctl train` says of the same file.
+NOT_A_MESSAGE = "not a mail message (it does not start with a header field)"
+
+
+def read_mail(path: str | os.PathLike[str]) -> tuple[bytes | None, str]:
+    """A message file's bytes and "", or None and why it is no message to score and learn.
+
+    Unreadable (missing, a directory, no permission: the system's reason) or not a
+    mail message (empty, binary: `looks_like_message`, the test `spamctl train`
+    applies before it learns anything). An index of one's own mail holds such files;
+    every reader of an index here skips them with the reason, none stops on one.
+    """
+    try:
+        raw = read_message_file(path)
+    except OSError as e:
+        return None, f"unreadable: {e.strerror or e}"
+    if not looks_like_message(raw):
+        return None, NOT_A_MESSAGE
+    return raw, ""
+
+
+def say_skipped(entry: IndexEntry, reason: str) -> None:
+    """One line on stderr naming the file and why it was skipped, as `<program>: skipped <path>: <why>`."""
+    print(f"{Path(sys.argv[0]).name or 'spamd'}: skipped {entry.path}: {reason}", file=sys.stderr)
+
+
+def index_messages(
+    entries: Iterable[IndexEntry], on_skip: Callable[[IndexEntry, str], None] = say_skipped
+) -> Iterator[tuple[IndexEntry, bytes]]:
+    """Each entry that is a readable mail message with its bytes, in index order; the others go to `on_skip`."""
+    for entry in entries:
+        raw, reason = read_mail(entry.path)
+        if raw is None:
+            on_skip(entry, reason)
+        else:
+            yield entry, raw
+
+
+def mail_entries(entries: Iterable[IndexEntry], on_skip: Callable[[IndexEntry, str], None] = say_skipped) -> list[IndexEntry]:
+    """The entries that are readable mail messages (each file read once); the others go to `on_skip`.
+
+    For a caller that hands the files to another program (`spamctl train`,
+    bogofilter): it gets only what that program would learn from.
+    """
+    return [entry for entry, _ in index_messages(entries, on_skip)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,10 +155,9 @@ def read_batches(entries: list[IndexEntry], analyze_many: Callable[[list[bytes]]
         while position < len(entries) and len(raws) < BATCH_MESSAGES and size < BATCH_BYTES:
             entry = entries[position]
             position += 1
-            try:
-                raw = read_message_file(entry.path)
-            except OSError as e:
-                failed[len(batch)] = e.strerror or str(e)
+            raw, reason = read_mail(entry.path)
+            if raw is None:
+                failed[len(batch)] = reason
             else:
                 raws.append(raw)
                 size += len(raw)
@@ -136,8 +184,8 @@ def run_online(
     protocol, TREC's) that is each message with its gold label right after its
     score. `score(prepared)` returns (score, judged_spam, unsure);
     `learn(prepared, label, source, person)` returns the trainer's outcome.
-    Unreadable messages are skipped and reported through `on_skip`. Returns the
-    results, the number skipped, seconds, and the trainings by (source, outcome).
+    Messages `read_mail` refuses are skipped and reported through `on_skip`. Returns
+    the results, the number skipped, seconds, and the trainings by (source, outcome).
     """
     feedback = Feedback(protocol or Protocol())
     results: list[Result] = []
@@ -190,10 +238,11 @@ def _read_and_analyze(classifier: "Classifier", paths: list[str]) -> AnalyzedChu
     raws: list[bytes] = []
     failed: dict[int, str] = {}
     for number, path in enumerate(paths):
-        try:
-            raws.append(read_message_file(path))
-        except OSError as e:
-            failed[number] = e.strerror or str(e)
+        raw, reason = read_mail(path)
+        if raw is None:
+            failed[number] = reason
+        else:
+            raws.append(raw)
     analyzed = classifier.analyze_many(raws)
     features = [a.features for a in analyzed]
     return (
@@ -347,6 +396,8 @@ def evaluate_index(
     journal is written as in the daemon but not fsynced (durable=False), since a
     crash mid-evaluation loses nothing of value. `jobs` > 0 analyzes the messages
     in that many worker processes (`analyze_in_workers`); the scores are the same.
+    Entries `read_mail` refuses (unreadable, or no mail message: `spamctl train`
+    would not learn them either) are skipped, each passed to `on_skip` with the reason.
     """
     import dataclasses
     import tempfile
@@ -472,7 +523,6 @@ def eval_command(
 ) -> int:  # fmt: skip
     """`spamctl eval INDEX`: print the report (a table, or JSON as the last line) and write extras."""
     import json
-    import sys
 
     def on_skip(entry: IndexEntry, reason: str) -> None:
         print(f"spamctl eval: skipped {entry.name}: {reason}", file=sys.stderr)

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from email.message import Message
 from pathlib import Path
 
-from spamd.evaluation import read_index
+from spamd.evaluation import read_index, read_mail
 
 _HEADER_END_RE = re.compile(rb"\r?\n\r?\n")
 _FIELD_NAME_RE = re.compile(rb"^([!-9;-~]+):", re.MULTILINE)
@@ -235,7 +235,9 @@ VARIANTS: dict[str, Callable[[bytes], bytes]] = {
 def write_variant(index: Path, variant: str, out_dir: Path) -> Path:
     """Rewrite every message of `index` into `out_dir/<variant>/` with its own index; returns that index.
 
-    Reuses a complete earlier run (its index is written last).
+    Entries that `read_mail` refuses (unreadable, empty, binary) are left out: a
+    variant of no message would be a made-up one. Reuses a complete earlier run
+    (its index is written last).
     """
     transform = VARIANTS[variant]
     target = out_dir / variant
@@ -245,9 +247,8 @@ def write_variant(index: Path, variant: str, out_dir: Path) -> Path:
     (target / "data").mkdir(parents=True, exist_ok=True)
     lines = []
     for number, entry in enumerate(read_index(index)):
-        try:
-            raw = entry.path.read_bytes()
-        except OSError:
+        raw, _ = read_mail(entry.path)  # no stream is derived from what is no message (an empty file)
+        if raw is None:
             continue
         name = f"data/{number:06d}"
         (target / name).write_bytes(transform(raw))

@@ -37,7 +37,8 @@ def test_spamassassin_online_accuracy_stays_below_bound():
 # variant: (bound on (1-ROCA)%, bound on hm% at sm%=0.1); spamd when written, and
 # bogofilter 1.2.5 on the same stream (scripts/compare_bogofilter.py --variants):
 DERIVED_BOUNDS = {
-    # header-poor: Subject and the MIME fields only. spamd 0.1230 / 8.48, bogofilter 0.261 / 25.3
+    # header-poor: Subject and the MIME fields only. spamd 0.1228 / 8.47, bogofilter 0.262 / 25.3
+    # (0.1230 / 8.48 and 0.261 / 25.4 when the 5 messages left with no header were still scored)
     "subject-only": (0.132, 9.3),
     # no empty line after the headers. spamd 0.0546 / 3.93 (0.0973 before the parser fix), bogofilter 0.110 / 16.3
     "no-empty-line": (0.059, 4.4),
@@ -52,7 +53,10 @@ DERIVED_BOUNDS = {
 def test_derived_streams_stay_below_bound(variant, tmp_path):
     index = write_variant(SPAMASSASSIN_INDEX, variant, tmp_path)
     _, report = evaluate_index(Config(), index)
-    assert report.messages == 6046 and report.skipped == 0
+    # Subject only: 5 ham of the corpus have no Subject, so no header field is left of
+    # them, and eval skips them as `spamctl train` refuses them (not a mail message).
+    skipped = 5 if variant == "subject-only" else 0
+    assert report.messages == 6046 - skipped and report.skipped == skipped
     roca_bound, hm_bound = DERIVED_BOUNDS[variant]
     assert report.one_minus_roca_pct < roca_bound, report
     assert report.hm_at_sm01_pct < hm_bound, report

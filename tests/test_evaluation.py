@@ -18,6 +18,7 @@ from spamd.config import Config
 from spamd.engine import Engine
 from spamd.errors import SpamdError
 from spamd.evaluation import evaluate_index, hm_at_sm, lam, one_minus_roca, read_index, roc_points
+from spamd.message import looks_like_message
 from spamd.model import Label, MultinomialNB
 
 SPAM_WORDS = "viagra cheap pills casino winner prize offer bitcoin loan refinance".split()
@@ -129,6 +130,41 @@ def test_spamctl_eval_json_results_plot_and_missing_message(small_corpus, tmp_pa
     assert not (tmp_path / "d" / "state").exists()
 
 
+def test_spamctl_eval_skips_and_names_files_that_are_no_mail_message(small_corpus, tmp_path):
+    """An index of one's own mail holds empty and binary files: eval names each on stderr and goes on."""
+    data = small_corpus.parent.parent / "data"
+    (data / "empty").write_bytes(b"")
+    (data / "junk").write_bytes(bytes(range(256)) * 4)
+    small_corpus.write_text(small_corpus.read_text() + "ham ../data/empty\nspam ../data/junk\n")
+    run = _spamctl("--data-dir", str(tmp_path / "d"), "eval", str(small_corpus), "--json", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout.strip().splitlines()[-1])
+    assert report["messages"] == 40 and report["skipped"] == 3
+    problems = run.stderr.strip().splitlines()
+    assert len(problems) == 3
+    assert "../data/missing: unreadable" in problems[0]
+    assert problems[1].endswith(f"../data/empty: {evaluation.NOT_A_MESSAGE}")
+    assert problems[2].endswith(f"../data/junk: {evaluation.NOT_A_MESSAGE}")
+
+
+def test_index_messages_yields_mail_and_reports_the_rest(small_corpus, capsys, monkeypatch):
+    data = small_corpus.parent.parent / "data"
+    (data / "empty").write_bytes(b"")
+    (data / "dir").mkdir()
+    small_corpus.write_text("ham ../data/m1\nham ../data/empty\nspam ../data/dir\nspam ../data/m2\nspam ../data/missing\n")
+    entries = read_index(small_corpus)
+    monkeypatch.setattr(sys, "argv", ["measure.py"])
+    assert [e.name for e in evaluation.mail_entries(entries)] == ["../data/m1", "../data/m2"]
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        f"measure.py: skipped {entries[1].path}: {evaluation.NOT_A_MESSAGE}",
+        f"measure.py: skipped {entries[2].path}: unreadable: Is a directory",
+        f"measure.py: skipped {entries[4].path}: unreadable: No such file or directory",
+    ]
+    got = list(evaluation.index_messages(entries, on_skip=lambda e, why: None))
+    assert [(e.name, raw) for e, raw in got] == [(e.name, e.path.read_bytes()) for e in (entries[0], entries[3])]
+
+
 def test_spamctl_eval_table_and_unreadable_index(small_corpus, tmp_path):
     run = _spamctl("--data-dir", str(tmp_path / "d"), "eval", str(small_corpus), cwd=tmp_path)
     assert run.returncode == 0, run.stderr
@@ -185,14 +221,18 @@ def test_batched_evaluation_scores_each_message_with_the_model_of_the_messages_b
     index = tmp_path / "index"
     index.write_text("\n".join(lines) + "\n")
     skipped = []
-    batched, report = evaluate_index(Config(), index, on_skip=lambda e, why: skipped.append(e.name), jobs=jobs)
-    assert report.messages == 150 and report.skipped == 1 and skipped == ["data/missing"]
+    batched, report = evaluate_index(Config(), index, on_skip=lambda e, why: skipped.append((e.name, why)), jobs=jobs)
+    # The missing file and the binary blob (no mail message: `spamctl train` refuses it) are skipped, with the reason.
+    assert report.messages == 149 and report.skipped == 2
+    assert skipped == [("data/missing", "unreadable: No such file or directory"), ("data/m90", evaluation.NOT_A_MESSAGE)]
 
-    # The reference: one message at a time, as the daemon does it.
+    # The reference: one message at a time, as the daemon does it (it learns no non-mail either).
     engine = Engine.open(Config(data_dir=tmp_path / "reference"), durable=False)
     try:
         expected = []
         for raw, label in messages:
+            if not looks_like_message(raw):
+                continue
             expected.append(engine.classify(raw).score.log_odds)
             engine.train(raw, label, "eval")
     finally:

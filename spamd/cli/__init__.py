@@ -24,7 +24,7 @@ from spamd.cli.classify import cmd_classify, cmd_explain
 from spamd.cli.evaluate import add_eval_arguments, cmd_eval
 from spamd.cli.training import cmd_train, cmd_untrain
 from spamd.config import load_config
-from spamd.engine import tune_gc_for_message_streams
+from spamd.gc_tuning import tune_gc_for_message_streams
 from spamd.errors import SpamdError
 from spamd.frontends.control import DEFAULT_EXPLAIN_LIMIT
 

@@ -1,0 +1,136 @@
+"""The measurement scripts are tools an admin runs on their own mail: each has a --help,
+and the ones that take a TREC index name each file that is no mail message (empty,
+binary, unreadable) on stderr and go on, instead of stopping with a traceback.
+
+The index here is made up (no corpus needed): separable spam and ham, three empty
+files, a binary one and a line whose file is missing. The comparisons with bogofilter
+need it installed; CI installs it (.ci/run), so there its absence is a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = sorted((REPO / "scripts").glob("*.py"))
+
+SPAM_WORDS = "viagra cheap pills casino winner prize offer bitcoin loan refinance".split()
+HAM_WORDS = "meeting agenda patch review kernel thanks lunch budget draft minutes".split()
+NOT_MAIL = ["data/empty1", "data/empty2", "data/junk", "data/empty3"]
+
+
+def run_script(name: str, *args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run(
+        [sys.executable, str(REPO / "scripts" / name), *args],
+        capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def needs_bogofilter() -> None:
+    """Skip without bogofilter, but fail in CI, which installs it: a skipped comparison there would hide a break."""
+    if shutil.which("bogofilter") is None:
+        if os.environ.get("CI"):
+            pytest.fail("bogofilter is not installed, and CI installs it (.ci/run): apt-get install bogofilter")
+        pytest.skip("bogofilter is not installed (apt-get install bogofilter)")
+
+
+@pytest.fixture
+def index_with_junk(tmp_path: Path) -> Path:
+    """24 messages alternating spam and ham, with three empty files, a binary one and a missing one among them."""
+    data = tmp_path / "mail" / "data"
+    data.mkdir(parents=True)
+    lines = []
+    for i in range(24):
+        spam = i % 2 == 0
+        words = SPAM_WORDS if spam else HAM_WORDS
+        body = " ".join(words[(i + k) % len(words)] for k in range(30))
+        sender = "promo@deals.example" if spam else "colleague@work.example"
+        raw = f"From: {sender}\nTo: me@work.example\nSubject: note {i}\nMessage-ID: <{i}@x>\n\n{body}\n"
+        (data / f"m{i}").write_text(raw)
+        lines.append(f"{'spam' if spam else 'ham'} data/m{i}")
+    for name in ("empty1", "empty2", "empty3"):
+        (data / name).write_bytes(b"")
+    (data / "junk").write_bytes(bytes(range(256)) * 8)
+    for place, line in ((3, "spam data/empty1"), (8, "ham data/empty2"), (13, "spam data/junk"), (20, "ham data/empty3")):
+        lines.insert(place, line)
+    lines.insert(17, "ham data/missing")
+    index = tmp_path / "mail" / "index"
+    index.write_text("\n".join(lines) + "\n")
+    return index
+
+
+def assert_reported_each_junk_file(stderr: str, script: str) -> None:
+    """One 'skipped' line per file that is no mail message, naming it and why; the missing file as unreadable."""
+    skipped = [line for line in stderr.splitlines() if ": skipped " in line]
+    for name in NOT_MAIL:
+        lines = [line for line in skipped if line.startswith(f"{script}: skipped ") and f"/{name}: " in line]
+        assert len(lines) == 1, (name, stderr)
+        assert lines[0].endswith("not a mail message (it does not start with a header field)"), lines[0]
+    missing = [line for line in skipped if "/data/missing: " in line]
+    assert len(missing) == 1 and "unreadable" in missing[0], stderr
+    assert "Traceback" not in stderr, stderr
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=[path.name for path in SCRIPTS])
+def test_every_script_has_a_help(script: Path, tmp_path: Path) -> None:
+    run = run_script(script.name, "--help", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("usage: "), run.stdout
+    # argparse puts the description after the usage lines: a sentence saying what the script does.
+    description = run.stdout.split("\n\n")[1].strip()
+    assert len(description) > 20 and not description.startswith(("positional arguments", "options")), run.stdout
+
+
+def test_compare_speed_skips_and_names_files_that_are_no_mail_message(index_with_junk: Path, tmp_path: Path) -> None:
+    needs_bogofilter()
+    run = run_script("compare_speed.py", str(index_with_junk), "--rounds", "1", "--json", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert_reported_each_junk_file(run.stderr, "compare_speed.py")
+    summary = json.loads(run.stdout.strip().splitlines()[-1])
+    assert summary["messages"] == 24
+    for key in ("spamd_eval_msgs_per_s", "spamd_bulk_classify_msgs_per_s", "bogofilter_bulk_classify_msgs_per_s"):
+        assert summary[key] > 0, summary
+
+
+def test_compare_bogofilter_skips_and_names_files_that_are_no_mail_message(index_with_junk: Path, tmp_path: Path) -> None:
+    needs_bogofilter()
+    work = tmp_path / "work"
+    run = run_script(
+        "compare_bogofilter.py", str(index_with_junk), "--variants", "original,subject-only", "--work", str(work), "--json",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert_reported_each_junk_file(run.stderr, "compare_bogofilter.py")
+    rows = json.loads(run.stdout)["rows"]
+    assert [row["variant"] for row in rows] == ["original", "subject-only"]
+    for row in rows:
+        # Both filters saw the same 24 messages: nothing learned from the empty or binary files.
+        assert row["messages"] == 24 and row["spamd"]["messages"] == 24 and row["bogofilter"]["messages"] == 24, row
+    # No derived stream is made of a file that is no message.
+    assert len((work / "mail" / "subject-only" / "index").read_text().splitlines()) == 24
+
+
+def test_audit_text_and_heavy_mail_index_go_on_past_files_that_are_no_mail_message(index_with_junk: Path, tmp_path: Path) -> None:
+    audit = run_script("audit_text.py", str(index_with_junk), cwd=tmp_path)
+    assert audit.returncode == 0, audit.stderr
+    assert_reported_each_junk_file(audit.stderr, "audit_text.py")
+    assert "24 messages (5 skipped" in audit.stdout
+
+    heavy = run_script("heavy_mail_index.py", str(tmp_path / "heavy"), str(index_with_junk), "--min-bytes", "1", cwd=tmp_path)
+    # None of the made-up messages carries HTML: the script says so, having named the junk.
+    assert heavy.returncode == 1 and "no message is that large and carries HTML" in heavy.stderr
+    assert_reported_each_junk_file(heavy.stderr, "heavy_mail_index.py")
+
+
+def test_a_script_given_an_unreadable_index_says_so_in_one_line(tmp_path: Path) -> None:
+    run = run_script("audit_text.py", str(tmp_path / "nope"), cwd=tmp_path)
+    assert run.returncode == 1
+    assert run.stderr.strip() == f"audit_text.py: {tmp_path / 'nope'}: cannot read index: No such file or directory"
