@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from spamd.errors import SpamdError
-from spamd.feedback import Event, Feedback, Protocol
+from spamd.feedback import SETTLED, Event, Feedback, Protocol
 from spamd.message import looks_like_message, read_message_file
 from spamd.model import Label, Verdict
 
@@ -191,7 +191,7 @@ def run_online(
     results: list[Result] = []
     trained: Counter[tuple[str, str]] = Counter()
     waiting: dict[int, Prepared] = {}  # message number -> analyzed, while an event for it is pending
-    skipped = 0
+    skipped = history = 0
 
     def apply(events: list[Event]) -> None:
         for event in events:
@@ -207,6 +207,13 @@ def run_online(
             if prepared is None:
                 skipped += 1
                 on_skip(entry, reason)
+                progress(1)
+                continue
+            if history < feedback.protocol.history:
+                history += 1  # mail that was there before spamd: filed by the person, not scored
+                if feedback.protocol.settled:
+                    outcome = learn(prepared, entry.label, SETTLED, False)
+                    trained[(SETTLED, getattr(outcome, "value", str(outcome)))] += 1
                 progress(1)
                 continue
             number = len(results)

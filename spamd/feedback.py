@@ -58,16 +58,22 @@ class Protocol:
     # settled: spamd's mistakes lie near its thresholds, and these learn them uncorrected.
     autolearn_margin: float = 0.0
     settle_margin: float = 0.0
+    # The first `history` messages of the stream stand for the mail already in the
+    # mailboxes at the first start: not scored; with settled learning on, learned at
+    # once with the label of the folder they lie in (the person filed them).
+    history: int = 0
     people: People = field(default_factory=People)
 
     def __post_init__(self) -> None:
         if self.feedback not in FEEDBACKS:
             raise ValueError(f"feedback {self.feedback!r}: expected one of {', '.join(FEEDBACKS)}")
-        if self.delay < 0 or self.settle_after < 0:
-            raise ValueError("delay and settle_after are numbers of messages, at least 0")
+        if self.delay < 0 or self.settle_after < 0 or self.history < 0:
+            raise ValueError("delay, settle_after and history are numbers of messages, at least 0")
 
     def describe(self) -> str:
         parts = [self.feedback]
+        if self.history:
+            parts.append(f"history {self.history}")
         if self.delay:
             parts.append(f"delay {self.delay}")
         if self.autolearn:

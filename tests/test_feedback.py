@@ -163,3 +163,13 @@ def test_spamctl_eval_feedback_options(stream):
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert bad.returncode == 1 and "--sort-unsure 2.0: a probability" in bad.stderr
+
+
+def test_history_is_learned_by_settled_learning_and_never_scored(stream):
+    results, with_history = evaluate_index(Config(), stream, protocol=Protocol("errors", settled=True, history=12))
+    assert len(results) == 18 and results[0].name == "data/m12"
+    assert with_history.trained[SETTLED] == 12
+    results, without = evaluate_index(Config(), stream, protocol=Protocol("errors", history=12))
+    assert len(results) == 18 and SETTLED not in without.trained
+    # The mail that was there trains the model before the first message is scored.
+    assert with_history.trained.get(PERSON, 0) < without.trained[PERSON]

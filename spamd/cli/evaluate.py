@@ -44,6 +44,9 @@ def add_protocol_arguments(evaluate: argparse.ArgumentParser, several: bool = Fa
     defaults = Protocol()
     protocol.add_argument("--settle-after", type=int, default=defaults.settle_after, metavar="N",
                           help=f"messages scored before mail left in place counts as settled (default {defaults.settle_after})")  # fmt: skip
+    protocol.add_argument("--history", type=int, default=0, metavar="N",
+                          help="the first N messages are mail already in the mailboxes at the first start: "
+                          "not scored; learned at once when settled learning is on")  # fmt: skip
     people = People()
     for name, help in (
         ("correct_missed_spam", "probability that spam filed in INBOX is moved to Junk"),
@@ -74,8 +77,8 @@ def protocol_of(config: Config, args: argparse.Namespace, feedback: str | None =
     for name in ("correct_missed_spam", "rescue_lost_ham", "sort_unsure", "delete_missed_spam", "read_ham"):
         if not 0.0 <= getattr(args, name) <= 1.0:
             raise SpamdError(f"--{name.replace('_', '-')} {getattr(args, name)}: a probability, from 0 to 1")
-    if args.delay < 0 or args.settle_after < 0 or args.mean_delay < 0:
-        raise SpamdError("--delay, --settle-after and --mean-delay count messages: at least 0")
+    if min(args.delay, args.settle_after, args.mean_delay, args.history) < 0:
+        raise SpamdError("--delay, --settle-after, --mean-delay and --history count messages: at least 0")
     people = People(
         args.correct_missed_spam, args.rescue_lost_ham, args.sort_unsure, args.delete_missed_spam, args.read_ham,
         args.mean_delay, args.seed,
@@ -86,6 +89,7 @@ def protocol_of(config: Config, args: argparse.Namespace, feedback: str | None =
         autolearn=config.maildir.autolearn if args.autolearn is None else args.autolearn,
         settled=getattr(config.maildir, "settle_after", 0) > 0 if args.settled is None else args.settled,
         settle_after=args.settle_after,
+        history=args.history,
         people=people,
     )
 
