@@ -32,6 +32,21 @@ snapshots, with the embedded store, and at shutdown), so the catch-up queues onl
 messages not settled yet; a mark lost in a crash costs a ledger lookup, not a
 second training. What became due while spamd was down is learned once the
 catch-up is done, in batches that yield to the loop.
+
+Cost on 100,000 messages (scripts/settle_cost.py: 60% read in INBOX, 10% unread,
+25% in Junk, 5% in Trash; 2 shared cores, ext4 on a virtual disk):
+  - the queue: ~150 bytes an entry, 12.4 MiB for the 85,218 candidates of a first
+    start. Afterwards it holds only read mail and Junk younger than settle_after.
+  - the settled marks: ~58 bytes a settled message in memory (4.7 MiB); one byte a
+    message in the index file (4.4 -> 4.5 MiB).
+  - a tick with nothing due: ~5 us, whatever the queue holds (a look at its top).
+  - a message looked at and not due yet: ~20 us (a stat; queued again). One
+    learned: ~2.2 ms, nearly all of it the journal's fsync, so the 85,218 of a
+    first start take ~3 minutes beside serving; the loop was held at most 28 ms at
+    a time (one training's fsync).
+  - the start-up catch-up: queueing adds ~4 us a file (0.38 s); a restart with
+    everything settled took 1.44 s against 1.07 with settled learning off, nothing
+    read or queued. (A first start's catch-up reads every file to index it: 40 s.)
 """
 
 from __future__ import annotations
