@@ -12,7 +12,8 @@ the last day, week and month, and as all-time totals for Prometheus.
 Pure state with an injected clock: no I/O. The Engine persists it in snapshots and
 re-derives judgements and training volume from replayed journal records, so what
 a crash loses is only the verdicts (and scored counts) since the last snapshot.
-Autolearn and evaluation are not a person's verdict and are never judged here.
+Autolearn, settled mail (what people left in place) and evaluation are not a
+person's verdict and are never judged here.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ UNSURE_HAM = "unsure_resolved_ham"
 AGREED = "agreed"  # the person's label is spamd's verdict
 JUDGEMENTS = (MISSED_SPAM, FALSE_POSITIVE, UNSURE_SPAM, UNSURE_HAM, AGREED)
 # Training sources that are not a person's decision.
-NOT_A_PERSON = frozenset({"autolearn", "eval"})
+NOT_A_PERSON = frozenset({"autolearn", "settled", "eval"})
 
 DAY_S = 86400
 MAX_DAYS = 400
@@ -59,7 +60,7 @@ def judgement(verdict: Verdict, label: Label) -> str:
 
 
 def is_person(source: str, user: bool) -> bool:
-    """Whether a training event is a person's verdict (moves, spamctl, spamc TELL), not autolearn or eval."""
+    """Whether a training event is a person's verdict (moves, spamctl, spamc TELL), not autolearn, settled mail or eval."""
     return user and source not in NOT_A_PERSON
 
 

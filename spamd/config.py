@@ -7,6 +7,7 @@ Nothing here is read at import time by other modules: the entry points call
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -174,6 +175,11 @@ class MaildirConfig:
     watch_inbox: bool = True
     # Learn from spamd's own confident verdicts (never over a user's correction).
     autolearn: bool = False
+    # Learn what people leave in place (settled mail, spamd/frontends/maildir/settle.py):
+    # a message read and kept this many seconds after it arrived, in INBOX or any folder
+    # but Junk and Trash, as ham; one left in Junk that long as spam. Never over a
+    # person's decision. 0 turns it off. The default is to be chosen by measurement.
+    settle_after: float = 0.0
     # fsync each delivered message and its directory before answering 250.
     fsync: bool = True
     # Processes that write SMTP deliveries beside the event loop
@@ -325,6 +331,8 @@ def _validate(config: Config, source: str) -> None:
         problems.append("parser limits must be >= 1")
     if not -1 <= p.processes <= 64:
         problems.append("parser.processes must be -1 (one per core but one), 0 (none) or up to 64")
+    if not (math.isfinite(config.maildir.settle_after) and config.maildir.settle_after >= 0):
+        problems.append(f"maildir.settle_after must be a number of seconds >= 0 (0: off), got {config.maildir.settle_after}")
     if not -1 <= config.maildir.delivery_processes <= 8:
         problems.append("maildir.delivery_processes must be -1 (one on two cores or more), 0 (none) or up to 8")
     if s.mode not in ("deliver", "relay"):

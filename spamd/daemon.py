@@ -19,6 +19,7 @@ import resource
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +68,7 @@ LIVE_SETTINGS = {
         "allow_tell", "allowed_peers", "max_message_bytes", "idle_timeout_s", "data_timeout_s",
         "max_connections", "required_score",
     },
-    "maildir": {"watch_inbox", "autolearn", "fsync"},
+    "maildir": {"watch_inbox", "autolearn", "settle_after", "fsync"},
     "log": {"level"},
 }  # fmt: skip
 
@@ -87,6 +88,7 @@ class Daemon:
         metrics_listen: str | None = None,
         config: Config | None = None,
         install_signals: bool = True,
+        clock: Callable[[], float] = time.time,
     ):
         self.config_path = config_path
         self.overrides = {
@@ -95,6 +97,7 @@ class Daemon:
         }  # fmt: skip
         self.config = config if config is not None else load_config(config_path, **self.overrides)
         self.install_signals = install_signals
+        self.clock = clock  # wall time for settled mail (tests give their own)
         self.engine: Engine | None = None
         self.metrics = Metrics()
         self.scorer: Scorer | None = None
@@ -172,6 +175,7 @@ class Daemon:
             learn=self.scorer.learn,
             ledger_label=self.engine.trainer.ledger.get,  # (an import replaces the ledger in place)
             on_error=self.metrics.error,
+            clock=self.clock,
         )
         # Watch before the catch-up scan so nothing falls between the two; queued
         # events for files the scan already handled are no-ops (same folder in the index).
@@ -180,6 +184,9 @@ class Daemon:
             await self.watcher.catch_up(mailbox)
         await asyncio.to_thread(save_indexes, self.index_path, export_indexes(self.mailboxes))
         self.watcher.start_consuming()
+        # Settled mail next, beside serving: on a first start over existing Maildirs it is
+        # what trains the model, message by message, yielding to the loop between batches.
+        self.watcher.start_settling()
 
         loop = asyncio.get_running_loop()
         s = config.smtp
@@ -187,7 +194,10 @@ class Daemon:
         if writers and s.mode == "deliver":
             self.writers = DeliveryProcesses(writers)
             await self.writers.start()
-        self.smtp = SmtpHandler(lambda: self.config, self.scorer, self.mailboxes, self.metrics.error, self.writers)
+        self.smtp = SmtpHandler(
+            lambda: self.config, self.scorer, self.mailboxes, self.metrics.error, self.writers,
+            on_delivered=self.watcher.delivered_by_spamd,
+        )  # fmt: skip
         try:
             self.server = await loop.create_server(lambda: FilterSMTP(self.smtp, self.config, loop), s.host, s.port)
         except OSError as e:
@@ -446,7 +456,7 @@ class Daemon:
         if self.analyzers is not None:
             self.analyzers.reconfigure(self.config)
         if self.watcher is not None:
-            self.watcher.config = self.config.maildir
+            self.watcher.reconfigure(self.config.maildir)
         for mailbox in self.mailboxes:
             mailbox.config = self.config.maildir
         # Logged before the new level applies, so raising the level does not hide its own record.
@@ -480,9 +490,13 @@ class Daemon:
             spamc_connections=0 if self.spamc is None else len(self.spamc.connections),
             spamc_in_flight=0 if self.spamc is None else self.spamc.in_flight,
             spamc_answered=0 if self.spamc is None else self.spamc.answered,
-            maildirs=[{"path": str(m.root), "user": m.user, "indexed_messages": len(m.index)} for m in self.mailboxes],
+            maildirs=[
+                {"path": str(m.root), "user": m.user, "indexed_messages": len(m.index), "settled_messages": len(m.index.settled)}
+                for m in self.mailboxes
+            ],
             maildir_events_queued=0 if self.watcher is None else self.watcher.queue.qsize(),
             maildir_events_handled=0 if self.watcher is None else self.watcher.handled,
+            maildir_settle_queued=0 if self.watcher is None else len(self.watcher.settler.queue),
         )
         stats["daemon"] = daemon
         return stats

@@ -85,9 +85,9 @@ def train(daemon: Daemon, count: int = 20) -> None:
 
 
 @contextlib.asynccontextmanager
-async def running(config: Config) -> AsyncIterator[Daemon]:
-    """A Daemon started on this test's loop (no signal handlers), shut down after."""
-    daemon = Daemon(config=config, install_signals=False)
+async def running(config: Config, **daemon_args: object) -> AsyncIterator[Daemon]:
+    """A Daemon started on this test's loop (no signal handlers), shut down after; `daemon_args` such as a clock."""
+    daemon = Daemon(config=config, install_signals=False, **daemon_args)  # type: ignore[arg-type]
     try:
         await daemon.startup()
         yield daemon

@@ -6,6 +6,8 @@ messages in one UID MOVE. spamd must learn exactly once per decision, and
 Dovecot must log no error. Run as root, spamd created .Junk/.Trash owned by
 root, and every MOVE into Junk failed with "[SERVERBUG] Internal error": that
 regression is checked by owner, group and mode of everything in the Maildir.
+With `[maildir] settle_after` set, mail read (\\Seen, as Dovecot renames the file)
+and left in INBOX is learned as ham once it has been there that long.
 
 Then the IMAPSieve set-up shipped in config/imapsieve/ for mail spamd does not
 watch: Dovecot pipes each message moved into or out of Junk to spamd-learn,
@@ -167,6 +169,48 @@ def test_imap_moves_train_spamd_exactly_once_and_dovecot_logs_no_error(dovecot, 
         assert len(messages) == 12  # 11 delivered, one of them copied
         for path in messages:
             assert os.stat(path).st_mode & 0o7777 == 0o640, path
+    finally:
+        spamd.stop()
+
+
+def test_read_mail_left_in_place_settles_as_ham_through_dovecots_own_flag_renames(dovecot, spamd_top):
+    """Settled learning as Dovecot names read mail: \\Seen and left in INBOX is ham, once; unread or in Trash, nothing.
+
+    Non-events are checked with a sentinel read after them: the settler pops in order of due time.
+    """
+    user = "settler"
+    first = dovecot.imap(user)
+    imap_ok(first.select("INBOX"))
+    first.logout()
+    maildir = dovecot.maildir(user)
+    spamd = Spamd(spamd_top, [maildir], mail_user=False)
+    spamd.config.write_text(spamd.config.read_text() + "settle_after = 1.5\n")  # the last section is [maildir]
+    spamd.start()
+    try:
+        for n in range(4):  # an empty model: all in INBOX
+            send(spamd.smtp_port, make_message(Label.HAM, n, seed=17))
+        client = dovecot.imap(user)
+        try:
+            inbox = message_ids(client, "INBOX")
+            imap_ok(client.uid("STORE", inbox["ham-0-17"] + b"," + inbox["ham-1-17"], "+FLAGS", r"(\Seen)"))
+            imap_ok(client.uid("STORE", inbox["ham-2-17"], "+FLAGS", r"(\Seen)"))
+            imap_ok(client.uid("MOVE", inbox["ham-2-17"], "Trash"))  # read and thrown away
+            # ham-3 is left unread.
+            wait_for_training(spamd, {"settled:learned": 2})
+            send(spamd.smtp_port, make_message(Label.HAM, 4, seed=17))  # the sentinel
+            imap_ok(client.uid("STORE", message_ids(client, "INBOX")["ham-4-17"], "+FLAGS", r"(\Seen)"))
+            wait_for_training(spamd, {"settled:learned": 3})
+            imap_ok(client.uid("MOVE", inbox["ham-0-17"], "Junk"))  # the person changes their mind: corrected
+            counts = wait_for_training(spamd, {"settled:learned": 3, "maildir:corrected": 1})
+            client.logout()
+        finally:
+            try:
+                client.shutdown()
+            except OSError:
+                pass
+        stats = spamd.stats()
+        assert (stats["trained_spam"], stats["trained_ham"]) == (1, 2), counts
+        assert stats["daemon"]["recent_errors"] == [] and dovecot.errors() == []
     finally:
         spamd.stop()
 

@@ -179,6 +179,48 @@ def test_any_history_equals_training_once_with_the_final_labels(new_trainer, eve
     }
 
 
+sourced_history = st.lists(
+    st.tuples(
+        st.integers(0, len(MESSAGES) - 1),
+        st.sampled_from([Label.SPAM, Label.HAM]),
+        st.sampled_from(["person", "autolearn", "settled"]),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(events=sourced_history)
+def test_settled_and_autolearn_mixed_with_people(new_trainer, events):
+    """Any mix of a person's, autolearn's and settled learning's labels leaves, for each message, the label of
+    its last person event if it had one, else its last label from the other two, each message counted once.
+
+    Last, not first: settled learning comes after autolearn (delivery, then time left in place) and
+    is the better evidence, so it corrects autolearn; neither ever changes a person's label.
+    """
+    trainer = new_trainer()
+    held: dict[int, tuple[Label, bool]] = {}  # what the ledger must hold
+    for index, label, source in events:
+        person = source == "person"
+        known = held.get(index)
+        outcome = trainer.train(ANALYZED[index], label, source, user=person)
+        if known is None:
+            assert outcome == Outcome.LEARNED
+            held[index] = (label, person)
+        elif known[0] == label:
+            assert outcome == Outcome.REPEAT
+            held[index] = (label, person or known[1])
+        elif known[1] and not person:
+            assert outcome == Outcome.DECLINED
+        else:
+            assert outcome == Outcome.CORRECTED  # once: the old label's counts moved, none added
+            held[index] = (label, person)
+    assert trainer.model.state_equals(direct({i: label for i, (label, _) in held.items()}))
+    assert int(sum(trainer.model.doc_totals)) == len(held)
+    assert trainer.ledger.as_dict() == {ANALYZED[i].key: int(label) | (2 if person else 0) for i, (label, person) in held.items()}
+    assert trainer.events.total() == len(events)
+
+
 def test_engine_history_replays_to_the_same_state(tmp_path):
     config = h.small_config(tmp_path)
     engine = Engine.open(config)

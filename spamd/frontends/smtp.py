@@ -17,6 +17,7 @@ import smtplib
 import socket
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import structlog
 from aiosmtpd.smtp import SMTP, Envelope, Session
@@ -242,12 +243,14 @@ class SmtpHandler:
         mailboxes: list[Mailbox],
         on_error: Callable[..., None],
         writers: DeliveryProcesses | None = None,
+        on_delivered: Callable[[Mailbox, Path], None] | None = None,
     ):
         self.config = config
         self.scorer = scorer
         self.mailboxes = mailboxes
         self.on_error = on_error
         self.writers = writers  # delivery processes; None: the daemon's threads write
+        self.on_delivered = on_delivered  # (mailbox, path): the watcher, which never sees these deliveries
         self.sessions: set[FilterSMTP] = set()
         self.in_flight = 0
         self.idle = asyncio.Event()
@@ -326,6 +329,8 @@ class SmtpHandler:
                 if e.errno in (errno.ENOSPC, errno.EDQUOT):
                     return "452 4.3.1 Insufficient system storage, try again later", delivered
                 return "451 4.3.0 Local delivery failed, try again later", delivered
+            if self.on_delivered is not None:
+                self.on_delivered(mailbox, path)
             delivered.append(str(path.relative_to(mailbox.root.parent)))
         return "250 2.0.0 OK delivered", delivered
 

@@ -179,6 +179,30 @@ class Mailbox:
                 return None
             return f.read()
 
+    def mtimes(self, files: list[tuple[str, str, str]]) -> list[float | None]:
+        """The modification time of each (folder, sub, name) message file (blocking); None if gone or no regular file.
+
+        Looked at without following links, as `read_message` reads, each directory
+        opened once for all of its files.
+        """
+        by_dir: dict[tuple[str, str], list[int]] = {}
+        for i, (folder, sub, _) in enumerate(files):
+            by_dir.setdefault((folder, sub), []).append(i)
+        out: list[float | None] = [None] * len(files)
+        for (folder, sub), indexes in by_dir.items():
+            try:
+                with self.open_dir(folder, sub) as dir_fd:
+                    for i in indexes:
+                        try:
+                            st = os.stat(files[i][2], dir_fd=dir_fd, follow_symlinks=False)
+                        except OSError:
+                            continue
+                        if stat.S_ISREG(st.st_mode):
+                            out[i] = st.st_mtime
+            except OSError:
+                continue
+        return out
+
     def remove(self, loc: Location) -> None:
         """Unlink a message file (blocking) through its directory's descriptor; gone already is fine."""
         try:

@@ -2,10 +2,12 @@
 
 Each Maildir has a `SeenIndex`: base name -> (folder, message key) for every file
 spamd has seen, and message key -> folder (how the watcher tells a move from a
-new message: see `watcher.py`). The index is persisted (msgpack) with snapshots and
-at shutdown. A stale or lost index is safe: a message re-decided from an older
-index, or from the ledger alone, gets the label it already holds, and training
-the same label twice is a ledger no-op.
+new message: see `watcher.py`), and which of its messages have settled (learned from
+being left in place: see `settle.py`), so that a restart does not queue them again.
+The index is persisted (msgpack) with snapshots and at shutdown. A stale or lost
+index is safe: a message re-decided from an older index, or from the ledger alone,
+gets the label it already holds, and training the same label twice is a ledger
+no-op.
 
 `RecentNames` holds the names spamd delivered lately, so that the watcher's
 thread drops the events of spamd's own deliveries.
@@ -35,11 +37,15 @@ INDEX_VERSION = 1
 
 
 class SeenIndex:
-    """Where spamd last saw each message of one Maildir, by base name and by message key."""
+    """Where spamd last saw each message of one Maildir, by base name and by message key; which have settled."""
 
     def __init__(self) -> None:
         self.by_base: dict[str, tuple[str, bytes]] = {}
         self.by_key: dict[bytes, str] = {}
+        # Message keys of the settled messages: never queued to settle again, wherever they
+        # move. Keys, not bases: the set holds the very bytes objects of `by_base`'s entries,
+        # so a mark costs a set slot (about 40 bytes), not another copy of a name.
+        self.settled: set[bytes] = set()
 
     def __len__(self) -> int:
         return len(self.by_base)
@@ -56,6 +62,16 @@ class SeenIndex:
         del self.by_base[base]
         if self.by_key.get(entry[1]) == entry[0]:
             del self.by_key[entry[1]]
+            self.settled.discard(entry[1])  # (a move under a new name loses the mark: the ledger then says "known")
+
+    def is_settled(self, base: str) -> bool:
+        entry = self.by_base.get(base)
+        return entry is not None and entry[1] in self.settled
+
+    def mark_settled(self, base: str) -> None:
+        entry = self.by_base.get(base)
+        if entry is not None:
+            self.settled.add(entry[1])
 
     def keep_only(self, bases: set[str]) -> int:
         """Forget every base not in `bases` (deleted while spamd was down); rebuild by_key."""
@@ -63,21 +79,30 @@ class SeenIndex:
         for base in gone:
             del self.by_base[base]
         self.by_key = {key: folder for folder, key in self.by_base.values()}
+        self.settled.intersection_update(self.by_key)
         return len(gone)
 
     def export(self) -> list[list[Any]]:
         return [[base, folder, key] for base, (folder, key) in self.by_base.items()]
 
+    def export_settled(self) -> bytes:
+        """One byte per row of `export()` (same order: call both with no change between): 1 if settled."""
+        settled = self.settled
+        return bytes(key in settled for _, key in self.by_base.values())
+
     @classmethod
-    def restore(cls, rows: list[list[Any]]) -> "SeenIndex":
+    def restore(cls, rows: list[list[Any]], settled: bytes = b"") -> "SeenIndex":
         index = cls()
         for base, folder, key in rows:
             index.record(base, folder, key)
+        index.settled = {row[2] for row, flag in zip(rows, settled) if flag}
         return index
 
 
-def encode_indexes(rows: dict[str, list[list[Any]]]) -> bytes:
-    return msgpack.packb({"format": INDEX_FORMAT, "version": INDEX_VERSION, "maildirs": rows}, use_bin_type=True)
+def encode_indexes(exported: dict[str, dict[str, Any]]) -> bytes:
+    # "settled" (a flag per row of "maildirs") came later without a new version: an
+    # older spamd ignores it, and would only queue those messages again.
+    return msgpack.packb({"format": INDEX_FORMAT, "version": INDEX_VERSION, **exported}, use_bin_type=True)
 
 
 def load_indexes(path: Path) -> dict[str, SeenIndex]:
@@ -90,7 +115,8 @@ def load_indexes(path: Path) -> dict[str, SeenIndex]:
         payload = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
         if payload.get("format") != INDEX_FORMAT or payload.get("version") != INDEX_VERSION:
             raise ValueError(f"unknown format {payload.get('format')!r} version {payload.get('version')!r}")
-        return {root: SeenIndex.restore(rows) for root, rows in payload["maildirs"].items()}
+        settled = payload.get("settled", {})
+        return {root: SeenIndex.restore(rows, settled.get(root, b"")) for root, rows in payload["maildirs"].items()}
     except (ValueError, TypeError, KeyError, AttributeError, msgpack.UnpackException) as e:
         log.warning("maildir_index_unreadable", path=str(path), error=str(e), action="rebuilding from the folders")
         return {}
@@ -120,11 +146,14 @@ class RecentNames:
         return name in self._current or name in self._previous
 
 
-def export_indexes(mailboxes: list[Mailbox]) -> dict[str, list[list[Any]]]:
-    """A copy of every Maildir's seen index, taken on the loop (cheap: one list per entry)."""
-    return {str(m.root): m.index.export() for m in mailboxes}
+def export_indexes(mailboxes: list[Mailbox]) -> dict[str, dict[str, Any]]:
+    """A copy of every Maildir's seen index and settled flags, taken on the loop (cheap: one list per entry)."""
+    return {
+        "maildirs": {str(m.root): m.index.export() for m in mailboxes},
+        "settled": {str(m.root): m.index.export_settled() for m in mailboxes},
+    }
 
 
-def save_indexes(path: Path, rows: dict[str, list[list[Any]]]) -> None:
+def save_indexes(path: Path, exported: dict[str, dict[str, Any]]) -> None:
     """Persist exported indexes (blocking: run in a thread). Not fsync-critical: see the module docstring."""
-    write_atomically(path, encode_indexes(rows), durable=False)
+    write_atomically(path, encode_indexes(exported), durable=False)

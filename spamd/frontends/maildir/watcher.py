@@ -22,6 +22,10 @@ The start-up catch-up runs exactly that over a directory listing: O(files)
 after the first start it costs a listing plus the messages that arrived or were
 renamed while spamd was down.
 
+What people leave in place is learned too, when `[maildir] settle_after` is set:
+the watcher tells its `Settler` (`settle.py`) of every message it sees appear or
+be renamed, and the settler learns those that stay long enough.
+
 This module decides; it does not score or learn. It calls the `score` and
 `learn` functions the daemon gives it.
 """
@@ -34,6 +38,7 @@ import inspect
 import os
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import structlog
@@ -53,6 +58,7 @@ from spamd.errors import SpamdError, StoreUnavailableError
 from spamd.frontends.maildir.files import write_message
 from spamd.frontends.maildir.layout import _SIZE_FIELDS_RE, FILED_MARK, INBOX, Location, base_of, filed_base
 from spamd.frontends.maildir.mailbox import Mailbox
+from spamd.frontends.maildir.settle import Settler
 from spamd.message import message_key
 from spamd.model import Label, Verdict
 from spamd.scheduling import threads_started_here_yield_to_the_loop
@@ -108,6 +114,7 @@ class MaildirWatcher:
         learn: Learn,
         ledger_label: LedgerLookup,
         on_error: Callable[..., None],
+        clock: Callable[[], float] = time.time,
     ):
         self.mailboxes = mailboxes
         self.config = config
@@ -122,6 +129,8 @@ class MaildirWatcher:
         self._consumer: asyncio.Task[None] | None = None
         self._stopping = False
         self.files_read = 0
+        self.settler = Settler(lambda: self.config, learn, ledger_label, self._until_stored, on_error, clock)
+        self._settle_listing: asyncio.Task[int] | None = None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -150,9 +159,31 @@ class MaildirWatcher:
     def start_consuming(self) -> None:
         self._consumer = asyncio.create_task(self._consume(), name="maildir-events")
 
+    def start_settling(self) -> None:
+        """Learn settled mail from now on: what the catch-ups queued first (in batches, beside serving)."""
+        self.settler.start()
+
+    def delivered_by_spamd(self, mailbox: Mailbox, path: Path) -> None:
+        """spamd's SMTP delivery wrote `path` (its events never reach the loop): it may settle from now."""
+        loc = mailbox.locate(path)
+        if loc is not None:
+            self.settler.consider(mailbox, loc, just_delivered=True)
+
+    def reconfigure(self, config: MaildirConfig) -> None:
+        """A reload's [maildir] section: settle_after applies to what is queued, and turned on, to what is there."""
+        before, self.config = self.config.settle_after, config
+        if config.settle_after == before:
+            return
+        self.settler.reconfigure(before, config.settle_after)
+        if not before and (self._settle_listing is None or self._settle_listing.done()):
+            self._settle_listing = asyncio.create_task(self.settler.consider_all(self.mailboxes), name="maildir-settle-listing")
+
     async def stop(self) -> None:
-        """Stop watching, then handle what was already queued."""
+        """Stop watching and settling, then handle what was already queued."""
         self._stopping = True  # a training waiting for the store gives up (logged) rather than hold shutdown
+        if self._settle_listing is not None:
+            self._settle_listing.cancel()
+        await self.settler.stop()
         if self.observer is not None:
             await asyncio.to_thread(self._stop_observer)
         if self._consumer is not None:
@@ -181,6 +212,7 @@ class MaildirWatcher:
             by_base.setdefault(loc.base, []).append(loc)
         filed_originals = {b[: b.rindex(FILED_MARK)] for b in by_base if FILED_MARK in b}
         read_before = self.files_read
+        to_settle = 0
         for base, locs in by_base.items():
             entry = mailbox.index.by_base.get(base)
             if len(locs) > 1 and entry is not None:
@@ -193,11 +225,13 @@ class MaildirWatcher:
                     await asyncio.to_thread(mailbox.remove, loc)
                     continue
                 await self._appeared(mailbox, loc, None, context="catch_up")
+                to_settle += self.settler.consider(mailbox, loc)
         dropped = mailbox.index.keep_only(set(by_base))
         summary = {
             "files": len(locations),
             "read": self.files_read - read_before,
             "forgotten": dropped,
+            "settle_queued": to_settle,  # read mail and Junk not settled yet (a first start: all the old mail)
         }
         log.info(
             "maildir_caught_up",
@@ -243,6 +277,7 @@ class MaildirWatcher:
             after = mailbox.locate(src)
         if after is not None:
             await self._appeared(mailbox, after, previous, context="live")
+            self.settler.consider(mailbox, after)  # where it is now, flags included (not if filed away)
 
     async def _appeared(self, mailbox: Mailbox, loc: Location, previous: tuple[str, bytes] | None, context: str) -> None:
         entry = previous or mailbox.index.by_base.get(loc.base)
