@@ -68,7 +68,7 @@ LIVE_SETTINGS = {
         "allow_tell", "allowed_peers", "max_message_bytes", "idle_timeout_s", "data_timeout_s",
         "max_connections", "required_score",
     },
-    "maildir": {"watch_inbox", "autolearn", "settle_after", "fsync"},
+    "maildir": {"watch_inbox", "autolearn", "settle_after", "settle_margin", "fsync"},
     "log": {"level"},
 }  # fmt: skip
 

@@ -13,6 +13,7 @@ trainer.
 from __future__ import annotations
 
 import heapq
+import math
 import random
 from collections import Counter
 from dataclasses import dataclass, field
@@ -71,15 +72,17 @@ class Protocol:
             raise ValueError("delay, settle_after and history are numbers of messages, at least 0")
 
     def describe(self) -> str:
+        """A short name for reports: only what changes the run (settled learning of spamd's own filing
+        with an infinite margin learns nothing, so it is not named)."""
         parts = [self.feedback]
         if self.history:
-            parts.append(f"history {self.history}")
+            parts.append(f"history {self.history}" + (" settled" if self.settled else ""))
         if self.delay:
             parts.append(f"delay {self.delay}")
         if self.autolearn:
-            parts.append("autolearn")
-        if self.settled:
-            parts.append(f"settled after {self.settle_after}")
+            parts.append("autolearn" + (f" margin {self.autolearn_margin:g}" if self.autolearn_margin else ""))
+        if self.settled and self.settle_margin != math.inf:
+            parts.append(f"settled after {self.settle_after}" + (f" margin {self.settle_margin:g}" if self.settle_margin else ""))
         return ", ".join(parts)
 
 

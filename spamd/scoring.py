@@ -68,6 +68,15 @@ def has_spam_status(raw: bytes) -> bool:
     return _STATUS_RE.search(split_head_body(raw)[0][:65536]) is not None
 
 
+_LOG_ODDS_RE = re.compile(rb"^x-spam-status:[^\n]*?\blog_odds=(-?[0-9]+(?:\.[0-9]+)?)", re.IGNORECASE | re.MULTILINE)
+
+
+def delivered_log_odds(raw: bytes) -> float | None:
+    """The normalized log-odds spamd's X-Spam-Status gave this message when it was scored, or None (never scored by spamd)."""
+    m = _LOG_ODDS_RE.search(split_head_body(raw)[0][:65536])
+    return float(m.group(1)) if m else None
+
+
 def spam_flagged(raw: bytes) -> bool:
     """Whether spamd (or a filter run before) marked this message as spam."""
     head = split_head_body(raw)[0][:65536].lower()

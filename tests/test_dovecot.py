@@ -184,7 +184,7 @@ def test_read_mail_left_in_place_settles_as_ham_through_dovecots_own_flag_rename
     first.logout()
     maildir = dovecot.maildir(user)
     spamd = Spamd(spamd_top, [maildir], mail_user=False)
-    spamd.config.write_text(spamd.config.read_text() + "settle_after = 1.5\n")  # the last section is [maildir]
+    spamd.config.write_text(spamd.config.read_text() + "settle_after = 1.5\nsettle_margin = 0.0\n")  # the last section is [maildir]
     spamd.start()
     try:
         for n in range(4):  # an empty model: all in INBOX

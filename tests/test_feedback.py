@@ -151,13 +151,23 @@ def test_engine_trains_exactly_what_each_protocol_says(stream):
 def test_spamctl_eval_feedback_options(stream):
     run = subprocess.run(
         [sys.executable, "-c", "from spamd.cli import main; main()", "--json", "eval", str(stream),
-         "--feedback", "people", "--settled", "--settle-after", "5", "--seed", "3", "--jobs", "1"],
+         "--feedback", "people", "--settled", "--settle-after", "5", "--settle-margin", "0", "--seed", "3", "--jobs", "1"],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout.splitlines()[-1])
     assert report["feedback"] == "people, settled after 5"
     assert report["messages"] == 30 and report["trained"].get(SETTLED, 0) > 0
+    defaults = subprocess.run(
+        [sys.executable, "-c", "from spamd.cli import main; main()", "--json", "eval", str(stream),
+         "--feedback", "errors", "--history", "6", "--jobs", "1"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert defaults.returncode == 0, defaults.stderr
+    report = json.loads(defaults.stdout.splitlines()[-1])
+    # As shipped: settled learning on, for mail spamd never scored only; no autolearn.
+    assert report["feedback"] == "errors, history 6 settled" and report["trained"][SETTLED] == 6
+    assert AUTOLEARN not in report["trained"]
     bad = subprocess.run(
         [sys.executable, "-c", "from spamd.cli import main; main()", "eval", str(stream), "--sort-unsure", "2"],
         capture_output=True, text=True, timeout=60, check=False,

@@ -100,7 +100,8 @@ async def settle(daemon) -> None:
 
 
 def settle_config(tmp_path: Path, settle_after: float = SETTLE_S, **maildir):
-    return daemon_config(tmp_path, maildir={"settle_after": settle_after, "fsync": False, **maildir})
+    """Settled learning of every filing, spamd's own included (margin 0), unless a test says otherwise."""
+    return daemon_config(tmp_path, maildir={"settle_after": settle_after, "settle_margin": 0.0, "fsync": False, **maildir})
 
 
 # ---------------------------------------------------------------- the rule and the queue
@@ -191,7 +192,8 @@ def test_settle_after_is_validated(tmp_path):
             load_config(config)
     config.write_text("[maildir]\nsettle_after = 2\n")
     assert load_config(config).maildir.settle_after == 2.0
-    assert load_config(None).maildir.settle_after == 0.0  # off unless set
+    assert load_config(None).maildir.settle_after == 259200.0  # three days
+    assert load_config(None).maildir.settle_margin == float("inf")  # only mail spamd never scored
 
 
 # ---------------------------------------------------------------- in process, with the clock moved by hand
@@ -238,6 +240,36 @@ async def test_read_mail_settles_as_ham_junk_as_spam_unread_and_trash_never(tmp_
         clock.advance(10 * SETTLE_S)
         await settle(daemon)
         assert trained(daemon) == (1, 3) and events(daemon) == {"settled:learned": 4}
+
+
+@in_process
+async def test_spamds_own_filing_settles_only_beyond_the_margin(tmp_path):
+    clock = Clock()
+    maildir = tmp_path / "Maildir"
+    async with running(settle_config(tmp_path, settle_margin=0.5), clock=clock) as daemon:
+        put(maildir, b"X-Spam-Status: No, score=0.3000 log_odds=-0.154\n" + make_message(Label.HAM, 1), flags="S")
+        put(maildir, b"X-Spam-Status: No, score=0.0100 log_odds=-0.835\n" + make_message(Label.HAM, 2), flags="S")
+        put(maildir, b"X-Spam-Status: Yes, score=0.8600 log_odds=0.330\nX-Spam-Flag: YES\n" + make_message(Label.SPAM, 1), folder=JUNK)
+        put(maildir, HAM_VERDICT + make_message(Label.HAM, 3), flags="S")  # another filter's verdict: not spamd's
+        await handled(daemon, 4)
+        clock.advance(2 * SETTLE_S)
+        await settle(daemon)
+        # The two near the thresholds stay unlearned (they may be mistakes nobody corrected).
+        assert trained(daemon) == (0, 2) and events(daemon) == {"settled:learned": 2}
+        assert all(daemon.mailboxes[0].index.is_settled(n.split(":")[0]) for n in os.listdir(maildir / "cur"))
+        clock.advance(10 * SETTLE_S)
+        await settle(daemon)
+        assert trained(daemon) == (0, 2)  # looked at once, not again
+
+
+def test_delivered_log_odds_reads_spamds_own_header():
+    from spamd.model import Score, Verdict
+    from spamd.scoring import delivered_log_odds, spam_headers
+
+    header = "".join(f"{k}: {v}\n" for k, v in spam_headers(Score(-0.4321, 0.09, Verdict.HAM), 0.15, 0.85))
+    assert delivered_log_odds(header.encode() + b"\nbody log_odds=9\n") == -0.432
+    assert delivered_log_odds(b"X-Spam-Status: No, score=-1.2 required=5.0\n\nbody\n") is None
+    assert delivered_log_odds(b"Subject: x\n\nX-Spam-Status: Yes, log_odds=3.0\n") is None  # in the body
 
 
 @in_process
@@ -413,7 +445,9 @@ async def test_a_reload_turns_settled_learning_on_and_off(tmp_path):
     clock = Clock()
     maildir = tmp_path / "Maildir"
     config_file = tmp_path / "spamd.toml"
-    config_file.write_text(f'data_dir = "{tmp_path}"\n[model]\nhash_bits = 16\n[smtp]\nport = 0\n[maildir]\nfsync = false\n')
+    config_file.write_text(
+        f'data_dir = "{tmp_path}"\n[model]\nhash_bits = 16\n[smtp]\nport = 0\n[maildir]\nfsync = false\nsettle_after = 0\n'
+    )
     daemon = Daemon(config_file, install_signals=False, clock=clock)
     try:
         await daemon.startup()
@@ -423,7 +457,7 @@ async def test_a_reload_turns_settled_learning_on_and_off(tmp_path):
         await settle(daemon)
         assert trained(daemon) == (0, 0) and len(daemon.watcher.settler.queue) == 0  # off: nothing queued
 
-        config_file.write_text(config_file.read_text() + f"settle_after = {SETTLE_S}\n")
+        config_file.write_text(config_file.read_text().replace("settle_after = 0\n", f"settle_after = {SETTLE_S}\n"))
         reloaded = await daemon.reload()
         assert reloaded["applied"]["maildir.settle_after"] == [0.0, SETTLE_S] and not reloaded["needs_restart"]
         await wait_until(lambda: trained(daemon) == (1, 1))  # what was there is listed and learned
@@ -475,7 +509,7 @@ def test_end_to_end_settled_learning_moves_and_restarts(tmp_path):
     once it is learned every earlier due time has been dealt with (the queue pops in order of due time).
     """
     settle_s = 1.5
-    config = write_config(tmp_path / "spamd.toml", f"[store]\nsnapshot_interval_s = 3600.0\n[maildir]\nsettle_after = {settle_s}\n")
+    config = write_config(tmp_path / "spamd.toml", f"[store]\nsnapshot_interval_s = 3600.0\n[maildir]\nsettle_after = {settle_s}\nsettle_margin = 0.0\n")
     data = tmp_path / "data"
     maildir = data / "Maildir"
     teach = tmp_path / "teach"

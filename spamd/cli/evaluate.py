@@ -44,6 +44,12 @@ def add_protocol_arguments(evaluate: argparse.ArgumentParser, several: bool = Fa
     defaults = Protocol()
     protocol.add_argument("--settle-after", type=int, default=defaults.settle_after, metavar="N",
                           help=f"messages scored before mail left in place counts as settled (default {defaults.settle_after})")  # fmt: skip
+    protocol.add_argument("--settle-margin", type=float, metavar="LOG_ODDS",
+                          help="settle mail spamd filed only if its verdict's |log-odds| was at least this "
+                          "(default: [maildir] settle_margin; inf: only the --history mail)")  # fmt: skip
+    protocol.add_argument("--autolearn-margin", type=float, default=0.0, metavar="LOG_ODDS",
+                          help="autolearn only verdicts at least this sure (default 0: every verdict not Unsure, "
+                          "as the daemon does)")  # fmt: skip
     protocol.add_argument("--history", type=int, default=0, metavar="N",
                           help="the first N messages are mail already in the mailboxes at the first start: "
                           "not scored; learned at once when settled learning is on")  # fmt: skip
@@ -77,6 +83,8 @@ def protocol_of(config: Config, args: argparse.Namespace, feedback: str | None =
     for name in ("correct_missed_spam", "rescue_lost_ham", "sort_unsure", "delete_missed_spam", "read_ham"):
         if not 0.0 <= getattr(args, name) <= 1.0:
             raise SpamdError(f"--{name.replace('_', '-')} {getattr(args, name)}: a probability, from 0 to 1")
+    if (args.settle_margin is not None and not args.settle_margin >= 0) or not args.autolearn_margin >= 0:
+        raise SpamdError("--settle-margin and --autolearn-margin are |log-odds|: at least 0")
     if min(args.delay, args.settle_after, args.mean_delay, args.history) < 0:
         raise SpamdError("--delay, --settle-after, --mean-delay and --history count messages: at least 0")
     people = People(
@@ -87,8 +95,10 @@ def protocol_of(config: Config, args: argparse.Namespace, feedback: str | None =
         feedback=feedback or args.feedback,
         delay=args.delay,
         autolearn=config.maildir.autolearn if args.autolearn is None else args.autolearn,
-        settled=getattr(config.maildir, "settle_after", 0) > 0 if args.settled is None else args.settled,
+        settled=config.maildir.settle_after > 0 if args.settled is None else args.settled,
         settle_after=args.settle_after,
+        settle_margin=config.maildir.settle_margin if args.settle_margin is None else args.settle_margin,
+        autolearn_margin=args.autolearn_margin,
         history=args.history,
         people=people,
     )

@@ -65,6 +65,7 @@ import structlog
 from spamd.errors import SpamdError
 from spamd.frontends.maildir.layout import Location, base_of
 from spamd.model import Label
+from spamd.scoring import delivered_log_odds
 
 if TYPE_CHECKING:
     from spamd.config import MaildirConfig
@@ -343,9 +344,15 @@ class Settler:
 
     async def _learn(self, to_read: list[tuple[Mailbox, Location, Label, float]], now: float, counts: Counter[str]) -> None:
         raws = await asyncio.to_thread(lambda: [mailbox.read_message(loc) for mailbox, loc, _, _ in to_read])
+        margin = self.config().settle_margin
         for (mailbox, loc, label, since), raw in zip(to_read, raws):
             if raw is None or self._label_if_still_there(mailbox, loc.folder, loc.name) != label:
                 counts["dropped"] += 1
+                continue
+            scored = delivered_log_odds(raw)
+            if scored is not None and not abs(scored) >= margin:
+                mailbox.index.mark_settled(loc.base)  # spamd filed it unsure of itself: an uncorrected mistake, maybe
+                counts["inside_margin"] += 1
                 continue
             learn = functools.partial(
                 self.learn, raw, label, SETTLED, user=False,
