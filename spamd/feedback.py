@@ -107,7 +107,6 @@ class Feedback:
         self._pending: list[Event] = []
         self._made = 0
         self._open: Counter[int] = Counter()  # message -> its events not yet released
-        self._confident = True  # the message being observed is beyond settle_margin
 
     def _add(self, due: int, message: int, label: Label, source: str, person: bool) -> None:
         self._made += 1
@@ -142,21 +141,21 @@ class Feedback:
         p = self.protocol
         now = message + 1  # messages scored so far
         filed_spam = verdict is Verdict.SPAM  # Junk; Unsure and ham go to INBOX
-        self._confident = abs(log_odds) >= p.settle_margin
+        sure = abs(log_odds) >= p.settle_margin  # settled learning takes spamd's own filing only then
         if p.autolearn and verdict is not Verdict.UNSURE and abs(log_odds) >= p.autolearn_margin:
             self._add(now, message, Label.SPAM if filed_spam else Label.HAM, AUTOLEARN, False)
         wrong = verdict is Verdict.UNSURE or filed_spam != (gold == Label.SPAM)
         if p.feedback == "full" or (p.feedback == "errors" and wrong):
             self._add(now + p.delay, message, gold, PERSON, True)
             if p.feedback == "errors" and p.delay > p.settle_after:  # it sat long enough to settle first
-                self._settle(message, now, Label.SPAM if filed_spam else Label.HAM)
+                self._settle(message, now, Label.SPAM if filed_spam else Label.HAM, sure)
         elif p.feedback == "errors":
-            self._settle(message, now, gold)  # filed right, so left in place
+            self._settle(message, now, gold, sure)  # filed right, so left in place
         elif p.feedback == "people":
-            self._person(message, now, gold, verdict)
+            self._person(message, now, gold, verdict, sure)
         return self.due(now)
 
-    def _person(self, message: int, now: int, gold: Label, verdict: Verdict) -> None:
+    def _person(self, message: int, now: int, gold: Label, verdict: Verdict, sure: bool) -> None:
         """What the simulated owner does with one message, and what settled learning then sees."""
         people, rng = self.protocol.people, self._rng
         later = now + max(1, round(rng.expovariate(1.0 / people.mean_delay))) if people.mean_delay > 0 else now
@@ -170,15 +169,15 @@ class Feedback:
         if corrected:
             self._add(later, message, gold, PERSON, True)
             if later > now + self.protocol.settle_after:  # it sat long enough to settle first
-                self._settle(message, now, Label.SPAM if verdict is Verdict.SPAM else Label.HAM)
+                self._settle(message, now, Label.SPAM if verdict is Verdict.SPAM else Label.HAM, sure)
         elif verdict is Verdict.SPAM:
-            self._settle(message, now, Label.SPAM)  # left in Junk, never rescued: spam, right or not
+            self._settle(message, now, Label.SPAM, sure)  # left in Junk, never rescued: spam, right or not
         elif spam:
             if rng.random() >= people.delete_missed_spam:  # read and kept in INBOX: learned as ham, wrongly
-                self._settle(message, now, Label.HAM)
+                self._settle(message, now, Label.HAM, sure)
         elif rng.random() < people.read_ham:
-            self._settle(message, now, Label.HAM)
+            self._settle(message, now, Label.HAM, sure)
 
-    def _settle(self, message: int, now: int, filed: Label) -> None:
-        if self.protocol.settled and self._confident:
+    def _settle(self, message: int, now: int, filed: Label, sure: bool) -> None:
+        if self.protocol.settled and sure:
             self._add(now + self.protocol.settle_after, message, filed, SETTLED, False)

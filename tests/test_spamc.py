@@ -28,7 +28,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spamd.config import SpamcConfig, load_config
+from spamd.config import ModelConfig, SpamcConfig, load_config
 from spamd.daemon import Daemon
 from spamd.errors import ConfigError
 from spamd.frontends.spamc import Ex, Request, RequestParser, SpamcRequestError, sa_score, shown_score, symbol_name
@@ -67,7 +67,8 @@ def verdict_of(spamd: SpamcDaemon, raw: bytes) -> tuple[Score, tuple[str, str]]:
     """spamctl's verdict for a message, and the points spamc must show for it."""
     result = spamd.classify(raw)
     score = Score(result["score"], result["probability"], Verdict(result["verdict"]))
-    return score, shown_score(score, 0.25, 0.75, 5.0)
+    model = ModelConfig()  # the daemon runs on the default thresholds
+    return score, shown_score(score, model.ham_threshold, model.spam_threshold, 5.0)
 
 
 SAMPLES = [
