@@ -5,7 +5,7 @@ up with moves made while spamd was down, then listens. Serve waits on an Event
 that SIGTERM/SIGINT set; SIGHUP reloads the config. Shutdown stops accepting,
 lets messages in flight finish, handles queued Maildir events, writes a
 snapshot and releases the state. Business logic lives in the frontends (smtp.py,
-milter.py, spamc.py, maildir/, control.py) and scoring.py; the model in the Engine.
+milter.py, spamc/, maildir/, control.py) and scoring.py; the model in the Engine.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from spamd.scoring import Metrics, Scorer
 from spamd.frontends.milter import MilterServer
 from spamd.frontends.delivery import DeliveryProcesses, default_delivery_processes
 from spamd.frontends.smtp import FilterSMTP, SmtpHandler
-from spamd.frontends.spamc import SpamcServer
+from spamd.frontends.spamc.server import SpamcServer
 from spamd.store import remove_stale_temps
 
 log = structlog.get_logger()

@@ -31,7 +31,8 @@ from hypothesis import strategies as st
 from spamd.config import ModelConfig, SpamcConfig, load_config
 from spamd.daemon import Daemon
 from spamd.errors import ConfigError
-from spamd.frontends.spamc import Ex, Request, RequestParser, SpamcRequestError, sa_score, shown_score, symbol_name
+from spamd.frontends.spamc.answers import sa_score, shown_score, symbol_name
+from spamd.frontends.spamc.protocol import Ex, Request, RequestParser, SpamcRequestError
 from spamd.model import Label, Score, Verdict
 from tests.attack_helpers import RawClient, WellBehaved, tagged_message
 from tests.daemon_helpers import daemon_config, make_message, running, train, wait_until_sync
@@ -806,7 +807,7 @@ def test_config_file_documents_every_spamc_key():
 async def test_a_client_whose_bytes_are_waiting_is_not_silent():
     # What the connection cap spares: a client that has sent bytes the server has not
     # read yet (here the handler never reads), but not one that has sent nothing.
-    from spamd.frontends.spamc import _bytes_waiting
+    from spamd.frontends.spamc.server import _bytes_waiting
 
     writers: list[asyncio.StreamWriter] = []
     arrived = asyncio.Event()
