@@ -2,8 +2,8 @@
 
 Two stores implement it:
 
-- `spamd.store.local` (the default): msgpack snapshots plus an fsynced journal in the
-  state directory; `spamd.training.Trainer` over `MultinomialNB` and `Ledger`.
+- `spamd.store.local` (the default): msgpack snapshots (`snapshot`) plus an fsynced
+  journal (`journal`) of training records (`records`) in the state directory; `spamd.training.Trainer` over `MultinomialNB` and `Ledger`.
 - `spamd.store.redis` (`[redis] url`): one Redis shared by many daemons;
   `RedisTrainer` over `RedisModel` and `RedisLedger`, every training one Lua script.
 
@@ -19,26 +19,22 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from spamd.store.local import (
+from spamd.store.durable import fsync_directory, remove_stale_temps, write_atomically
+from spamd.store.journal import (
     JOURNAL_MAGIC,
     MAX_RECORD_BYTES,
+    JournalScan,
+    frame_record,
+    scan_journal,
+)
+from spamd.store.local import LoadedState, Recovery, Store
+from spamd.store.records import Ledger, TrainingRecord, apply_record
+from spamd.store.snapshot import (
     SNAPSHOT_FORMAT,
     SNAPSHOT_VERSION,
-    JournalScan,
-    Ledger,
-    LoadedState,
-    Recovery,
     Snapshot,
-    Store,
-    TrainingRecord,
-    apply_record,
     decode_snapshot,
     encode_snapshot,
-    frame_record,
-    fsync_directory,
-    remove_stale_temps,
-    scan_journal,
-    write_atomically,
 )
 
 if TYPE_CHECKING:

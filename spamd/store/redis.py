@@ -36,8 +36,20 @@ from redis.retry import Retry
 from spamd.classifier import Analyzed
 from spamd.config import Config
 from spamd.errors import CorruptStateError, StoreError, StoreUnavailableError
-from spamd.model import Contribution, Features, Label, MultinomialNB, Score, explain_counts, featurize, score_counts, verdict_of
-from spamd.store.local import Ledger, Recovery, Store, decode_snapshot, encode_snapshot
+from spamd.model import (
+    Contribution,
+    Features,
+    Label,
+    MultinomialNB,
+    Score,
+    explain_counts,
+    featurize,
+    score_counts,
+    verdict_of,
+)
+from spamd.store.local import Recovery, Store
+from spamd.store.records import Ledger
+from spamd.store.snapshot import decode_snapshot, encode_snapshot
 from spamd.training import Outcome
 
 log = structlog.get_logger()
@@ -54,7 +66,7 @@ _TOTAL_FIELDS = ("tokens:0", "tokens:1", "docs:0", "docs:1", "distinct")
 # KEYS: ham, spam, totals, ledger, ledger:order, events, outcomes
 # ARGV: op ("train" | "untrain"), message key, label, user (0/1), source, time,
 #       ledger_max_entries, events_max, then n bucket ids and n stored counts.
-# Returns {outcome, seq}. Mirrors spamd.training.Trainer and spamd.store.local.apply_record.
+# Returns {outcome, seq}. Mirrors spamd.training.Trainer and spamd.store.records.apply_record.
 _TRAIN_LUA = """
 local ham, spam, totals, ledger, order, events, outcomes = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local op, mkey, label, user = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])

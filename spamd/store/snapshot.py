@@ -1,0 +1,136 @@
+"""The snapshot format: model counts and ledger as versioned msgpack, arrays as bin with dtype and shape; an unknown version fails loudly."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+import numpy as np
+
+from spamd.config import ModelConfig
+from spamd.errors import CorruptStateError
+from spamd.model import Label, MultinomialNB
+from spamd.store.records import Ledger
+
+SNAPSHOT_FORMAT = "spamd-snapshot"
+
+
+SNAPSHOT_VERSION = 1
+
+
+def _pack_array(array: np.ndarray) -> dict[str, Any]:
+    little = array.astype(array.dtype.newbyteorder("<"), copy=False)
+    return {"dtype": little.dtype.str, "shape": list(array.shape), "data": little.tobytes()}
+
+
+def _unpack_array(d: dict[str, Any]) -> np.ndarray:
+    dtype = np.dtype(d["dtype"])
+    if dtype.kind not in "uif":
+        raise ValueError(f"unexpected dtype {dtype}")
+    return np.frombuffer(d["data"], dtype=dtype).reshape(d["shape"]).astype(dtype.newbyteorder("="))
+
+
+def encode_snapshot(
+    model: MultinomialNB,
+    ledger: Ledger,
+    seq: int,
+    counters: dict[str, int] | None = None,
+    live: dict[str, Any] | None = None,
+) -> bytes:
+    """Model and ledger as snapshot bytes. Counts are stored sparse (ids + values per class).
+
+    `counters` are running totals kept across restarts (messages scored by verdict);
+    they ride along with the snapshot so they are written atomically with it, as does
+    `live` (spamd/accuracy.py: remembered verdicts and per-day counts). Both are
+    optional keys of the version-1 payload: older snapshots load without them, and an
+    older spamd reading this one ignores them.
+    """
+    rows = {}
+    for label in Label:
+        row = model.counts[label]
+        ids = np.flatnonzero(row).astype(np.uint32)
+        rows[str(label)] = {"ids": _pack_array(ids), "values": _pack_array(row[ids])}
+    payload = msgpack.packb(
+        {
+            "seq": seq,
+            "created": time.time(),
+            "hash_bits": model.config.hash_bits,
+            "rows": rows,
+            "token_totals": _pack_array(model.token_totals),
+            "doc_totals": _pack_array(model.doc_totals),
+            "distinct": model.distinct,
+            "ledger": ledger.export(),
+            "counters": {str(k): int(v) for k, v in (counters or {}).items()},
+            "live": live or {},
+        },
+        use_bin_type=True,
+    )
+    return msgpack.packb(
+        {
+            "format": SNAPSHOT_FORMAT,
+            "version": SNAPSHOT_VERSION,
+            "checksum": hashlib.blake2b(payload, digest_size=32).digest(),
+            "payload": payload,
+        },
+        use_bin_type=True,
+    )
+
+
+@dataclass
+class Snapshot:
+    seq: int
+    created: float
+    model: MultinomialNB
+    ledger: Ledger
+    # Running totals (e.g. "scored:spam"); absent in snapshots written before they existed.
+    counters: dict[str, int] = field(default_factory=dict)
+    # LiveAccuracy.export(); absent (empty) in snapshots written before it existed.
+    live: dict[str, Any] = field(default_factory=dict)
+
+
+def decode_snapshot(data: bytes, model_config: ModelConfig, ledger_max: int, where: str) -> Snapshot:
+    """Parse and verify snapshot bytes; CorruptStateError says what is wrong with `where`."""
+    try:
+        outer = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
+    except Exception as e:  # msgpack raises several unrelated types on garbage
+        raise CorruptStateError(f"{where}: not a readable snapshot ({type(e).__name__}: {e})") from None
+    if not isinstance(outer, dict) or outer.get("format") != SNAPSHOT_FORMAT:
+        raise CorruptStateError(f"{where}: not a spamd snapshot (no '{SNAPSHOT_FORMAT}' header)")
+    if outer.get("version") != SNAPSHOT_VERSION:
+        raise CorruptStateError(
+            f"{where}: snapshot format version {outer.get('version')!r}, this spamd reads version "
+            f"{SNAPSHOT_VERSION}; run the spamd that wrote it, or retrain"
+        )
+    payload = outer.get("payload")
+    if not isinstance(payload, bytes) or hashlib.blake2b(payload, digest_size=32).digest() != outer.get("checksum"):
+        raise CorruptStateError(f"{where}: checksum mismatch, the snapshot is damaged")
+    try:
+        d = msgpack.unpackb(payload, raw=False, strict_map_key=True, use_list=True)
+        if d["hash_bits"] != model_config.hash_bits:
+            raise CorruptStateError(
+                f"{where}: built with model.hash_bits = {d['hash_bits']}, the config says "
+                f"{model_config.hash_bits}; set it back, or move the state directory aside and retrain"
+            )
+        model = MultinomialNB(model_config)
+        for label in Label:
+            ids = _unpack_array(d["rows"][str(label)]["ids"]).astype(np.int64)
+            values = _unpack_array(d["rows"][str(label)]["values"])
+            if len(ids) and (ids.max() >= model.n_buckets or ids.min() < 0):
+                raise ValueError("bucket id out of range")
+            model.counts[label, ids] = values
+        model.token_totals[:] = _unpack_array(d["token_totals"])
+        model.doc_totals[:] = _unpack_array(d["doc_totals"])
+        model.distinct = int(d["distinct"])
+        ledger = Ledger.restore(d["ledger"], ledger_max)
+        counters = {str(k): int(v) for k, v in d.get("counters", {}).items()}
+        live = d.get("live") or {}
+        if not isinstance(live, dict):
+            raise ValueError("live accuracy section is not a map")
+        return Snapshot(int(d["seq"]), float(d["created"]), model, ledger, counters, live)
+    except CorruptStateError:
+        raise
+    except (KeyError, ValueError, TypeError, AttributeError) as e:
+        raise CorruptStateError(f"{where}: checksum is right but the content is malformed ({e})") from None
