@@ -117,15 +117,25 @@ def folder_files(maildir: Path, folder: str = "") -> list[Path]:
     return files(base / "new") + files(base / "cur")
 
 
-def drop(maildir: Path, data: bytes, folder: str = "", sub: str = "new") -> Path:
-    """Deliver as an MDA does: write in tmp/, rename into new/ (or cur/ with empty flags)."""
+def drop(
+    maildir: Path, data: bytes, folder: str = "", sub: str = "new", flags: str | None = None, mtime: float | None = None
+) -> Path:
+    """Deliver as an MDA does: write in tmp/, rename into new/ (or cur/ with empty flags, or with `flags`).
+
+    `mtime`: when the file arrived, for tests of what happens to mail as it ages.
+    """
     base = maildir / folder if folder else maildir
     for d in ("tmp", "new", "cur"):
         (base / d).mkdir(parents=True, exist_ok=True)
     name = unique_name()
     tmp = base / "tmp" / name
     tmp.write_bytes(data)
-    target = base / sub / (name if sub == "new" else f"{name}:2,")
+    if mtime is not None:
+        os.utime(tmp, (mtime, mtime))
+    if flags is not None:
+        target = base / "cur" / f"{name}:2,{flags}"
+    else:
+        target = base / sub / (name if sub == "new" else f"{name}:2,")
     os.rename(tmp, target)
     return target
 

@@ -21,12 +21,12 @@ import pytest
 
 from spamd.config import load_config
 from spamd.errors import ConfigError
-from spamd.frontends.maildir.layout import unique_name
 from spamd.frontends.maildir.settle import SettleQueue, arrival, settles_as
 from spamd.model import Label
 from tests.daemon_helpers import (
     DaemonProcess,
     daemon_config,
+    drop,
     folder_files,
     imap_move,
     make_message,
@@ -65,18 +65,8 @@ def put(
 
     Its mtime (when it arrived) `age_s` ago, or `mtime` (a test's clock may be ahead of the files').
     """
-    base = maildir / folder if folder else maildir
-    for sub in ("tmp", "new", "cur"):
-        (base / sub).mkdir(parents=True, exist_ok=True)
-    name = unique_name()
-    tmp = base / "tmp" / name
-    tmp.write_bytes(data)
-    if age_s or mtime is not None:
-        when = time.time() - age_s if mtime is None else mtime
-        os.utime(tmp, (when, when))
-    target = base / "new" / name if flags is None else base / "cur" / f"{name}:2,{flags}"
-    os.rename(tmp, target)
-    return target
+    when = mtime if mtime is not None else (time.time() - age_s if age_s else None)
+    return drop(maildir, data, folder, flags=flags, mtime=when)
 
 
 def trained(daemon) -> tuple[int, int]:
