@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Speed of `spamctl eval` against bogofilter's bulk classification, measured in the same run.
 
-A msgs/s figure alone says as much about the machine as about the filter (this
-VM's speed drifts by ±15% between identical runs, and machines differ by 2x),
+A msgs/s figure alone says as much about the machine as about the filter (a shared
+machine's speed drifts by ±15% between identical runs, and machines differ by 2x),
 so each round runs both back to back and the ratio is what to compare:
 
 - spamd: `spamctl eval INDEX --json` as a subprocess, the real command; its own
@@ -12,7 +12,7 @@ so each round runs both back to back and the ratio is what to compare:
   `-n -b`), then every message classified in bulk (`-b`), timed around the
   classifying process alone. It scores only: spamd's eval also trains each message.
 
-The issue's target, 1,500 msgs/s for `spamctl eval` on trec07p-dev, was set on a
+The old absolute target, 1,500 msgs/s for `spamctl eval` on trec07p-dev, was set on a
 machine where bogofilter classified 2,911 msgs/s in bulk (shared/MEASUREMENTS.md):
 a ratio of 0.515, printed beside the measured one.
 

@@ -2,7 +2,7 @@
 """A TREC index of heavy HTML mail, standing in for 2020s mail in the speed scripts.
 
 Mail of the 2020s is larger than trec07p's (around 40 KB, most of it HTML), and
-issue 15 asks that spamd be no slower on it. No such corpus is here, so this
+spamd must be no slower on it. No such corpus is here, so this
 takes the messages of the given indexes that are at least --min-bytes long and
 carry HTML, in index order, and repeats the list --repeat times (the speed
 scripts need thousands of messages; a repeat is scored again and, in eval,
