@@ -338,7 +338,7 @@ class Daemon:
         from spamd.frontends.metrics import MetricsServer, metrics_registry
 
         host, port = metrics_address(config)
-        self.metrics_server = MetricsServer(metrics_registry(self), config.metrics.allowed_peers)
+        self.metrics_server = MetricsServer(metrics_registry(self), config.metrics.allowed_peers, self.metrics.error)
         await self.metrics_server.start(host, port)
 
     def _metrics_fields(self) -> dict[str, Any]:
