@@ -25,7 +25,7 @@ from typing import Any
 import structlog
 
 from spamd.analyzers import AnalysisProcesses, default_processes
-from spamd.config import Config, load_config, metrics_address, parse_host_port
+from spamd.config import Config, load_config, metrics_address, parse_host_port, web_address
 from spamd.engine import Engine, tune_gc_for_message_streams
 from spamd.errors import SpamdError
 from spamd.logs import configure_logging, set_level
@@ -68,6 +68,7 @@ LIVE_SETTINGS = {
     },
     "maildir": {"watch_inbox", "autolearn", "fsync"},
     "log": {"level"},
+    "web": {"password_hash", "show_subjects"},
 }  # fmt: skip
 
 
@@ -84,13 +85,14 @@ class Daemon:
         spamc_listen: str | None = None,
         redis_url: str | None = None,
         metrics_listen: str | None = None,
+        web_listen: str | None = None,
         config: Config | None = None,
         install_signals: bool = True,
     ):
         self.config_path = config_path
         self.overrides = {
             "data_dir": data_dir, "smtp_listen": smtp_listen, "milter_listen": milter_listen, "spamc_listen": spamc_listen,
-            "redis_url": redis_url, "metrics_listen": metrics_listen,
+            "redis_url": redis_url, "metrics_listen": metrics_listen, "web_listen": web_listen,
         }  # fmt: skip
         self.config = config if config is not None else load_config(config_path, **self.overrides)
         self.install_signals = install_signals
@@ -110,6 +112,8 @@ class Daemon:
         self.control: Any = None
         self.smtp_address: tuple[str, int] | None = None
         self.metrics_server: Any = None  # spamd.frontends.metrics.MetricsServer, when [metrics] listen is set
+        self.web_server: Any = None  # spamd.web.app.Console, when [web] listen is set
+        self.history: Any = None  # spamd.web.history.History, the console's recent verdicts
         self.started = False
         self.should_exit: asyncio.Event | None = None
         self._snapshot_lock: asyncio.Lock | None = None
@@ -156,6 +160,8 @@ class Daemon:
             self.analyzers = AnalysisProcesses(config, processes)
             await self.analyzers.start()
         self.scorer = Scorer(self.engine, self.metrics, self.analyzers)
+        if config.web.listen:
+            self.scorer.history = self.history = self._new_history(config)
 
         # Under the state lock now: a temp index left by a killed spamd is nobody's.
         remove_stale_temps(config.data_dir, f".{INDEX_FILE}.tmp-*")
@@ -208,6 +214,8 @@ class Daemon:
 
         if config.metrics.listen:
             await self._start_metrics(config)
+        if config.web.listen:
+            await self._start_web(config)
 
         self._spawn(self._snapshot_timer(), "snapshot-timer")
         self.started = True
@@ -223,6 +231,7 @@ class Daemon:
             spamc_port=None if self.spamc is None or self.spamc.address is None else self.spamc.address[1],
             spamc_allow_tell=config.spamc.allow_tell,
             **self._metrics_fields(),
+            **self._web_fields(),
             maildirs=[str(m.root) for m in self.mailboxes],
             data_dir=str(config.data_dir),
             trained_ham=int(self.engine.model.doc_totals[Label.HAM]),
@@ -249,6 +258,8 @@ class Daemon:
             await self.control.close()
         if self.metrics_server is not None:
             await self.metrics_server.close()
+        if self.web_server is not None:
+            await self.web_server.close()
         if self.watcher is not None:
             await self.watcher.stop()
         if self.analyzers is not None:
@@ -347,6 +358,30 @@ class Daemon:
             return {}
         host, port = self.metrics_server.address
         return {"metrics_host": host, "metrics_port": port}
+
+    # ------------------------------------------------------------ web console
+
+    def _new_history(self, config: Config) -> Any:
+        """The ring of recent verdicts the console lists (spamd/web/history.py), fed by the Scorer."""
+        from spamd.web.history import History, HistorySettings
+
+        w = config.web
+        settings = HistorySettings(w.history_entries, w.history_message_bytes, config.parser.max_bytes)
+        return History(settings, show_subjects=lambda: self.config.web.show_subjects)
+
+    async def _start_web(self, config: Config) -> None:
+        """Serve the web console on this loop (spamd/web/app.py); aiohttp and jinja2 imported only when asked for."""
+        from spamd.web.app import Console
+
+        host, port = web_address(config)
+        self.web_server = Console(self, self.history)
+        await self.web_server.start(host, port)
+
+    def _web_fields(self) -> dict[str, Any]:
+        if self.web_server is None or self.web_server.address is None:
+            return {}
+        host, port = self.web_server.address
+        return {"web_host": host, "web_port": port}
 
     def _refused_link(self, root: Path) -> bool:
         """A user's Maildir under `maildir.root` that is a symbolic link: not served (logged).
@@ -468,6 +503,7 @@ class Daemon:
             smtp_listen=None if self.smtp_address is None else f"{self.smtp_address[0]}:{self.smtp_address[1]}",
             smtp_mode=self.config.smtp.mode,
             metrics_listen=None if self.metrics_server is None else "{}:{}".format(*self.metrics_server.address),
+            web_listen=None if self.web_server is None or self.web_server.address is None else "{}:{}".format(*self.web_server.address),
             smtp_sessions=0 if self.smtp is None else len(self.smtp.sessions),
             smtp_in_flight=0 if self.smtp is None else self.smtp.in_flight,
             smtp_accepted=0 if self.smtp is None else self.smtp.accepted,
@@ -512,6 +548,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--spamc", metavar="HOST:PORT", help="serve SpamAssassin's spamc protocol here (overrides [spamc] listen)")
     parser.add_argument("--redis", metavar="URL", help="share the model through Redis, e.g. redis://127.0.0.1:6379/0 (overrides [redis] url)")
     parser.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus /metrics here (overrides [metrics] listen)")
+    parser.add_argument("--web", metavar="HOST:PORT", help="serve the web console here (overrides [web] listen)")
     return parser.parse_args(argv)
 
 
@@ -521,7 +558,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         daemon = Daemon(
             args.config, data_dir=args.data_dir, smtp_listen=args.smtp, milter_listen=args.milter, spamc_listen=args.spamc,
-            redis_url=args.redis, metrics_listen=args.metrics,
+            redis_url=args.redis, metrics_listen=args.metrics, web_listen=args.web,
         )
         configure_logging(daemon.config.log)
         asyncio.run(daemon.run())
