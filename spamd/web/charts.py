@@ -21,6 +21,7 @@ class Series:
     css: str  # the class that colours it
     path: str  # SVG path data
     area: bool  # filled (stacked) or a line
+    dots: list[tuple[float, float]] = field(default_factory=list)  # a line's points (one alone draws no line)
 
 
 @dataclass(frozen=True)
@@ -39,22 +40,25 @@ class Chart:
     legend: list[tuple[str, str]] = field(default_factory=list)  # (css, name)
 
 
-def nice_ceiling(value: float) -> float:
-    """The smallest of 1, 2, 2.5, 5 times a power of ten at or above `value` (1 for nothing)."""
+def nice_step(value: float) -> float:
+    """The smallest of 1, 2 or 5 times a power of ten at or above `value` (1 for nothing)."""
     if value <= 0:
         return 1.0
     power = 10 ** math.floor(math.log10(value))
-    for step in (1, 2, 2.5, 5, 10):
+    for step in (1, 2, 5, 10):
         if step * power >= value * (1 - 1e-9):
             return step * power
     return 10 * power
 
 
-def _y_ticks(top_value: float, y: "_Scale", percent: bool) -> list[tuple[float, str]]:
+TICKS = 4  # gridlines above zero
+
+
+def _y_ticks(step: float, y: "_Scale", percent: bool) -> list[tuple[float, str]]:
     ticks = []
-    for i in range(5):
-        v = top_value * i / 4
-        label = f"{v * 100:.3g}%" if percent else (f"{v:,.0f}" if top_value >= 4 else f"{v:.2g}")
+    for i in range(TICKS + 1):
+        v = step * i
+        label = f"{v * 100:.3g}%" if percent else (f"{v:,.0f}" if step >= 1 else f"{v:.3g}")
         ticks.append((round(y(v), 1), label))
     return ticks
 
@@ -74,7 +78,8 @@ def stacked_areas(
     """Stacked areas, one per column (name, css), over points in order; rows[i][j] is point i's value of column j."""
     n = len(rows)
     totals = [sum(r) for r in rows]
-    top_value = nice_ceiling(max(totals, default=0))
+    step = max(1.0, nice_step(max(totals, default=0) / TICKS))  # whole messages
+    top_value = step * TICKS
     x = _Scale(0, max(n - 1, 1), LEFT, WIDTH - RIGHT)
     y = _Scale(0, top_value, HEIGHT - BOTTOM, TOP)
     series = []
@@ -86,7 +91,7 @@ def stacked_areas(
         series.append(Series(name, css, f"M{forward} L{backward} Z" if n else "", True))
         base = upper
     x_ticks = [(round(x(i), 1), x_labels[i]) for i in range(0, n, max(1, x_tick_every))]
-    return Chart(label, series, _y_ticks(top_value, y, False), x_ticks, empty=not any(totals),
+    return Chart(label, series, _y_ticks(step, y, False), x_ticks, empty=not any(totals),
                  legend=[(css, name) for name, css in columns])  # fmt: skip
 
 
@@ -97,20 +102,22 @@ def lines(
     """One line per column (name, css); a None value breaks the line (nothing to measure that day)."""
     n = len(rows)
     values = [v for r in rows for v in r if v is not None]
-    top_value = nice_ceiling(max(values, default=0))
+    step = nice_step(max(values, default=0) / TICKS) if any(values) else (0.0025 if percent else 1.0)
+    top_value = step * TICKS
     x = _Scale(0, max(n - 1, 1), LEFT, WIDTH - RIGHT)
     y = _Scale(0, top_value, HEIGHT - BOTTOM, TOP)
     series = []
     for j, (name, css) in enumerate(columns):
-        parts, pen_down = [], False
+        parts, dots, pen_down = [], [], False
         for i in range(n):
             v = rows[i][j]
             if v is None:
                 pen_down = False
                 continue
             parts.append(f"{'L' if pen_down else 'M'}{x(i):.1f},{y(v):.1f}")
+            dots.append((round(x(i), 1), round(y(v), 1)))
             pen_down = True
-        series.append(Series(name, css, " ".join(parts), False))
+        series.append(Series(name, css, " ".join(parts), False, dots))
     x_ticks = [(round(x(i), 1), x_labels[i]) for i in range(0, n, max(1, x_tick_every))]
-    return Chart(label, series, _y_ticks(top_value, y, percent), x_ticks, empty=not values,
+    return Chart(label, series, _y_ticks(step, y, percent), x_ticks, empty=not values,
                  legend=[(css, name) for name, css in columns])  # fmt: skip

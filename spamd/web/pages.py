@@ -101,7 +101,7 @@ def _listeners(daemon: DaemonView, d: dict[str, Any], web_listen: str | None) ->
         {"name": "spamc", "address": d.get("spamc_listen"),
          "detail": "TELL allowed" if config.spamc.allow_tell else "TELL refused",
          "open": d.get("spamc_connections", 0), "busy": d.get("spamc_in_flight", 0)},
-        {"name": "Maildir watcher", "address": f"{len(d.get('maildirs', []))} Maildirs" if d.get("maildirs") else None,
+        {"name": "Maildir watcher", "address": _maildirs(len(d.get("maildirs", []))) if d.get("maildirs") else None,
          "detail": f"{d.get('maildir_events_handled', 0):,} moves handled", "open": None,
          "busy": d.get("maildir_events_queued", 0)},
         {"name": "/metrics", "address": d.get("metrics_listen"), "detail": "Prometheus", "open": None, "busy": None},
@@ -110,6 +110,10 @@ def _listeners(daemon: DaemonView, d: dict[str, Any], web_listen: str | None) ->
          "detail": "spamctl", "open": None, "busy": None},
     ]  # fmt: skip
     return rows
+
+
+def _maildirs(n: int) -> str:
+    return "1 Maildir" if n == 1 else f"{n:,} Maildirs"
 
 
 def _by_way_in(engine: Any) -> list[dict[str, Any]]:
