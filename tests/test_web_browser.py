@@ -117,12 +117,23 @@ def by(css: str) -> tuple[str, str]:
     return (By.CSS_SELECTOR, css)
 
 
+def click_and_wait(c: Console, css: str) -> None:
+    """Click a form's button and wait for the page it leads to (a click does not wait for it)."""
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    old = c.driver.find_element(*by("html"))  # type: ignore[attr-defined]
+    c.driver.find_element(*by(css)).click()  # type: ignore[attr-defined]
+    WebDriverWait(c.driver, 30).until(expected_conditions.staleness_of(old))
+    WebDriverWait(c.driver, 30).until(lambda d: d.execute_script("return document.readyState") == "complete")
+
+
 def log_in(c: Console, secret: str) -> None:
     c.get("/login")
     field = c.driver.find_element(*by("#secret"))  # type: ignore[attr-defined]
     field.clear()
     field.send_keys(secret)
-    c.driver.find_element(*by("#login")).click()  # type: ignore[attr-defined]
+    click_and_wait(c, "#login")
 
 
 def logged_in(c: Console) -> None:
@@ -151,6 +162,7 @@ def test_browser_refuses_a_wrong_password_then_logs_in_and_the_overview_is_spamc
     log_in(c, "not the token")
     assert c.driver.title == "spamd · Log in"  # type: ignore[attr-defined]
     assert "Wrong token or password" in c.driver.find_element(*by("#login-problem")).text  # type: ignore[attr-defined]
+    c.shot("login")
     c.get("/history")
     assert c.driver.title == "spamd · Log in"  # type: ignore[attr-defined]  # not logged in: sent to the login page
 
@@ -189,7 +201,7 @@ def test_browser_uploads_a_message_as_spam_and_the_trained_count_grows(console: 
     c.get("/train")
     c.driver.find_element(*by("#message_file")).send_keys(str(message))  # type: ignore[attr-defined]
     c.driver.find_element(*by("#as-spam")).click()  # type: ignore[attr-defined]
-    c.driver.find_element(*by("#train-submit")).click()  # type: ignore[attr-defined]
+    click_and_wait(c, "#train-submit")
     outcomes = [e.text for e in c.driver.find_elements(*by("#results .outcome"))]  # type: ignore[attr-defined]
     assert outcomes == ["learned"]
     assert shown_stats(c)["trained_spam"] == spam_before + 1
@@ -219,7 +231,7 @@ def test_browser_opens_an_explanation_and_hostile_subjects_stay_text(console: Co
     c.shot("history")
 
     # The newest verdict (a hostile one): its explanation, its Subject as text, no script run.
-    c.driver.find_element(*by("#history a.why")).click()  # type: ignore[attr-defined]
+    click_and_wait(c, "#history a.why")
     assert re.fullmatch(r"spamd · Verdict \d+", c.driver.title)  # type: ignore[attr-defined]
     no_alert(c)
     assert c.driver.find_element(*by("#subject")).text == "<script>alert(2)</script>"  # type: ignore[attr-defined]
@@ -240,17 +252,17 @@ def test_browser_a_post_without_its_csrf_token_is_refused(console: Console | Non
     c.driver.find_element(*by("#message_text")).send_keys(make_message(Label.SPAM, 901, seed=9).decode())  # type: ignore[attr-defined]
     # WebDriver's script (not the page's: the page has none, and its CSP allows none inline) drops the token.
     c.driver.execute_script("document.querySelector('#train-form input[name=csrf]').remove()")  # type: ignore[attr-defined]
-    c.driver.find_element(*by("#train-submit")).click()  # type: ignore[attr-defined]
+    click_and_wait(c, "#train-submit")
     assert c.driver.title == "spamd · 403"  # type: ignore[attr-defined]
     assert "CSRF token is missing" in c.driver.find_element(*by("#error-message")).text  # type: ignore[attr-defined]
     # A forged token is refused the same way, and so is logging out without one.
     c.get("/train")
     c.driver.execute_script("document.querySelector('#train-form input[name=csrf]').value = 'forged'")  # type: ignore[attr-defined]
     c.driver.find_element(*by("#message_text")).send_keys(make_message(Label.SPAM, 902, seed=9).decode())  # type: ignore[attr-defined]
-    c.driver.find_element(*by("#train-submit")).click()  # type: ignore[attr-defined]
+    click_and_wait(c, "#train-submit")
     assert c.driver.title == "spamd · 403"  # type: ignore[attr-defined]
     c.driver.execute_script("document.querySelector('form.logout input[name=csrf]').remove()")  # type: ignore[attr-defined]
-    c.driver.find_element(*by("form.logout button")).click()  # type: ignore[attr-defined]
+    click_and_wait(c, "form.logout button")
     assert c.driver.title == "spamd · 403"  # type: ignore[attr-defined]
     c.get("/")
     assert c.driver.title == "spamd · Overview"  # type: ignore[attr-defined]  # still logged in
@@ -258,5 +270,5 @@ def test_browser_a_post_without_its_csrf_token_is_refused(console: Console | Non
     refused = ("<spam-901-9@example.org>", "<spam-902-9@example.org>")
     assert not [e for e in c.daemon.events("training_applied") if e.get("message_id") in refused]
     # Logging out with the form's token works.
-    c.driver.find_element(*by("form.logout button")).click()  # type: ignore[attr-defined]
+    click_and_wait(c, "form.logout button")
     assert c.driver.title == "spamd · Log in"  # type: ignore[attr-defined]
