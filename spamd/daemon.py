@@ -497,6 +497,11 @@ class Daemon:
         """Engine.stats() plus a "daemon" section: throughput, latency, errors, sessions, Maildirs."""
         assert self.engine is not None
         stats: dict[str, Any] = dict(self.engine.stats())
+        stats["daemon"] = self.daemon_stats()
+        return stats
+
+    def daemon_stats(self) -> dict[str, Any]:
+        """stats()'s "daemon" section alone: the process's own figures, nothing read from the store."""
         daemon: dict[str, Any] = self.metrics.snapshot()
         daemon.update(
             pid=os.getpid(),
@@ -519,8 +524,7 @@ class Daemon:
             maildir_events_queued=0 if self.watcher is None else self.watcher.queue.qsize(),
             maildir_events_handled=0 if self.watcher is None else self.watcher.handled,
         )
-        stats["daemon"] = daemon
-        return stats
+        return daemon
 
 
 def raise_open_files_limit() -> int:

@@ -443,3 +443,34 @@ async def test_a_token_replaced_while_the_daemon_runs_applies_at_once(daemon):
     async with WebClient(port_of(daemon)) as web:
         await web.login(old, expect=401)
         await web.login(new)
+
+
+# ---------------------------------------------------------------- the model in Redis
+
+
+@pytest.mark.asyncio
+async def test_with_the_model_in_redis_the_console_says_whether_redis_answers(tmp_path):
+    from tests.redis_helpers import RedisServer, with_redis
+
+    server = RedisServer(tmp_path / "redis").start()
+    try:
+        async with running(with_redis(web_config(tmp_path / "data"), server.url)) as d:
+            async with WebClient(port_of(d)) as web:
+                await web.login_with_token(d.config.data_dir)
+                raw = make_message(Label.SPAM, 3).decode()
+                page = await (await web.post("/train", {"action": "spam", "message_text": raw}, 200)).text()
+                assert '<td class="outcome">learned</td>' in page
+                overview = await web.page("/")
+                assert "redis at redis://127.0.0.1:" in overview and ": healthy" in overview
+                assert stat_values(overview)["trained_spam"] == 1
+
+                server.kill()
+                overview = await web.page("/")  # answered, saying so; not a 500
+                assert 'id="store-problem"' in overview and "unreachable" in overview
+                page = await (await web.post("/train", {"action": "spam", "message_text": raw}, 503)).text()
+                assert "Stopped:" in page and "unreachable" in page
+                await web.page("/history")
+                await web.page("/accuracy")
+            assert not d.metrics.errors_by_event["web_request_failed"]
+    finally:
+        server.kill()

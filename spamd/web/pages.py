@@ -43,6 +43,8 @@ class DaemonView(Protocol):
 
     def stats(self) -> dict[str, Any]: ...
 
+    def daemon_stats(self) -> dict[str, Any]: ...
+
 
 def overview(daemon: DaemonView, web_listen: str | None) -> dict[str, Any]:
     """Listeners, traffic, verdicts, latency, model and store, helpers, errors: `spamctl stats` and more."""
@@ -52,7 +54,15 @@ def overview(daemon: DaemonView, web_listen: str | None) -> dict[str, Any]:
         stats = daemon.stats()
     except SpamdError as e:  # the model in Redis, and Redis down: what the daemon itself knows
         store_problem = str(e)
-        stats = {"daemon": daemon.metrics.snapshot(), "uptime_s": time.time() - engine.started}
+        stats = {
+            "daemon": daemon.daemon_stats(),
+            "uptime_s": time.time() - engine.started,
+            "messages_scored": sum(engine.scored.values()),
+            "scored_by_verdict": dict(engine.scored),
+            # In Redis, and so not known meanwhile:
+            "trained_ham": None, "trained_spam": None, "tokens": None, "ledger_entries": None,
+            "recovery_problems": [],
+        }  # fmt: skip
     d = stats["daemon"]
     history = daemon.history
     # Since the start, if that is less than the six hours kept: a young daemon's traffic is not a sliver.
