@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -241,6 +242,27 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True)
+class WebConfig:
+    """The web console (spamd/web/): overview, live accuracy, recent verdicts explained, training."""
+
+    # "HOST:PORT" to serve the console on, or a bare "PORT" for 127.0.0.1; "" (the
+    # default) serves nothing.
+    listen: str = ""
+    # Peers allowed to connect; anything else is disconnected unanswered. Loopback only by default.
+    allowed_peers: tuple[str, ...] = ("127.0.0.1", "::1")
+    # A password accepted beside the token (`spamctl web-token`), as
+    # "scrypt$N$r$p$SALT$HASH" (hex; `spamctl web-token --hash` makes one). Empty: the token only.
+    password_hash: str = ""
+    # Show each verdict's Subject in the history. Off: it is personal data.
+    show_subjects: bool = False
+    # Verdicts the history remembers, the newest (about 350 bytes each).
+    history_entries: int = 10_000
+    # Bytes of the newest scored messages kept so the history can explain them; older
+    # verdicts are listed without an explanation.
+    history_message_bytes: int = 32 * 1024 * 1024
+
+
+@dataclass(frozen=True)
 class LogConfig:
     level: str = "info"
     # "auto": console on a terminal, JSON otherwise; or "json" / "console".
@@ -261,6 +283,7 @@ class Config:
     redis: RedisConfig = field(default_factory=RedisConfig)
     log: LogConfig = field(default_factory=LogConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    web: WebConfig = field(default_factory=WebConfig)
 
     @property
     def state_dir(self) -> Path:
@@ -307,6 +330,7 @@ _SECTION_CLASSES = {
     "redis": RedisConfig,
     "log": LogConfig,
     "metrics": MetricsConfig,
+    "web": WebConfig,
 }
 
 
@@ -405,6 +429,16 @@ def _validate(config: Config, source: str) -> None:
             metrics_address(config)
         except ConfigError as e:
             problems.append(f"metrics.listen: {e}")
+    w = config.web
+    if w.listen:
+        try:
+            web_address(config)
+        except ConfigError as e:
+            problems.append(f"web.listen: {e}")
+    if w.password_hash and not re.fullmatch(r"scrypt\$\d+\$\d+\$\d+\$[0-9a-f]+\$[0-9a-f]+", w.password_hash):
+        problems.append("web.password_hash must be made by `spamctl web-token --hash` (scrypt$N$r$p$SALT$HASH)")
+    if w.history_entries < 0 or w.history_message_bytes < 0:
+        problems.append("web.history_entries and web.history_message_bytes must be >= 0")
     if problems:
         raise ConfigError(f"{source}: " + "; ".join(problems))
 
@@ -418,6 +452,7 @@ def load_config(
     spamc_listen: str | None = None,
     redis_url: str | None = None,
     metrics_listen: str | None = None,
+    web_listen: str | None = None,
 ) -> Config:
     """Embedded defaults, overlaid with the TOML file (if any), then command-line overrides."""
     config = Config()
@@ -450,6 +485,9 @@ def load_config(
     if metrics_listen is not None:
         parse_host_port(metrics_listen, "--metrics")  # the flag named in the error, not metrics.listen
         config = replace(config, metrics=replace(config.metrics, listen=metrics_listen))
+    if web_listen is not None:
+        parse_host_port(web_listen, "--web")
+        config = replace(config, web=replace(config.web, listen=web_listen))
     config = replace(config, data_dir=Path(config.data_dir).expanduser())
     _validate(config, source)
     return config
@@ -497,3 +535,11 @@ def metrics_address(config: Config) -> tuple[str, int]:
     if listen.isdigit():
         listen = f"127.0.0.1:{listen}"
     return parse_host_port(listen, "metrics.listen")
+
+
+def web_address(config: Config) -> tuple[str, int]:
+    """Where the web console is served: `web.listen` as (host, port); a bare port is on 127.0.0.1."""
+    listen = config.web.listen.strip()
+    if listen.isdigit():
+        listen = f"127.0.0.1:{listen}"
+    return parse_host_port(listen, "web.listen")

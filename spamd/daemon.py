@@ -26,7 +26,7 @@ from typing import Any
 import structlog
 
 from spamd.analyzers import AnalysisProcesses, default_processes
-from spamd.config import Config, load_config, metrics_address, parse_host_port
+from spamd.config import Config, load_config, metrics_address, parse_host_port, web_address
 from spamd.engine import Engine
 from spamd.errors import SpamdError
 from spamd.gc_tuning import tune_gc_for_message_streams
@@ -70,6 +70,7 @@ LIVE_SETTINGS = {
     },
     "maildir": {"watch_inbox", "autolearn", "settle_after", "settle_margin", "fsync"},
     "log": {"level"},
+    "web": {"password_hash", "show_subjects"},
 }  # fmt: skip
 
 
@@ -86,6 +87,7 @@ class Daemon:
         spamc_listen: str | None = None,
         redis_url: str | None = None,
         metrics_listen: str | None = None,
+        web_listen: str | None = None,
         config: Config | None = None,
         install_signals: bool = True,
         clock: Callable[[], float] = time.time,
@@ -93,7 +95,7 @@ class Daemon:
         self.config_path = config_path
         self.overrides = {
             "data_dir": data_dir, "smtp_listen": smtp_listen, "milter_listen": milter_listen, "spamc_listen": spamc_listen,
-            "redis_url": redis_url, "metrics_listen": metrics_listen,
+            "redis_url": redis_url, "metrics_listen": metrics_listen, "web_listen": web_listen,
         }  # fmt: skip
         self.config = config if config is not None else load_config(config_path, **self.overrides)
         self.install_signals = install_signals
@@ -114,6 +116,8 @@ class Daemon:
         self.control: Any = None
         self.smtp_address: tuple[str, int] | None = None
         self.metrics_server: Any = None  # spamd.frontends.metrics.MetricsServer, when [metrics] listen is set
+        self.web_server: Any = None  # spamd.web.app.Console, when [web] listen is set
+        self.history: Any = None  # spamd.web.history.History, the console's recent verdicts
         self.started = False
         self.should_exit: asyncio.Event | None = None
         self._snapshot_lock: asyncio.Lock | None = None
@@ -160,6 +164,8 @@ class Daemon:
             self.analyzers = AnalysisProcesses(config, processes)
             await self.analyzers.start()
         self.scorer = Scorer(self.engine, self.metrics, self.analyzers)
+        if config.web.listen:
+            self.scorer.history = self.history = self._new_history(config)
 
         # Under the state lock now: a temp index left by a killed spamd is nobody's.
         remove_stale_temps(config.data_dir, f".{INDEX_FILE}.tmp-*")
@@ -219,6 +225,8 @@ class Daemon:
 
         if config.metrics.listen:
             await self._start_metrics(config)
+        if config.web.listen:
+            await self._start_web(config)
 
         self._spawn(self._snapshot_timer(), "snapshot-timer")
         self.started = True
@@ -234,6 +242,7 @@ class Daemon:
             spamc_port=None if self.spamc is None or self.spamc.address is None else self.spamc.address[1],
             spamc_allow_tell=config.spamc.allow_tell,
             **self._metrics_fields(),
+            **self._web_fields(),
             maildirs=[str(m.root) for m in self.mailboxes],
             data_dir=str(config.data_dir),
             trained_ham=int(self.engine.model.doc_totals[Label.HAM]),
@@ -260,6 +269,8 @@ class Daemon:
             await self.control.close()
         if self.metrics_server is not None:
             await self.metrics_server.close()
+        if self.web_server is not None:
+            await self.web_server.close()
         if self.watcher is not None:
             await self.watcher.stop()
         if self.analyzers is not None:
@@ -349,7 +360,7 @@ class Daemon:
         from spamd.frontends.metrics import MetricsServer, metrics_registry
 
         host, port = metrics_address(config)
-        self.metrics_server = MetricsServer(metrics_registry(self), config.metrics.allowed_peers)
+        self.metrics_server = MetricsServer(metrics_registry(self), config.metrics.allowed_peers, self.metrics.error)
         await self.metrics_server.start(host, port)
 
     def _metrics_fields(self) -> dict[str, Any]:
@@ -358,6 +369,30 @@ class Daemon:
             return {}
         host, port = self.metrics_server.address
         return {"metrics_host": host, "metrics_port": port}
+
+    # ------------------------------------------------------------ web console
+
+    def _new_history(self, config: Config) -> Any:
+        """The ring of recent verdicts the console lists (spamd/web/history.py), fed by the Scorer."""
+        from spamd.web.history import History, HistorySettings
+
+        w = config.web
+        settings = HistorySettings(w.history_entries, w.history_message_bytes, config.parser.max_bytes)
+        return History(settings, show_subjects=lambda: self.config.web.show_subjects)
+
+    async def _start_web(self, config: Config) -> None:
+        """Serve the web console on this loop (spamd/web/app.py); aiohttp and jinja2 imported only when asked for."""
+        from spamd.web.app import Console
+
+        host, port = web_address(config)
+        self.web_server = Console(self, self.history)
+        await self.web_server.start(host, port)
+
+    def _web_fields(self) -> dict[str, Any]:
+        if self.web_server is None or self.web_server.address is None:
+            return {}
+        host, port = self.web_server.address
+        return {"web_host": host, "web_port": port}
 
     def _refused_link(self, root: Path) -> bool:
         """A user's Maildir under `maildir.root` that is a symbolic link: not served (logged).
@@ -473,12 +508,18 @@ class Daemon:
         """Engine.stats() plus a "daemon" section: throughput, latency, errors, sessions, Maildirs."""
         assert self.engine is not None
         stats: dict[str, Any] = dict(self.engine.stats())
+        stats["daemon"] = self.daemon_stats()
+        return stats
+
+    def daemon_stats(self) -> dict[str, Any]:
+        """stats()'s "daemon" section alone: the process's own figures, nothing read from the store."""
         daemon: dict[str, Any] = self.metrics.snapshot()
         daemon.update(
             pid=os.getpid(),
             smtp_listen=None if self.smtp_address is None else f"{self.smtp_address[0]}:{self.smtp_address[1]}",
             smtp_mode=self.config.smtp.mode,
             metrics_listen=None if self.metrics_server is None else "{}:{}".format(*self.metrics_server.address),
+            web_listen=None if self.web_server is None or self.web_server.address is None else "{}:{}".format(*self.web_server.address),
             smtp_sessions=0 if self.smtp is None else len(self.smtp.sessions),
             smtp_in_flight=0 if self.smtp is None else self.smtp.in_flight,
             smtp_accepted=0 if self.smtp is None else self.smtp.accepted,
@@ -498,8 +539,7 @@ class Daemon:
             maildir_events_handled=0 if self.watcher is None else self.watcher.handled,
             maildir_settle_queued=0 if self.watcher is None else len(self.watcher.settler.queue),
         )
-        stats["daemon"] = daemon
-        return stats
+        return daemon
 
 
 def raise_open_files_limit() -> int:
@@ -527,6 +567,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--spamc", metavar="HOST:PORT", help="serve SpamAssassin's spamc protocol here (overrides [spamc] listen)")
     parser.add_argument("--redis", metavar="URL", help="share the model through Redis, e.g. redis://127.0.0.1:6379/0 (overrides [redis] url)")
     parser.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus /metrics here (overrides [metrics] listen)")
+    parser.add_argument("--web", metavar="HOST:PORT", help="serve the web console here (overrides [web] listen)")
     return parser.parse_args(argv)
 
 
@@ -536,7 +577,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         daemon = Daemon(
             args.config, data_dir=args.data_dir, smtp_listen=args.smtp, milter_listen=args.milter, spamc_listen=args.spamc,
-            redis_url=args.redis, metrics_listen=args.metrics,
+            redis_url=args.redis, metrics_listen=args.metrics, web_listen=args.web,
         )
         configure_logging(daemon.config.log)
         asyncio.run(daemon.run())

@@ -13,6 +13,7 @@ import re
 import time
 from collections import Counter, deque
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
@@ -185,6 +186,8 @@ class Scorer:
         self.engine = engine
         self.metrics = metrics
         self.analyzers = analyzers
+        # spamd.web.history.History while the web console is on: every verdict is recorded there.
+        self.history: Any = None
 
     def score(self, raw: bytes) -> Scored:
         """Analyze and score on the loop."""
@@ -213,6 +216,9 @@ class Scorer:
         elapsed_ms = (time.perf_counter() - started) * 1000.0
         self.metrics.record(scored.score.verdict, elapsed_ms, way_in)
         self.engine.remember_verdict(scored.key, scored.score.verdict, way_in)
+        if self.history is not None:
+            user = context.get("user_name") or context.get("client_user") or ""
+            self.history.record(raw, scored.key, scored.score.verdict.value, scored.score.probability, way_in, str(user))
         log.info(
             "message_scored",
             way_in=way_in,

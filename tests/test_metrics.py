@@ -225,8 +225,10 @@ def test_hostile_http_clients_do_not_stall_the_loop_or_keep_scrapes_out(tmp_path
 
         assert answer(bytes(range(256)) * 4 + b"\r\n\r\n").startswith(b"HTTP/1.1 400 ")
         assert answer(b"GET /" + b"a" * 20000 + b" HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 431 ")
-        assert answer(b"POST /metrics HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 405 ")
-        assert answer(b"GET / HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 404 ")
+        assert answer(b"POST /metrics HTTP/1.1\r\nHost: spamd\r\n\r\n").startswith(b"HTTP/1.1 405 ")
+        assert answer(b"GET / HTTP/1.1\r\nHost: spamd\r\n\r\n").startswith(b"HTTP/1.1 404 ")
+        # HTTP/1.1 without a Host field is malformed (RFC 9112 section 3.2): answered 400.
+        assert answer(b"GET /metrics HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 400 ")
         assert answer(b"GET /metrics") == b""  # half-sent, then gone: nothing to answer
         head = answer(b"HEAD /metrics HTTP/1.0\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 200 ") and head.endswith(b"\r\n\r\n")

@@ -23,6 +23,7 @@ from spamd.cli.admin import cmd_export, cmd_import, cmd_reload, cmd_report, cmd_
 from spamd.cli.classify import cmd_classify, cmd_explain
 from spamd.cli.evaluate import add_eval_arguments, cmd_eval
 from spamd.cli.training import cmd_train, cmd_untrain
+from spamd.cli.web import add_web_token_arguments, cmd_web_token
 from spamd.config import load_config
 from spamd.gc_tuning import tune_gc_for_message_streams
 from spamd.errors import SpamdError
@@ -80,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     imported = command("import", "replace model and ledger with an export (verified first)", cmd_import)
     imported.add_argument("file", metavar="FILE")
     add_eval_arguments(command("eval", "TREC-style online evaluation over an index file", cmd_eval))
+    add_web_token_arguments(command("web-token", "the web console's login token (made if there is none), or a password hash", cmd_web_token))
     return parser
 
 

@@ -1,23 +1,22 @@
-"""The Prometheus /metrics endpoint: a small HTTP/1.x server on the daemon's loop.
+"""The Prometheus /metrics endpoint, served on the daemon's loop with aiohttp.
 
 The exposition is prometheus_client's (`generate_latest` over a private
 CollectorRegistry, so several daemons can run in one test process); the
 collector reads the Engine's and the Metrics object's plain counters on the
 event loop that owns them, so no other thread ever touches model state.
-Requests are bounded in size and time and connections in number, so garbage,
-slowloris and idle floods cannot stall the loop. It serves GET /metrics only:
-no keep-alive, no compression, nothing that changes state.
+Requests are bounded in size and time and connections in number
+(spamd/web/server.py), so garbage, slowloris and idle floods cannot stall the loop.
+It serves GET (and HEAD) /metrics only, no login, nothing that changes state.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 import structlog
+from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import (
     CollectorRegistry,
@@ -33,21 +32,19 @@ from spamd import __version__
 from spamd.accuracy import JUDGEMENTS, WAYS_IN
 from spamd.analyzers import AnalysisProcesses
 from spamd.engine import Engine
-from spamd.errors import SpamdError
 from spamd.frontends.delivery import DeliveryProcesses
 from spamd.helper_processes import HelperProcesses
 from spamd.model import Label, Verdict
 from spamd.scoring import SCAN_BUCKETS_S, Metrics
+from spamd.web.server import BoundedServer, Limits, bounded_application
 
 log = structlog.get_logger()
 
-MAX_REQUEST_BYTES = 8 * 1024  # a scrape's request head is a few hundred bytes
-REQUEST_TIMEOUT_S = 5.0  # to send the request head, and to take the answer
-# Prometheus scrapes with one connection at a time; past this many open, the oldest is
-# closed to make room, so idle or slow clients cannot keep a scrape out.
-MAX_CONNECTIONS = 64
-
-_STATUS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 431: "Request Header Fields Too Large"}
+# A scrape's request head is a few hundred bytes and a handful of fields, and it sends no
+# body; Prometheus scrapes with one connection at a time, so past 64 open the oldest idle
+# one is closed to make room and idle or slow clients cannot keep a scrape out.
+LIMITS = Limits(head_timeout_s=5.0, request_timeout_s=5.0, max_body_bytes=0, max_headers=32, max_line_bytes=8190,
+                max_connections=64)  # fmt: skip
 
 
 class DaemonState(Protocol):
@@ -201,106 +198,41 @@ def metrics_registry(daemon: DaemonState) -> CollectorRegistry:
 
 
 class MetricsServer:
-    """GET /metrics over HTTP/1.x on the loop, one request per connection; loopback peers by default.
+    """GET /metrics over HTTP/1.1 on the loop (aiohttp, bounded by spamd/web/server.py); loopback peers by default.
 
-    No keep-alive, TLS or authentication: put a reverse proxy in front to scrape across hosts.
+    No TLS or authentication: put a reverse proxy in front to scrape across hosts.
     """
 
-    def __init__(self, registry: CollectorRegistry, allowed_peers: tuple[str, ...]):
+    def __init__(self, registry: CollectorRegistry, allowed_peers: tuple[str, ...], on_error: Callable[..., None] | None = None):
         self.registry = registry
-        self.allowed_peers = frozenset(allowed_peers)
-        self.server: asyncio.AbstractServer | None = None
-        self.address: tuple[str, int] | None = None
-        self._connections: dict[asyncio.Task[None], None] = {}  # oldest first
         self.served = 0
-        self._closing = False
+        self.on_error = on_error
+        app = bounded_application(LIMITS)
+        app.router.add_get("/metrics", self._scrape)  # HEAD too; other methods 405, other paths 404
+        self.http = BoundedServer(
+            app, LIMITS, allowed_peers, what="/metrics", setting="metrics.listen, or --metrics",
+            on_refused=lambda peer: log.warning("metrics_peer_refused", peer=peer), on_failure=self._failed,
+        )  # fmt: skip
+
+    @property
+    def address(self) -> tuple[str, int] | None:
+        return self.http.address
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
-        try:
-            self.server = await asyncio.start_server(self._accept, host, port, limit=MAX_REQUEST_BYTES)
-        except OSError as e:
-            raise SpamdError(f"cannot listen for /metrics on {host}:{port}: {e.strerror} (metrics.listen, or --metrics)") from None
-        self.address = self.server.sockets[0].getsockname()[:2]
-        return self.address
+        return await self.http.start(host, port)
 
     async def close(self) -> None:
-        if self.server is None:
-            return
-        self.server.close()
-        self._closing = True
-        tasks = list(self._connections)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await self.server.wait_closed()
-        self.server = None
+        await self.http.close()
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        peer = writer.get_extra_info("peername")
-        host = peer[0] if isinstance(peer, tuple) and peer else str(peer)
-        if host.startswith("::ffff:") and "." in host:
-            host = host.removeprefix("::ffff:")
-        try:
-            if host not in self.allowed_peers:
-                log.warning("metrics_peer_refused", peer=host)
-                return
-            if len(self._connections) >= MAX_CONNECTIONS:
-                oldest = next(iter(self._connections))
-                self._connections.pop(oldest)
-                oldest.cancel()
-            self._connections[task] = None
-            async with asyncio.timeout(REQUEST_TIMEOUT_S):
-                await self._serve(reader, writer)
-        except (TimeoutError, ConnectionError, asyncio.IncompleteReadError):
-            pass  # slow, vanished or half-sent: nothing more to answer
-        except asyncio.CancelledError:
-            if self._closing:
-                raise
-            # else: the oldest connection, closed to make room for a new one
-        finally:
-            self._connections.pop(task, None)
-            writer.close()
-            with contextlib.suppress(OSError, TimeoutError):
-                async with asyncio.timeout(1.0):
-                    await writer.wait_closed()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-        except asyncio.LimitOverrunError:
-            await self._answer(writer, 431, b"request head too long\n")
-            return
-        request_line = head.split(b"\r\n", 1)[0].decode("latin-1")
-        parts = request_line.split(" ")
-        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-            await self._answer(writer, 400, b"not an HTTP/1.x request\n")
-            return
-        method, target = parts[0], parts[1]
-        if method not in ("GET", "HEAD"):
-            await self._answer(writer, 405, b"only GET /metrics\n", extra=[("Allow", "GET, HEAD")])
-            return
-        if target.split("?", 1)[0] != "/metrics":
-            await self._answer(writer, 404, b"spamd serves /metrics only\n")
-            return
+    async def _scrape(self, request: web.Request) -> web.Response:
         body = generate_latest(self.registry)
         self.served += 1
-        await self._answer(writer, 200, body, CONTENT_TYPE_LATEST, head_only=method == "HEAD")
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
-    @staticmethod
-    async def _answer(
-        writer: asyncio.StreamWriter,
-        status: int,
-        body: bytes,
-        content_type: str = "text/plain; charset=utf-8",
-        extra: list[tuple[str, str]] | None = None,
-        head_only: bool = False,
-    ) -> None:
-        headers = [("Content-Type", content_type), ("Content-Length", str(len(body))), ("Connection", "close"), *(extra or [])]
-        lines = [f"HTTP/1.1 {status} {_STATUS[status]}", *(f"{k}: {v}" for k, v in headers), "", ""]
-        writer.write("\r\n".join(lines).encode("latin-1") + (b"" if head_only else body))
-        await writer.drain()
+    def _failed(self, request: web.BaseRequest, exc: BaseException | None) -> None:
+        log.error("metrics_request_failed", path=request.path, error=f"{type(exc).__name__}: {exc}", exc_info=exc)
+        if self.on_error is not None:
+            self.on_error("metrics_request_failed", error=f"{type(exc).__name__}: {exc}")
 
 
 def _helper_families(helpers: HelperProcesses | None, kind: str, ready_help: str, done_name: str, done_help: str) -> Iterator[Metric]:

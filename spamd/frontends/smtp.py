@@ -297,7 +297,8 @@ class SmtpHandler:
             where: dict[str, object] = {"via": "relay"}
         else:
             status, folders = await self._deliver(config, envelope, scored, peer)
-            where = {"via": "maildir", "delivered_to": folders}
+            users = {m.user for m in (self._mailbox_for(config, rcpt) for rcpt in envelope.rcpt_tos) if m is not None}
+            where = {"via": "maildir", "delivered_to": folders, "user_name": ",".join(sorted(users))}
         if status.startswith("250"):
             self.accepted += 1
             self.scorer.scored(scored, raw, started, way_in="smtp", peer=peer, **where)
