@@ -119,13 +119,17 @@ def by(css: str) -> tuple[str, str]:
 
 def click_and_wait(c: Console, css: str) -> None:
     """Click a form's button and wait for the page it leads to (a click does not wait for it)."""
-    from selenium.webdriver.support import expected_conditions
+    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.support.wait import WebDriverWait
 
-    old = c.driver.find_element(*by("html"))  # type: ignore[attr-defined]
+    # A mark on the old document's window: gone once the next page has replaced it. (Waiting for
+    # the old <html> element to go stale raced with Chromium, which sometimes answered the check
+    # mid-navigation with "Node with given id does not belong to the document".)
+    c.driver.execute_script("window.spamdOldPage = true")  # type: ignore[attr-defined]
     c.driver.find_element(*by(css)).click()  # type: ignore[attr-defined]
-    WebDriverWait(c.driver, 30).until(expected_conditions.staleness_of(old))
-    WebDriverWait(c.driver, 30).until(lambda d: d.execute_script("return document.readyState") == "complete")
+    WebDriverWait(c.driver, 30, ignored_exceptions=(WebDriverException,)).until(
+        lambda d: d.execute_script("return window.spamdOldPage === undefined && document.readyState === 'complete'")
+    )
 
 
 def log_in(c: Console, secret: str) -> None:
