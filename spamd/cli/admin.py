@@ -9,8 +9,9 @@ from pathlib import Path
 
 from spamd.cli.backends import open_backend
 from spamd.cli.inputs import _read_file
-from spamd.cli.output import emit_json, format_stats, human_bytes, table
+from spamd.cli.output import emit_json, format_stats, table
 from spamd.config import Config
+from spamd.humanize import human_bytes
 from spamd.errors import SpamdError
 from spamd.frontends.control import DaemonNotRunning
 from spamd.store import write_atomically

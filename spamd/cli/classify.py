@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from spamd.cli.backends import BATCH_BYTES, MAX_MESSAGE_BYTES, OfflineBackend, open_backend
 from spamd.cli.inputs import Inputs, file_messages, input_kind, read_message, too_large
-from spamd.cli.output import emit_json, human_bytes, table
+from spamd.cli.output import emit_json, table
 from spamd.config import Config
+from spamd.humanize import human_bytes
 from spamd.errors import SpamdError
 from spamd.frontends.control import score_fields
 

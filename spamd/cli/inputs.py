@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from spamd.cli.backends import MAX_MESSAGE_BYTES
-from spamd.cli.output import human_bytes
 from spamd.errors import NotAMessageError, SpamdError
+from spamd.humanize import human_bytes
 from spamd.message import read_message_file
 
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections import Counter
 from typing import Any
+
+from spamd.humanize import human_bytes, human_duration
 
 
 def emit_json(value: Any) -> None:
@@ -24,29 +25,6 @@ def table(rows: list[tuple[str, ...]], indent: str = "", numbers: bool = True) -
         cells = [row[0].ljust(widths[0])] + [align(cell, widths[i + 1]) for i, cell in enumerate(row[1:])]
         lines.append(indent + "  ".join(cells).rstrip())
     return "\n".join(lines)
-
-
-def human_bytes(n: float | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
-
-
-def human_duration(seconds: float | None) -> str:
-    if seconds is None or (isinstance(seconds, float) and math.isnan(seconds)):
-        return "-"
-    s = int(seconds)
-    if s < 60:
-        return f"{seconds:.0f} s"
-    if s < 3600:
-        return f"{s // 60} min {s % 60} s"
-    if s < 86400:
-        return f"{s // 3600} h {s % 3600 // 60} min"
-    return f"{s // 86400} d {s % 86400 // 3600} h"
 
 
 def _verdicts(counts: dict[str, int] | None) -> str:

@@ -30,6 +30,7 @@ import structlog
 from aiohttp import web
 
 from spamd.errors import SpamdError
+from spamd.humanize import human_bytes, human_duration
 from spamd.web import pages
 from spamd.web.auth import (
     LoginThrottle,
@@ -84,7 +85,7 @@ class Console:
             trim_blocks=True,
             lstrip_blocks=True,
         )
-        self.templates.filters.update(num=_num, pct=_pct, bytes=_bytes, duration=_duration, utc=_utc, ago=_ago)
+        self.templates.filters.update(num=_num, pct=_pct, bytes=human_bytes, duration=human_duration, utc=_utc, ago=_ago)
         app = bounded_application(LIMITS, [self._security_headers, self._require_login])
         r = app.router
         r.add_get("/login", self.login_form)
@@ -324,27 +325,6 @@ def _utc(when: float | None, fmt: str = "%Y-%m-%d %H:%M:%S", zone: str = " UTC")
 
 
 def _ago(when: float | None) -> str:
-    return "-" if when is None else _duration(max(0.0, time.time() - when)) + " ago"
+    return "-" if when is None else human_duration(max(0.0, time.time() - when)) + " ago"
 
 
-def _bytes(n: float | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return "-"
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    s = int(seconds)
-    if s < 60:
-        return f"{seconds:.0f} s"
-    if s < 3600:
-        return f"{s // 60} min {s % 60} s"
-    if s < 86400:
-        return f"{s // 3600} h {s % 3600 // 60} min"
-    return f"{s // 86400} d {s % 86400 // 3600} h"
