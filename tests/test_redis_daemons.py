@@ -25,7 +25,7 @@ from spamd.engine import Engine
 from spamd.frontends.control import ControlClient
 from spamd.model import Label
 from tests.daemon_helpers import DaemonProcess, crlf, folder_files, imap_move, make_message, wait_until_sync, write_config
-from tests.redis_helpers import RedisServer, redis_server, redis_url  # noqa: F401 (fixtures)
+from tests.redis_helpers import RedisServer, redis_cluster, redis_cluster_url, redis_plain_url, redis_server, redis_url  # noqa: F401 (fixtures)
 from tests.spamc_helpers import raw_exchange
 from tests.spamc_helpers import request as spamc_request
 

@@ -18,7 +18,7 @@ from spamd.store import decode_snapshot
 from spamd.store.redis import RedisModel, RedisState, RedisTrainer
 from tests import cli_helpers as c
 from tests import core_helpers as h
-from tests.redis_helpers import RedisServer, redis_server, redis_url, with_redis  # noqa: F401 (fixtures)
+from tests.redis_helpers import RedisServer, redis_cluster, redis_cluster_url, redis_plain_url, redis_server, redis_url, with_redis  # noqa: F401 (fixtures)
 
 
 def engines(tmp_path, url: str, hash_bits: int = 16) -> tuple[Engine, Engine]:
@@ -132,9 +132,15 @@ def test_ledger_is_capped_oldest_first_inside_the_script(tmp_path, redis_url):
     assert trainer.train(analyzed[7], Label.SPAM, "test") == "skipped_repeat"
     assert int(trainer.model.doc_totals[Label.SPAM]) == 8
     # Only the prefix's keys exist (no ham row: no ham trained): nothing else is written.
-    assert sorted(k.decode() for k in state.client.keys("*")) == sorted(
-        ["spamd:spam", "spamd:ledger", "spamd:ledger:order", "spamd:events", "spamd:outcomes", "spamd:totals"]
+    # (On a cluster, the prefix in braces: one hash tag for all.)
+    cluster = "cluster" in redis_url
+    head = "{spamd:}" if cluster else "spamd:"
+    keys = state.client.keys("*", **({"target_nodes": "primaries"} if cluster else {}))
+    assert sorted(k.decode() for k in keys) == sorted(
+        head + name for name in ["spam", "ledger", "ledger:order", "events", "outcomes", "totals"]
     )
+    if cluster:  # every key in one slot, so each script touches one
+        assert len({state.client.keyslot(k) for k in keys}) == 1
     state.close()
 
 
@@ -172,14 +178,17 @@ def test_score_is_one_round_trip(tmp_path, redis_url):
     """One read-only script call per message scored (its HMGETs inside), whatever the message's length."""
     local, shared = engines(tmp_path, redis_url)
     try:
-        client = shared.store.state.client
+        state = shared.store.state
+        client = state.client
+        # On a cluster: the node that holds the model's slot.
+        node = {"target_nodes": client.get_node_from_key(state.totals)} if state.cluster else {}
         shared.train(h.numbered_message(1, "cheap pills"), Label.SPAM, "t")
         shared.train(h.numbered_message(2, "meeting notes"), Label.HAM, "t")
-        shared.classify(h.numbered_message(0, "warm"))  # the first call loads the script (NOSCRIPT, SCRIPT LOAD)
-        client.config_resetstat()
+        shared.classify(h.numbered_message(0, "warm"))  # the first call loads the script (NOSCRIPT, then EVAL)
+        client.config_resetstat(**node)
         for i in range(10):
             shared.classify(h.numbered_message(i, "cheap pills and a meeting " * i))
-        stats = client.info("commandstats")
+        stats = client.info("commandstats", **node)
         assert stats["cmdstat_evalsha"]["calls"] == 10 and stats["cmdstat_hmget"]["calls"] == 30
         assert {k for k in stats if k not in ("cmdstat_evalsha", "cmdstat_hmget")} <= {"cmdstat_config|resetstat", "cmdstat_info"}
         assert "cmdstat_keys" not in stats and "cmdstat_scan" not in stats

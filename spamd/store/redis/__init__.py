@@ -1,7 +1,9 @@
 """The shared store: model counts, class totals, the ledger and training events in one Redis.
 
 Several daemons on one Redis score with one model and learn from every user's move.
-Keys (all under `[redis] prefix`, "spamd:" by default):
+Keys (all under `[redis] prefix`, "spamd:" by default; on a Redis Cluster
+(`redis+cluster://`) `<p>` is the prefix in braces, `{spamd:}`, one hash tag for them
+all, so every script runs on one slot: spamd.store.redis.connect):
 
     <p>ham, <p>spam     hashes bucket id -> stored count (the embedded model's rows;
                         a bucket at 0 is deleted, so each holds at most 2**hash_bits fields)
@@ -21,11 +23,11 @@ This module does not know where a message came from beyond a `source` tag, and
 keeps no state of its own that Redis does not hold (the daemon can always restart).
 """
 
-from spamd.store.redis.state import BACKOFF_FIRST_S, BACKOFF_MAX_S, RedisState, redacted
+from spamd.store.redis.state import BACKOFF_FIRST_S, BACKOFF_MAX_S, RedisState
 from spamd.store.redis.store import RedisStore, open_redis
 from spamd.store.redis.views import RedisLedger, RedisModel, RedisTrainer
 
 __all__ = [
     "BACKOFF_FIRST_S", "BACKOFF_MAX_S", "RedisLedger", "RedisModel", "RedisState", "RedisStore", "RedisTrainer",
-    "open_redis", "redacted",
+    "open_redis",
 ]  # fmt: skip

@@ -12,14 +12,13 @@ from typing import Any, Callable, TypeVar
 import numpy as np
 import redis
 import structlog
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from spamd.classifier import Analyzed
-from spamd.config import Config
+from spamd.config import Config, redact_url
 from spamd.errors import CorruptStateError, StoreError, StoreUnavailableError
 from spamd.model import Label, MultinomialNB
 from spamd.store.records import Ledger
+from spamd.store.redis.connect import NOT_UNAVAILABLE, UNAVAILABLE, Script, connect, is_cluster, model_keys
 from spamd.store.redis.scripts import SCORE_LUA, TRAIN_LUA
 
 log = structlog.get_logger()
@@ -34,14 +33,6 @@ BACKOFF_MAX_S = 5.0
 _TOTAL_FIELDS = ("tokens:0", "tokens:1", "docs:0", "docs:1", "distinct")
 
 
-def redacted(url: str) -> str:
-    """The URL without its password, for logs and messages."""
-    scheme, sep, rest = url.partition("://")
-    if "@" in rest:
-        rest = "***@" + rest.split("@", 1)[1]
-    return f"{scheme}{sep}{rest}"
-
-
 class RedisState:
     """One Redis connection pool and the keys of one model; every call fails as StoreUnavailableError when Redis does.
 
@@ -52,21 +43,13 @@ class RedisState:
     def __init__(self, config: Config):
         self.config = config
         r = config.redis
-        self.url = redacted(r.url)
-        p = r.prefix
-        self.keys = [f"{p}ham", f"{p}spam", f"{p}totals", f"{p}ledger", f"{p}ledger:order", f"{p}events", f"{p}outcomes"]
+        self.url = redact_url(r.url)
+        self.cluster = is_cluster(r.url)
+        self.keys = model_keys(r.prefix, self.cluster)
         self.ham, self.spam, self.totals, self.ledger, self.order, self.events, self.outcomes = self.keys
-        try:
-            # One immediate retry on a broken connection (a restarted Redis): it reconnects.
-            # A training retried that way is a repeat to the script's ledger check, never double.
-            self.client = redis.Redis.from_url(
-                r.url, socket_timeout=r.timeout_s, socket_connect_timeout=r.timeout_s,
-                retry=Retry(NoBackoff(), 1), retry_on_timeout=False, health_check_interval=0,
-            )  # fmt: skip
-        except ValueError as e:
-            raise StoreError(f"[redis] url {self.url!r}: {e}") from None
-        self._train = self.client.register_script(TRAIN_LUA)
-        self._score = self.client.register_script(SCORE_LUA)
+        self.client = connect(r, self.url)
+        self._train = Script(self.client, TRAIN_LUA)
+        self._score = Script(self.client, SCORE_LUA)
         self._failures = 0
         self._retry_at = 0.0
         self._down_since = 0.0
@@ -83,7 +66,9 @@ class RedisState:
             )
         try:
             result = fn()
-        except (redis.ConnectionError, redis.TimeoutError) as e:
+        except NOT_UNAVAILABLE:
+            raise  # keys in two slots: a bug, not an outage
+        except UNAVAILABLE as e:
             self._failures += 1
             self._retry_at = now + min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (self._failures - 1))
             self._last_error = f"{type(e).__name__}: {e}"
@@ -118,6 +103,12 @@ class RedisState:
 
     def close(self) -> None:
         self.client.close()
+
+    def info_memory(self) -> dict[str, Any]:
+        """INFO memory of the Redis (on a cluster: of the node that holds the model's slot)."""
+        if not self.cluster:
+            return self.call("reading INFO", lambda: self.client.info("memory"))
+        return self.call("reading INFO", lambda: self.client.info("memory", target_nodes=self.client.get_node_from_key(self.totals)))
 
     # ---------------------------------------------------------- reads
 

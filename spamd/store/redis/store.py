@@ -60,7 +60,7 @@ class RedisStore:
         }
 
     def stats(self) -> dict[str, object]:
-        info = self.state.call("reading INFO", lambda: self.state.client.info("memory"))
+        info = self.state.info_memory()
         outcomes = self.state.call("reading outcomes", lambda: self.state.client.hgetall(self.state.outcomes))
         return {
             "store": "redis",
@@ -73,13 +73,16 @@ class RedisStore:
 
 def open_redis(config: Config) -> tuple[RedisStore, RedisTrainer, Recovery]:
     """Connect, check the bucket space, lock the local data directory: the Engine's parts for Redis."""
-    state = RedisState(config)
+    try:
+        state = RedisState(config)  # a cluster client reads the slot map here
+    except StoreUnavailableError as e:
+        raise StoreUnavailableError(f"{e}; start Redis or check [redis] url / --redis") from None
     store = RedisStore(config, state)
     try:
         state.check_hash_bits()
     except StoreUnavailableError as e:
         state.close()
-        raise StoreError(f"{e}; start Redis or check [redis] url / --redis") from None
+        raise StoreUnavailableError(f"{e}; start Redis or check [redis] url / --redis") from None
     except BaseException:
         state.close()
         raise
