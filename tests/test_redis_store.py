@@ -10,15 +10,15 @@ import dataclasses
 import pytest
 
 from spamd.classifier import Classifier
-from spamd.config import ModelConfig, StoreConfig
+from spamd.config import ModelConfig, StoreConfig, load_config, parse_cluster_url
 from spamd.engine import Engine
-from spamd.errors import CorruptStateError, StoreError, StoreUnavailableError
+from spamd.errors import ConfigError, CorruptStateError, StoreError, StoreUnavailableError
 from spamd.model import Label
 from spamd.store import decode_snapshot
 from spamd.store.redis import RedisModel, RedisState, RedisTrainer
 from tests import cli_helpers as c
 from tests import core_helpers as h
-from tests.redis_helpers import RedisServer, redis_cluster, redis_cluster_url, redis_plain_url, redis_server, redis_url, with_redis  # noqa: F401 (fixtures)
+from tests.redis_helpers import RedisServer, free_port, redis_cluster, redis_cluster_url, redis_plain_url, redis_server, redis_url, with_redis  # noqa: F401 (fixtures)
 
 
 def engines(tmp_path, url: str, hash_bits: int = 16) -> tuple[Engine, Engine]:
@@ -196,3 +196,36 @@ def test_score_is_one_round_trip(tmp_path, redis_url):
         local.close()
         shared.close()
 
+
+
+def test_cluster_urls_are_checked_with_clear_errors(tmp_path):
+    parts = parse_cluster_url("rediss+cluster://app:s%40cret@10.0.0.5:7000,[::1]:7001/0")
+    assert parts.nodes == (("10.0.0.5", 7000), ("::1", 7001)) and parts.tls
+    assert (parts.username, parts.password) == ("app", "s@cret")
+    refused = {
+        "redis+cluster://10.0.0.5:7000/2": "only database 0",
+        "redis+cluster://10.0.0.5": "expected HOST:PORT",
+        "redis+cluster://10.0.0.5:7000,": "expected HOST:PORT",
+        "redis+cluster://:pw@10.0.0.5:7000?timeout=1": "no query options",
+        "cluster://10.0.0.5:7000": "redis\\+cluster://",
+    }
+    for url, why in refused.items():
+        with pytest.raises(ConfigError, match=why) as error:
+            load_config(None, data_dir=tmp_path, redis_url=url)
+        assert "pw" not in str(error.value)  # the password is never shown
+    config = tmp_path / "spamd.toml"
+    config.write_text('[redis]\nurl = "redis+cluster://127.0.0.1:7000"\nprefix = "{spamd}:"\n')
+    with pytest.raises(ConfigError, match="hash tag itself"):
+        load_config(config, data_dir=tmp_path)
+    config.write_text('[redis]\nprefix = "{spamd}:"\n')  # on plain Redis any prefix is fine, as before
+    load_config(config, data_dir=tmp_path, redis_url="redis://127.0.0.1:6379/0")
+
+
+@pytest.mark.parametrize("scheme", ["redis", "redis+cluster"])
+def test_spamctl_exits_75_when_redis_is_unreachable(tmp_path, scheme):
+    """EX_TEMPFAIL, as spamc answers: a script or Sieve filter retries later; the error names the URL."""
+    (tmp_path / "m").write_bytes(c.SPAM[0])
+    url = f"{scheme}://127.0.0.1:{free_port()}" + ("/0" if scheme == "redis" else "")
+    done = c.run_spamctl("--data-dir", tmp_path / "d", "--redis", url, "train", "--spam", tmp_path / "m")
+    last = done.stderr.splitlines()[-1]
+    assert done.returncode == 75 and last.startswith("spamctl: Redis") and "unreachable" in last and "127.0.0.1:" in last, done.stderr
