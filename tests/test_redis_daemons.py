@@ -11,6 +11,8 @@ from __future__ import annotations
 import email
 import shutil
 import smtplib
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -26,7 +28,7 @@ from spamd.frontends.control import ControlClient
 from spamd.model import Label
 from tests.daemon_helpers import DaemonProcess, crlf, folder_files, imap_move, make_message, wait_until_sync, write_config
 from tests.cli_helpers import run_spamctl
-from tests.redis_helpers import RedisClusterServers, RedisServer, redis_cluster, redis_cluster_url, redis_plain_url, redis_server, redis_url  # noqa: F401 (fixtures)
+from tests.redis_helpers import RedisClusterServers, RedisServer, free_port, redis_cluster, redis_cluster_url, redis_plain_url, redis_server, redis_url  # noqa: F401 (fixtures)
 from tests.spamc_helpers import raw_exchange
 from tests.spamc_helpers import request as spamc_request
 
@@ -329,3 +331,16 @@ def test_cluster_node_holding_the_model_killed_is_a_temporary_failure_and_recove
         if node is not None:
             node.stop()
         servers.stop()
+
+
+@pytest.mark.parametrize("scheme", ["redis", "redis+cluster"])
+def test_spamd_without_its_redis_exits_75_so_the_unit_restarts_it(root, scheme):
+    """EX_TEMPFAIL at start: Restart=on-failure retries it (RestartPreventExitStatus=1 is for configuration errors)."""
+    url = f"{scheme}://127.0.0.1:{free_port()}"
+    done = subprocess.run(
+        [sys.executable, "-m", "spamd", "--config", write_config(root / "c.toml"), "--data-dir", root / "d", "--redis", url,
+         "--smtp", "127.0.0.1:0"],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 75, done.stderr
+    assert done.stderr.splitlines()[-1].startswith("spamd: Redis") and "start Redis" in done.stderr
