@@ -13,6 +13,7 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from spamd.errors import ConfigError
 
@@ -214,9 +215,12 @@ class MaildirConfig:
 class RedisConfig:
     """The shared store: model, ledger and training in one Redis for many daemons (unset: embedded)."""
 
-    # redis://[:password@]HOST:PORT/DB (or rediss://, unix://); "" keeps the embedded store.
+    # redis://[:password@]HOST:PORT/DB (or rediss://, unix://); a Redis Cluster:
+    # redis+cluster://[:password@]HOST:PORT[,HOST:PORT...] (rediss+cluster:// for TLS);
+    # "" keeps the embedded store.
     url: str = ""
-    # Every key spamd writes starts with this, so one Redis can hold several models.
+    # Every key spamd writes starts with this, so one Redis can hold several models
+    # (on a cluster, wrapped in braces as the keys' hash tag: {spamd:}ham).
     prefix: str = "spamd:"
     # Connect and reply timeout: a hung Redis holds a message at most this long (then 451).
     timeout_s: float = 2.0
@@ -420,8 +424,21 @@ def _validate(config: Config, source: str) -> None:
         if not folder.startswith(".") or "/" in folder or folder in (".", ".."):
             problems.append(f"maildir folder {folder!r} must be a Maildir++ name like '.Junk'")
     r = config.redis
-    if r.url and not r.url.startswith(("redis://", "rediss://", "unix://")):
-        problems.append(f"redis.url must start with redis://, rediss:// or unix://, got {r.url!r}")
+    if r.url and not r.url.startswith(("redis://", "rediss://", "unix://", *CLUSTER_SCHEMES)):
+        problems.append(
+            f"redis.url must start with redis://, rediss://, unix:// or (a Redis Cluster) redis+cluster://, "
+            f"rediss+cluster://, got {r.url!r}"
+        )
+    elif r.url.startswith(CLUSTER_SCHEMES):
+        try:
+            parse_cluster_url(r.url)
+        except ConfigError as e:
+            problems.append(str(e))
+        if "{" in r.prefix or "}" in r.prefix or r.prefix.startswith("u:"):
+            problems.append(
+                f"redis.prefix {r.prefix!r}: on a Redis Cluster spamd wraps the prefix in braces as the keys' "
+                "hash tag itself: leave out '{' and '}' (and do not start it with 'u:', kept for per-user keys)"
+            )
     if not r.prefix or r.timeout_s <= 0 or r.events_max < 1:
         problems.append("redis.prefix must be set, redis.timeout_s > 0 and redis.events_max >= 1")
     if config.metrics.listen:
@@ -516,6 +533,57 @@ def _apply(config: Config, raw: dict[str, Any], source: str) -> Config:
             updates[name] = _coerce(item, getattr(section, name), f"{source}: [{key}] {name}")
         changes[key] = replace(section, **updates)
     return replace(config, **changes)
+
+
+CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
+
+
+@dataclass(frozen=True)
+class ClusterURL:
+    """A `redis+cluster://` URL taken apart: the nodes to start from, the credentials, TLS."""
+
+    nodes: tuple[tuple[str, int], ...]
+    username: str | None
+    password: str | None
+    tls: bool
+
+
+def parse_cluster_url(url: str) -> ClusterURL:
+    """`redis+cluster://[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT...][/0]` -> ClusterURL, or ConfigError naming the part.
+
+    Any node of the cluster will do; more than one lets spamd start while one is down.
+    A cluster has database 0 only.
+    """
+    scheme, _, rest = url.partition("://")
+    credentials, at, location = rest.rpartition("@")
+    if not at:
+        credentials, location = "", rest
+    location, slash, path = location.partition("/")
+    where = f"redis.url {redact_url(url)!r}"
+    if slash and path not in ("", "0"):
+        raise ConfigError(f"{where}: a Redis Cluster has only database 0; drop the '/{path}'")
+    if "?" in location or "#" in location:
+        raise ConfigError(f"{where}: no query options are understood here; use [redis] timeout_s")
+    nodes = []
+    for part in location.split(","):
+        if not part:
+            raise ConfigError(f"{where}: expected HOST:PORT[,HOST:PORT...] after {scheme}://")
+        nodes.append(parse_host_port(part, where))
+    username, colon, password = credentials.partition(":")
+    return ClusterURL(
+        nodes=tuple(nodes),
+        username=unquote(username) if username else None,
+        password=unquote(password) if colon and password else None,
+        tls=scheme == "rediss+cluster",
+    )
+
+
+def redact_url(url: str) -> str:
+    """The URL without its password, for logs and messages."""
+    scheme, sep, rest = url.partition("://")
+    if "@" in rest:
+        rest = "***@" + rest.rsplit("@", 1)[1]
+    return f"{scheme}{sep}{rest}"
 
 
 def parse_host_port(text: str, where: str = "--smtp") -> tuple[str, int]:

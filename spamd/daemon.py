@@ -28,7 +28,7 @@ import structlog
 from spamd.analyzers import AnalysisProcesses, default_processes
 from spamd.config import Config, load_config, metrics_address, parse_host_port, web_address
 from spamd.engine import Engine
-from spamd.errors import SpamdError
+from spamd.errors import SpamdError, StoreUnavailableError
 from spamd.gc_tuning import tune_gc_for_message_streams
 from spamd.logs import configure_logging, set_level
 from spamd.frontends.maildir.mailbox import Mailbox, user_of
@@ -581,6 +581,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         configure_logging(daemon.config.log)
         asyncio.run(daemon.run())
+    except StoreUnavailableError as e:
+        # Redis not there (yet): 75 (EX_TEMPFAIL), which the unit's Restart=on-failure
+        # retries; its RestartPreventExitStatus=1 keeps configuration errors from looping.
+        print(f"spamd: {e}", file=sys.stderr)
+        return 75
     except SpamdError as e:
         print(f"spamd: {e}", file=sys.stderr)
         return 1

@@ -1,12 +1,18 @@
-"""A real redis-server for tests: loopback, a free port, its own directory, AOF on; and fixtures over it.
+"""A real redis-server for tests: loopback, a free port, its own directory, AOF on; a real Redis Cluster of three.
 
 Not a conftest: a test module imports the fixtures it uses. Skips with a reason
-when /usr/bin/redis-server is absent. Nothing here fakes Redis.
+when /usr/bin/redis-server is absent, but fails in CI, which installs it (.ci/run):
+a skipped Redis test there would hide a break. Nothing here fakes Redis.
+
+`redis_url` runs a test on both: a plain redis-server (`[plain]`) and a three-master
+cluster (`[cluster]`, so `pytest -k cluster` selects it), as `redis://` and
+`redis+cluster://` URLs.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import socket
 import subprocess
@@ -18,6 +24,16 @@ import pytest
 from tests.daemon_helpers import wait_until_sync
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
+REDIS_CLI = shutil.which("redis-cli") or "/usr/bin/redis-cli"
+
+
+def needs_redis() -> None:
+    """Skip without redis-server and redis-cli, but fail in CI, which installs them."""
+    missing = [path for path in (REDIS_SERVER, REDIS_CLI) if not Path(path).exists()]
+    if missing:
+        if os.environ.get("CI"):
+            pytest.fail(f"{', '.join(missing)} not installed, and CI installs it (.ci/run): apt-get install redis-server")
+        pytest.skip(f"{', '.join(missing)} not installed; apt-get install redis-server")
 
 
 def free_port() -> int:
@@ -27,15 +43,29 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class RedisServer:
-    """redis-server on 127.0.0.1:<port> with `--dir directory`, appendonly, no RDB saves; restartable on the same port."""
+def free_cluster_port() -> int:
+    """A free loopback port a cluster node accepts (Redis refuses ports above 55535 in cluster mode)."""
+    for _ in range(100):
+        port = free_port()
+        if port <= 55535:
+            return port
+    raise AssertionError("no free loopback port at or below 55535")
 
-    def __init__(self, directory: Path, port: int | None = None, appendfsync: str = "always"):
-        if not Path(REDIS_SERVER).exists():
-            pytest.skip(f"redis-server not installed ({REDIS_SERVER}); apt-get install redis-server")
+
+class RedisServer:
+    """redis-server on 127.0.0.1:<port> with `--dir directory`, appendonly, no RDB saves; restartable on the same port.
+
+    `cluster=True`: a cluster node (its nodes.conf in the same directory, so a restart
+    rejoins with the same id and slots).
+    """
+
+    def __init__(self, directory: Path, port: int | None = None, appendfsync: str = "always", cluster: bool = False):
+        needs_redis()
+        self.cluster = cluster
         self.directory = directory
         self.directory.mkdir(parents=True, exist_ok=True)
-        self.port = port or free_port()
+        self.port = port or (free_cluster_port() if cluster else free_port())
+        self.bus_port = free_port() if cluster else 0  # the cluster bus, kept across restarts
         self.appendfsync = appendfsync
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -49,6 +79,7 @@ class RedisServer:
                 REDIS_SERVER, "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.directory),
                 "--save", "", "--appendonly", "yes", "--appendfsync", self.appendfsync,
                 "--protected-mode", "yes", "--logfile", str(self.directory / "redis.log"),
+                *([*CLUSTER_NODE_OPTIONS, "--cluster-port", str(self.bus_port)] if self.cluster else []),
             ],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
@@ -93,6 +124,82 @@ class RedisServer:
 
         return redis.Redis.from_url(self.url, socket_timeout=5)
 
+    def info(self, section: str) -> str:
+        """`redis-cli INFO`-style text of one section (`CLUSTER INFO` for "cluster")."""
+        command = ["CLUSTER", "INFO"] if section == "cluster" else ["INFO", section]
+        done = subprocess.run([REDIS_CLI, "-h", "127.0.0.1", "-p", str(self.port), *command],
+                              capture_output=True, text=True, timeout=10)  # fmt: skip
+        return done.stdout
+
+
+# A node: cluster mode, its cluster state file beside its AOF; a node down marks the
+# cluster failing for the others after 2 s; a node that is down stops only the slots
+# it holds (the other nodes keep serving theirs), as docs/redis.md recommends.
+CLUSTER_NODE_OPTIONS = [
+    "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
+    "--cluster-require-full-coverage", "no",
+]  # fmt: skip
+
+
+class RedisClusterServers:
+    """Three redis-server masters on free loopback ports made one cluster by `redis-cli --cluster create`.
+
+    Each node has the persistence of RedisServer (AOF, appendfsync always) in its own
+    directory; `node_for(key)` is the master holding a key's slot, to kill and restart.
+    """
+
+    def __init__(self, directory: Path, masters: int = 3):
+        needs_redis()
+        self.nodes = [RedisServer(directory / f"node{i}", cluster=True) for i in range(masters)]
+
+    @property
+    def url(self) -> str:
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{node.port}" for node in self.nodes)
+
+    def start(self) -> "RedisClusterServers":
+        try:
+            for node in self.nodes:
+                node.start()
+            addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
+            created = subprocess.run(
+                [REDIS_CLI, "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
+                capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+            assert created.returncode == 0, created.stdout + created.stderr
+            self.wait_ok()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def wait_ok(self, timeout: float = 30) -> None:
+        """Until every running node says cluster_state:ok (bounded)."""
+        wait_until_sync(lambda: all("cluster_state:ok" in n.info("cluster") for n in self.nodes if n.proc), timeout)
+
+    def node_for(self, key: str) -> RedisServer:
+        slot = int(subprocess.run([REDIS_CLI, "-p", str(self.nodes[0].port), "CLUSTER", "KEYSLOT", key],
+                                  capture_output=True, text=True, timeout=10, check=True).stdout)  # fmt: skip
+        for node in self.nodes:
+            if node.proc is None:
+                continue
+            shards = subprocess.run([REDIS_CLI, "-p", str(node.port), "CLUSTER", "SLOTS"],
+                                    capture_output=True, text=True, timeout=10, check=True).stdout.split()  # fmt: skip
+            # CLUSTER SLOTS, as redis-cli prints it: start, end, host, port, id, per range.
+            for i in range(0, len(shards) - 3, 5):
+                if int(shards[i]) <= slot <= int(shards[i + 1]):
+                    return next(n for n in self.nodes if n.port == int(shards[i + 3]))
+        raise AssertionError(f"no node holds slot {slot} of {key!r}")
+
+    def flush(self) -> None:
+        for node in self.nodes:
+            client = node.client()
+            client.flushall()
+            client.close()
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
 
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
@@ -104,13 +211,36 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterServers]:
+    """One three-master Redis Cluster for the session (tests flush it with `redis_url`)."""
+    servers = RedisClusterServers(tmp_path_factory.mktemp("redis-cluster")).start()
+    try:
+        yield servers
+    finally:
+        servers.stop()
+
+
 @pytest.fixture
-def redis_url(redis_server: RedisServer) -> Iterator[str]:
-    """The shared server, emptied for this test."""
+def redis_plain_url(redis_server: RedisServer) -> str:
+    """The shared plain server, emptied for this test."""
     client = redis_server.client()
     client.flushall()
     client.close()
-    yield redis_server.url
+    return redis_server.url
+
+
+@pytest.fixture
+def redis_cluster_url(redis_cluster: RedisClusterServers) -> str:
+    """The shared cluster, emptied for this test: a redis+cluster:// URL naming its three nodes."""
+    redis_cluster.flush()
+    return redis_cluster.url
+
+
+@pytest.fixture(params=["plain", "cluster"])
+def redis_url(request: pytest.FixtureRequest) -> str:
+    """A Redis emptied for this test: the plain server, then the cluster (the same test on both)."""
+    return request.getfixturevalue(f"redis_{request.param}_url")
 
 
 def with_redis(config, url: str, prefix: str = "spamd:"):

@@ -11,6 +11,8 @@ from __future__ import annotations
 import email
 import shutil
 import smtplib
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -25,7 +27,8 @@ from spamd.engine import Engine
 from spamd.frontends.control import ControlClient
 from spamd.model import Label
 from tests.daemon_helpers import DaemonProcess, crlf, folder_files, imap_move, make_message, wait_until_sync, write_config
-from tests.redis_helpers import RedisServer, redis_server, redis_url  # noqa: F401 (fixtures)
+from tests.cli_helpers import run_spamctl
+from tests.redis_helpers import RedisClusterServers, RedisServer, free_port, redis_cluster, redis_cluster_url, redis_plain_url, redis_server, redis_url  # noqa: F401 (fixtures)
 from tests.spamc_helpers import raw_exchange
 from tests.spamc_helpers import request as spamc_request
 
@@ -35,7 +38,7 @@ class Node:
 
     def __init__(self, root: Path, url: str, name: str, *args: str):
         self.data_dir = root / name
-        config = write_config(root / f"{name}.toml", f'[redis]\nurl = "{url}"\n')
+        self.config = config = write_config(root / f"{name}.toml", f'[redis]\nurl = "{url}"\n')
         self.process = DaemonProcess("--config", config, "--data-dir", self.data_dir, "--smtp", "127.0.0.1:0", *args)
         self.port = self.process.port
 
@@ -249,3 +252,95 @@ def test_redis_down_is_a_temporary_failure_everywhere_and_a_maildir_move_waits_f
         if node is not None:
             node.stop()
         server.stop()
+
+
+# ---------------------------------------------------------------- Redis Cluster
+
+
+def send(port: int, raw: bytes) -> int:
+    """One message over SMTP: 250, or the refusal's code."""
+    try:
+        with smtplib.SMTP("127.0.0.1", port, timeout=10) as client:
+            client.sendmail("s@example.org", ["user@example.com"], crlf(raw))
+        return 250
+    except smtplib.SMTPDataError as e:
+        return e.smtp_code
+
+
+def test_cluster_node_holding_the_model_killed_is_a_temporary_failure_and_recovery_keeps_every_training(root, tmp_path):
+    """A three-master cluster: the master with the model's slot SIGKILLed answers 451 and spamctl 75; restarted, all is there.
+
+    A master that does not hold the model's slot going down changes nothing for spamd.
+    """
+    servers = RedisClusterServers(tmp_path / "cluster").start()
+    node = None
+    try:
+        node = Node(root, servers.url, "n0")
+        model_node = servers.node_for("{spamd:}totals")
+        other = next(n for n in servers.nodes if n is not model_node)
+
+        def spamctl_train(paths: list[Path]) -> object:
+            return run_spamctl("--config", node.config, "--data-dir", node.data_dir, "--json", "train", "--spam", *paths)
+
+        acknowledged: list[Path] = []
+        for i in range(6):
+            path = root / f"spam{i}.eml"
+            path.write_bytes(make_message(Label.SPAM, i, seed=11))
+            done = spamctl_train([path])
+            assert done.returncode == 0 and done.json()["learned"] == 1, done.stdout + done.stderr
+            acknowledged.append(path)
+        assert send(node.port, make_message(Label.HAM, 1, seed=12)) == 250
+
+        # Another master down: not spamd's slot, spamd does not notice.
+        other.kill()
+        assert send(node.port, make_message(Label.HAM, 2, seed=12)) == 250
+        path = root / "spam-other-down.eml"
+        path.write_bytes(make_message(Label.SPAM, 50, seed=11))
+        assert spamctl_train([path]).returncode == 0
+        acknowledged.append(path)
+        other.start()
+        servers.wait_ok()
+
+        # The model's master down: temporary failures everywhere, at once.
+        model_node.kill()
+        started = time.monotonic()
+        with pytest.raises(smtplib.SMTPDataError) as refused:
+            with smtplib.SMTP("127.0.0.1", node.port, timeout=10) as client:
+                client.sendmail("s@example.org", ["user@example.com"], crlf(make_message(Label.HAM, 3, seed=12)))
+        assert (refused.value.smtp_code, refused.value.smtp_error) == (451, b"4.3.0 Spam filter model unavailable, try again later")
+        assert time.monotonic() - started < 5  # a refused connection to the dead node: no stall
+        path = root / "spam-down.eml"
+        path.write_bytes(make_message(Label.SPAM, 60, seed=11))
+        refused_training = spamctl_train([path])
+        assert refused_training.returncode == 75, refused_training.stdout + refused_training.stderr  # EX_TEMPFAIL
+        assert "unreachable" in refused_training.stderr
+        node.process.wait_for("redis_unreachable")
+
+        # The same node back, same port, same directory (AOF, appendfsync always; nodes.conf):
+        # spamd serves again by itself and every acknowledged training is in the model.
+        model_node.start()
+        servers.wait_ok()
+        wait_until_sync(lambda: send(node.port, make_message(Label.HAM, 4, seed=12)) == 250, timeout=30, interval=0.5)
+        node.process.wait_for("redis_reconnected")
+        again = spamctl_train(acknowledged)
+        assert again.returncode == 0 and again.json()["skipped_repeat"] == len(acknowledged), again.stdout + again.stderr
+        stats = node.request("stats")
+        assert stats["trained_spam"] == len(acknowledged)  # type: ignore[index]
+        assert spamctl_train([path]).json()["learned"] == 1  # the one refused meanwhile is learned now
+    finally:
+        if node is not None:
+            node.stop()
+        servers.stop()
+
+
+@pytest.mark.parametrize("scheme", ["redis", "redis+cluster"])
+def test_spamd_without_its_redis_exits_75_so_the_unit_restarts_it(root, scheme):
+    """EX_TEMPFAIL at start: Restart=on-failure retries it (RestartPreventExitStatus=1 is for configuration errors)."""
+    url = f"{scheme}://127.0.0.1:{free_port()}"
+    done = subprocess.run(
+        [sys.executable, "-m", "spamd", "--config", write_config(root / "c.toml"), "--data-dir", root / "d", "--redis", url,
+         "--smtp", "127.0.0.1:0"],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 75, done.stderr
+    assert done.stderr.splitlines()[-1].startswith("spamd: Redis") and "start Redis" in done.stderr

@@ -10,15 +10,15 @@ import dataclasses
 import pytest
 
 from spamd.classifier import Classifier
-from spamd.config import ModelConfig, StoreConfig
+from spamd.config import ModelConfig, StoreConfig, load_config, parse_cluster_url
 from spamd.engine import Engine
-from spamd.errors import CorruptStateError, StoreError, StoreUnavailableError
+from spamd.errors import ConfigError, CorruptStateError, StoreError, StoreUnavailableError
 from spamd.model import Label
 from spamd.store import decode_snapshot
 from spamd.store.redis import RedisModel, RedisState, RedisTrainer
 from tests import cli_helpers as c
 from tests import core_helpers as h
-from tests.redis_helpers import RedisServer, redis_server, redis_url, with_redis  # noqa: F401 (fixtures)
+from tests.redis_helpers import RedisServer, free_port, redis_cluster, redis_cluster_url, redis_plain_url, redis_server, redis_url, with_redis  # noqa: F401 (fixtures)
 
 
 def engines(tmp_path, url: str, hash_bits: int = 16) -> tuple[Engine, Engine]:
@@ -132,9 +132,15 @@ def test_ledger_is_capped_oldest_first_inside_the_script(tmp_path, redis_url):
     assert trainer.train(analyzed[7], Label.SPAM, "test") == "skipped_repeat"
     assert int(trainer.model.doc_totals[Label.SPAM]) == 8
     # Only the prefix's keys exist (no ham row: no ham trained): nothing else is written.
-    assert sorted(k.decode() for k in state.client.keys("*")) == sorted(
-        ["spamd:spam", "spamd:ledger", "spamd:ledger:order", "spamd:events", "spamd:outcomes", "spamd:totals"]
+    # (On a cluster, the prefix in braces: one hash tag for all.)
+    cluster = "cluster" in redis_url
+    head = "{spamd:}" if cluster else "spamd:"
+    keys = state.client.keys("*", **({"target_nodes": "primaries"} if cluster else {}))
+    assert sorted(k.decode() for k in keys) == sorted(
+        head + name for name in ["spam", "ledger", "ledger:order", "events", "outcomes", "totals"]
     )
+    if cluster:  # every key in one slot, so each script touches one
+        assert len({state.client.keyslot(k) for k in keys}) == 1
     state.close()
 
 
@@ -172,14 +178,17 @@ def test_score_is_one_round_trip(tmp_path, redis_url):
     """One read-only script call per message scored (its HMGETs inside), whatever the message's length."""
     local, shared = engines(tmp_path, redis_url)
     try:
-        client = shared.store.state.client
+        state = shared.store.state
+        client = state.client
+        # On a cluster: the node that holds the model's slot.
+        node = {"target_nodes": client.get_node_from_key(state.totals)} if state.cluster else {}
         shared.train(h.numbered_message(1, "cheap pills"), Label.SPAM, "t")
         shared.train(h.numbered_message(2, "meeting notes"), Label.HAM, "t")
-        shared.classify(h.numbered_message(0, "warm"))  # the first call loads the script (NOSCRIPT, SCRIPT LOAD)
-        client.config_resetstat()
+        shared.classify(h.numbered_message(0, "warm"))  # the first call loads the script (NOSCRIPT, then EVAL)
+        client.config_resetstat(**node)
         for i in range(10):
             shared.classify(h.numbered_message(i, "cheap pills and a meeting " * i))
-        stats = client.info("commandstats")
+        stats = client.info("commandstats", **node)
         assert stats["cmdstat_evalsha"]["calls"] == 10 and stats["cmdstat_hmget"]["calls"] == 30
         assert {k for k in stats if k not in ("cmdstat_evalsha", "cmdstat_hmget")} <= {"cmdstat_config|resetstat", "cmdstat_info"}
         assert "cmdstat_keys" not in stats and "cmdstat_scan" not in stats
@@ -187,3 +196,36 @@ def test_score_is_one_round_trip(tmp_path, redis_url):
         local.close()
         shared.close()
 
+
+
+def test_cluster_urls_are_checked_with_clear_errors(tmp_path):
+    parts = parse_cluster_url("rediss+cluster://app:s%40cret@10.0.0.5:7000,[::1]:7001/0")
+    assert parts.nodes == (("10.0.0.5", 7000), ("::1", 7001)) and parts.tls
+    assert (parts.username, parts.password) == ("app", "s@cret")
+    refused = {
+        "redis+cluster://10.0.0.5:7000/2": "only database 0",
+        "redis+cluster://10.0.0.5": "expected HOST:PORT",
+        "redis+cluster://10.0.0.5:7000,": "expected HOST:PORT",
+        "redis+cluster://:pw@10.0.0.5:7000?timeout=1": "no query options",
+        "cluster://10.0.0.5:7000": "redis\\+cluster://",
+    }
+    for url, why in refused.items():
+        with pytest.raises(ConfigError, match=why) as error:
+            load_config(None, data_dir=tmp_path, redis_url=url)
+        assert "pw" not in str(error.value)  # the password is never shown
+    config = tmp_path / "spamd.toml"
+    config.write_text('[redis]\nurl = "redis+cluster://127.0.0.1:7000"\nprefix = "{spamd}:"\n')
+    with pytest.raises(ConfigError, match="hash tag itself"):
+        load_config(config, data_dir=tmp_path)
+    config.write_text('[redis]\nprefix = "{spamd}:"\n')  # on plain Redis any prefix is fine, as before
+    load_config(config, data_dir=tmp_path, redis_url="redis://127.0.0.1:6379/0")
+
+
+@pytest.mark.parametrize("scheme", ["redis", "redis+cluster"])
+def test_spamctl_exits_75_when_redis_is_unreachable(tmp_path, scheme):
+    """EX_TEMPFAIL, as spamc answers: a script or Sieve filter retries later; the error names the URL."""
+    (tmp_path / "m").write_bytes(c.SPAM[0])
+    url = f"{scheme}://127.0.0.1:{free_port()}" + ("/0" if scheme == "redis" else "")
+    done = c.run_spamctl("--data-dir", tmp_path / "d", "--redis", url, "train", "--spam", tmp_path / "m")
+    last = done.stderr.splitlines()[-1]
+    assert done.returncode == 75 and last.startswith("spamctl: Redis") and "unreachable" in last and "127.0.0.1:" in last, done.stderr

@@ -36,7 +36,7 @@ from spamd.store import (
     frame_record,
 )
 from tests import core_helpers as h
-from tests.redis_helpers import redis_server, redis_url, with_redis  # noqa: F401 (fixtures)
+from tests.redis_helpers import redis_cluster, redis_cluster_url, redis_plain_url, redis_server, redis_url, with_redis  # noqa: F401 (fixtures)
 
 BITS = 10
 MODEL = ModelConfig(hash_bits=BITS)
@@ -512,15 +512,17 @@ def test_torn_tail_kept_aside_until_its_segment_is_pruned(tmp_path):
 # ---------------------------------------------------------------- export / import, either store
 
 
-@pytest.fixture(params=["local", "redis"])
+@pytest.fixture(params=["local", "redis", "redis-cluster"])
 def open_engine(request, tmp_path):
-    """Engines over each store: the embedded one in a state directory, or a real Redis (each name a prefix)."""
+    """Engines over each store: the embedded one in a state directory, a real Redis or Redis Cluster (each name a prefix)."""
     opened: list[Engine] = []
 
     def make(name: str) -> Engine:
         config = h.small_config(tmp_path / name)
         if request.param == "redis":
-            config = with_redis(config, request.getfixturevalue("redis_url"), prefix=f"{name}:")
+            config = with_redis(config, request.getfixturevalue("redis_plain_url"), prefix=f"{name}:")
+        elif request.param == "redis-cluster":
+            config = with_redis(config, request.getfixturevalue("redis_cluster_url"), prefix=f"{name}:")
         engine = Engine.open(config, durable=False)
         opened.append(engine)
         return engine

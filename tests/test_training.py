@@ -17,7 +17,7 @@ from spamd.model import Label, MultinomialNB
 from spamd.store import Ledger
 from spamd.training import Outcome, Trainer
 from tests import core_helpers as h
-from tests.redis_helpers import redis_server, redis_url, with_redis  # noqa: F401 (fixtures)
+from tests.redis_helpers import redis_cluster, redis_cluster_url, redis_plain_url, redis_server, redis_url, with_redis  # noqa: F401 (fixtures)
 
 CONFIG = Config(model=ModelConfig(hash_bits=12))
 CLASSIFIER = Classifier(CONFIG, MultinomialNB(CONFIG.model))
@@ -30,9 +30,9 @@ def memory_trainer() -> Trainer:
     return Trainer(MultinomialNB(CONFIG.model), Ledger(1000), store=None)
 
 
-@pytest.fixture(params=["local", "redis"])
+@pytest.fixture(params=["local", "redis", "redis-cluster"])
 def new_trainer(request):
-    """A factory of empty trainers over each store: in-memory (the embedded one), and a real Redis.
+    """A factory of empty trainers over each store: in-memory (the embedded one), a real Redis and a Redis Cluster.
 
     The same semantics tests run against both: learned once, corrections, untrain, autolearn vs a person.
     """
@@ -41,7 +41,8 @@ def new_trainer(request):
         return
     from spamd.store.redis import RedisModel, RedisState, RedisTrainer
 
-    config = with_redis(CONFIG, request.getfixturevalue("redis_url"))
+    url = request.getfixturevalue("redis_plain_url" if request.param == "redis" else "redis_cluster_url")
+    config = with_redis(CONFIG, url)
     states = []
 
     def make():

@@ -7,7 +7,8 @@ the two never write at once. Both ways run the same operations (spamd.frontends.
 
 Every command takes --json (one JSON document on stdout) and prints a readable
 table otherwise. Every error is one line on stderr and exit status 1 (2 for
-usage errors, from argparse). It does not score, learn or store anything itself.
+usage errors, from argparse; 75, EX_TEMPFAIL, when the shared store, Redis, is
+unreachable right now: try again later). It does not score, learn or store anything itself.
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ import structlog
 from spamd.cli.admin import cmd_export, cmd_import, cmd_reload, cmd_report, cmd_snapshot, cmd_stats
 from spamd.cli.classify import cmd_classify, cmd_explain
 from spamd.cli.evaluate import add_eval_arguments, cmd_eval
+from spamd.cli.output import EX_TEMPFAIL
 from spamd.cli.training import cmd_train, cmd_untrain
 from spamd.cli.web import add_web_token_arguments, cmd_web_token
 from spamd.config import load_config
 from spamd.gc_tuning import tune_gc_for_message_streams
-from spamd.errors import SpamdError
+from spamd.errors import SpamdError, StoreUnavailableError
 from spamd.frontends.control import DEFAULT_EXPLAIN_LIMIT
 
 
@@ -98,6 +100,9 @@ def run(argv: list[str] | None = None) -> int:
             redis_url=args.redis,
         )
         return int(args.handler(config, args))
+    except StoreUnavailableError as e:
+        print(f"spamctl: {e}", file=sys.stderr)
+        return EX_TEMPFAIL
     except SpamdError as e:
         print(f"spamctl: {e}", file=sys.stderr)
         return 1

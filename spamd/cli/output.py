@@ -35,6 +35,10 @@ def _verdicts(counts: dict[str, int] | None) -> str:
 
 
 # Training outcomes in the order a table shows them.
+# Exit status when the shared store (Redis) is unreachable right now: sysexits'
+# EX_TEMPFAIL, as spamc answers then, so a script or a Sieve filter can retry.
+EX_TEMPFAIL = 75
+
 _OUTCOME_COLUMNS = ("learned", "corrected", "skipped_repeat", "unlearned", "not_trained", "declined")
 
 

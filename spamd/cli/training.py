@@ -10,7 +10,7 @@ from typing import Any
 
 from spamd.cli.backends import BATCH_BYTES, BATCH_MESSAGES, open_backend
 from spamd.cli.inputs import Inputs, too_large
-from spamd.cli.output import emit_json, table
+from spamd.cli.output import EX_TEMPFAIL, emit_json, table
 from spamd.config import Config
 from spamd.frontends.control import NOT_A_MESSAGE
 
@@ -34,6 +34,7 @@ def _train_inputs(config: Config, args: argparse.Namespace, command: str, label:
     tally: Counter[str] = Counter()
     problems: list[tuple[str, str]] = []
     failure: str | None = None
+    temporary = False  # the failure is the shared store being down: exit 75, retry later
     backend = open_backend(config)
     progress = _progress_bar(inputs.total, "training" if command == "train" else "untraining")
     try:
@@ -41,6 +42,7 @@ def _train_inputs(config: Config, args: argparse.Namespace, command: str, label:
         names: list[str] = []
 
         def send() -> str | None:
+            nonlocal temporary
             extra = {"label": label} if label else {}
             result = backend.request(command, messages=batch, **extra)
             for name, outcome in zip(names, result["outcomes"]):
@@ -50,6 +52,7 @@ def _train_inputs(config: Config, args: argparse.Namespace, command: str, label:
             progress.update(len(batch))
             batch.clear()
             names.clear()
+            temporary = bool(result.get("temporary"))
             return result.get("error")
 
         size = 0
@@ -96,6 +99,8 @@ def _train_inputs(config: Config, args: argparse.Namespace, command: str, label:
         print(table(rows, indent="  "))
     if failure:
         print(f"spamctl: stopped: {failure}", file=sys.stderr)
+    if failure and temporary:
+        return EX_TEMPFAIL
     return 1 if failure or problems else 0
 
 

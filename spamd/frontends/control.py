@@ -35,7 +35,7 @@ from typing import Any, Protocol
 import msgpack
 import structlog
 
-from spamd.errors import SpamdError
+from spamd.errors import SpamdError, StoreUnavailableError
 from spamd.message import looks_like_message
 from spamd.model import Label, Score
 from spamd.scoring import explanation
@@ -162,7 +162,8 @@ def _train_many(messages: list[bytes], apply: Callable[[bytes], Any]) -> dict[st
         try:
             outcomes.append(apply(raw).value)
         except SpamdError as e:  # e.g. the journal cannot be written: nothing more is learned
-            return {"outcomes": outcomes, "error": str(e)}
+            # "temporary": the shared store (Redis) is down; spamctl exits 75 (EX_TEMPFAIL).
+            return {"outcomes": outcomes, "error": str(e), "temporary": isinstance(e, StoreUnavailableError)}
     return {"outcomes": outcomes}
 
 
@@ -401,7 +402,7 @@ class ControlServer:
             return {"ok": True, "result": result}
         except SpamdError as e:
             log.warning("control_request_failed", command=command, error=str(e))
-            return {"ok": False, "error": str(e)}
+            return {"ok": False, "error": str(e), "temporary": isinstance(e, StoreUnavailableError)}
         except Exception as e:  # a bug must not take the daemon down with one request
             log.exception("control_request_crashed", command=command)
             return {"ok": False, "error": f"spamd failed on {command!r} ({type(e).__name__}: {e}); see its log"}
@@ -524,6 +525,8 @@ class ControlClient:
         if not isinstance(reply, dict) or "ok" not in reply:
             raise ControlError(f"{self.path}: malformed reply from spamd")
         if not reply["ok"]:
+            if reply.get("temporary"):  # the shared store is down: the caller may retry
+                raise StoreUnavailableError(str(reply.get("error")))
             raise ControlError(str(reply.get("error")))
         return reply.get("result")
 

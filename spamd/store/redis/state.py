@@ -1,0 +1,200 @@
+"""RedisState: one Redis connection and the keys of one model; failures become StoreUnavailableError, with backoff.
+
+Knows the keys and the scripts' calling conventions, not the Engine's interfaces
+(spamd.store.redis.views and spamd.store.redis.store build those over it).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, TypeVar
+
+import numpy as np
+import redis
+import structlog
+
+from spamd.classifier import Analyzed
+from spamd.config import Config, redact_url
+from spamd.errors import CorruptStateError, StoreError, StoreUnavailableError
+from spamd.model import Label, MultinomialNB
+from spamd.store.records import Ledger
+from spamd.store.redis.connect import NOT_UNAVAILABLE, UNAVAILABLE, Script, connect, is_cluster, model_keys
+from spamd.store.redis.scripts import SCORE_LUA, TRAIN_LUA
+
+log = structlog.get_logger()
+
+T = TypeVar("T")
+
+# Backoff after Redis failed: every call in the meantime fails at once (no stall per
+# message), then one call tries again; doubling from 0.1 s up to 5 s.
+BACKOFF_FIRST_S = 0.1
+BACKOFF_MAX_S = 5.0
+
+_TOTAL_FIELDS = ("tokens:0", "tokens:1", "docs:0", "docs:1", "distinct")
+
+
+class RedisState:
+    """One Redis connection pool and the keys of one model; every call fails as StoreUnavailableError when Redis does.
+
+    Does not cache anything: each score reads the counts as they are now, so a
+    training through any daemon is used by the next score everywhere.
+    """
+
+    def __init__(self, config: Config):
+        self.config = config
+        r = config.redis
+        self.url = redact_url(r.url)
+        self.cluster = is_cluster(r.url)
+        self.keys = model_keys(r.prefix, self.cluster)
+        self.ham, self.spam, self.totals, self.ledger, self.order, self.events, self.outcomes = self.keys
+        self.client = connect(r, self.url)
+        self._train = Script(self.client, TRAIN_LUA)
+        self._score = Script(self.client, SCORE_LUA)
+        self._failures = 0
+        self._retry_at = 0.0
+        self._down_since = 0.0
+        self._last_error = ""
+
+    # ---------------------------------------------------------- connection
+
+    def call(self, what: str, fn: Callable[[], T]) -> T:
+        """Run one Redis exchange; on failure back off (bounded) and raise StoreUnavailableError."""
+        now = time.monotonic()
+        if now < self._retry_at:
+            raise StoreUnavailableError(
+                f"Redis at {self.url} is unreachable ({self._last_error}); {what} not done, retrying by itself"
+            )
+        try:
+            result = fn()
+        except NOT_UNAVAILABLE:
+            raise  # keys in two slots: a bug, not an outage
+        except UNAVAILABLE as e:
+            self._failures += 1
+            self._retry_at = now + min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (self._failures - 1))
+            self._last_error = f"{type(e).__name__}: {e}"
+            if self._failures == 1:
+                self._down_since = now
+                log.error("redis_unreachable", url=self.url, error=self._last_error, action="answering temporary failures; retrying")
+            raise StoreUnavailableError(f"Redis at {self.url} is unreachable ({self._last_error}); {what} not done, retrying by itself") from None
+        except redis.ResponseError as e:
+            raise StoreError(f"Redis at {self.url} refused {what}: {e}") from None
+        if self._failures:
+            log.info("redis_reconnected", url=self.url, down_s=round(now - self._down_since, 2), failures=self._failures)
+            self._failures = 0
+            self._retry_at = 0.0
+        return result
+
+    def check_hash_bits(self) -> None:
+        """Claim the model's bucket space, or refuse one built with another `model.hash_bits`."""
+        bits = self.config.model.hash_bits
+
+        def claim() -> Any:
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hsetnx(self.totals, "hash_bits", bits)
+            pipe.hget(self.totals, "hash_bits")
+            return pipe.execute()[1]
+
+        stored = int(self.call("the start-up check", claim))
+        if stored != bits:
+            raise CorruptStateError(
+                f"Redis at {self.url} (prefix {self.config.redis.prefix!r}) holds a model with model.hash_bits = "
+                f"{stored}, the config says {bits}; set it back, or use another [redis] prefix"
+            )
+
+    def close(self) -> None:
+        self.client.close()
+
+    def info_memory(self) -> dict[str, Any]:
+        """INFO memory of the Redis (on a cluster: of the node that holds the model's slot)."""
+        if not self.cluster:
+            return self.call("reading INFO", lambda: self.client.info("memory"))
+        return self.call("reading INFO", lambda: self.client.info("memory", target_nodes=self.client.get_node_from_key(self.totals)))
+
+    # ---------------------------------------------------------- reads
+
+    def fetch(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """The buckets' counts (2, n) and the class totals, in one atomic round trip (a read-only script)."""
+        text = " ".join(map(str, ids.tolist()))
+        reply = self.call("scoring", lambda: self._score(keys=self.keys[:3], args=[text]))
+        values = np.array(reply.split(), dtype=np.int64)
+        n = len(ids)
+        return values[: 2 * n].reshape(2, n).astype(np.uint32), values[2 * n : 2 * n + 2], values[2 * n + 2 : 2 * n + 4], int(values[-1])
+
+    def totals_now(self) -> dict[str, int]:
+        values = self.call("reading the totals", lambda: self.client.hmget(self.totals, [*_TOTAL_FIELDS, "seq"]))
+        return dict(zip([*_TOTAL_FIELDS, "seq"], (int(v) if v else 0 for v in values)))
+
+    # ---------------------------------------------------------- training
+
+    def train(self, op: str, analyzed: Analyzed, label: Label | None, user: bool, source: str) -> tuple[str, int]:
+        """Run the training script; (outcome, seq). Acknowledged only once Redis has applied it."""
+        features = analyzed.features
+        stored = MultinomialNB.stored_counts(features.counts)
+        args = [
+            op, analyzed.key, 0 if label is None else int(label), int(user), source, repr(time.time()),
+            self.config.store.ledger_max_entries, self.config.redis.events_max,
+            *features.ids.tolist(), *stored.tolist(),
+        ]  # fmt: skip
+        outcome, seq = self.call("training", lambda: self._train(keys=self.keys, args=args))
+        return outcome.decode(), int(seq)
+
+    # ---------------------------------------------------------- whole state
+
+    def load(self) -> tuple[MultinomialNB, Ledger, int]:
+        """The whole model and ledger as embedded objects (for export and tests); one atomic read."""
+
+        def read() -> list[Any]:
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hgetall(self.ham)
+            pipe.hgetall(self.spam)
+            pipe.hgetall(self.totals)
+            pipe.zrange(self.order, 0, -1)
+            pipe.hgetall(self.ledger)
+            return pipe.execute()
+
+        ham, spam, totals, order, entries = self.call("reading the whole model", read)
+        model = MultinomialNB(self.config.model)
+        for label, row in ((Label.HAM, ham), (Label.SPAM, spam)):
+            if row:
+                ids = np.fromiter((int(k) for k in row), dtype=np.int64, count=len(row))
+                model.counts[label, ids] = np.fromiter((int(v) for v in row.values()), dtype=np.uint32, count=len(row))
+        t = {k.decode(): int(v) for k, v in totals.items()}
+        model.token_totals[:] = [t.get("tokens:0", 0), t.get("tokens:1", 0)]
+        model.doc_totals[:] = [t.get("docs:0", 0), t.get("docs:1", 0)]
+        model.distinct = t.get("distinct", 0)
+        ledger = Ledger(self.config.store.ledger_max_entries)
+        for key in order:  # oldest first, as the embedded ledger keeps them
+            value = entries.get(key)
+            if value is not None:
+                ledger.set(bytes(key), Label(int(value) & 1), bool(int(value) & 2))
+        return model, ledger, t.get("seq", 0)
+
+    def replace(self, model: MultinomialNB, ledger: Ledger, seq: int) -> None:
+        """Make Redis hold exactly this model and ledger, in one MULTI/EXEC (other daemons see all or nothing)."""
+        chunk = 10_000
+
+        def write() -> None:
+            pipe = self.client.pipeline(transaction=True)
+            pipe.delete(self.ham, self.spam, self.ledger, self.order)
+            for label, key in ((Label.HAM, self.ham), (Label.SPAM, self.spam)):
+                row = model.counts[label]
+                ids = np.flatnonzero(row)
+                for start in range(0, len(ids), chunk):
+                    part = ids[start : start + chunk]
+                    pipe.hset(key, mapping=dict(zip(part.tolist(), row[part].tolist())))
+            pipe.hset(self.totals, mapping={
+                "tokens:0": int(model.token_totals[0]), "tokens:1": int(model.token_totals[1]),
+                "docs:0": int(model.doc_totals[0]), "docs:1": int(model.doc_totals[1]),
+                "distinct": int(model.distinct), "seq": seq, "hash_bits": model.config.hash_bits,
+            })  # fmt: skip
+            items = list(ledger.as_dict().items())
+            for start in range(0, len(items), chunk):
+                part = items[start : start + chunk]
+                pipe.hset(self.ledger, mapping=dict(part))
+                # Recency as in the embedded ledger, oldest first, and all below any seq a
+                # training will write from now on (scores < 0), so new entries are the newest.
+                pipe.zadd(self.order, {k: start + i - len(items) for i, (k, _) in enumerate(part)})
+            pipe.execute()
+
+        self.call("the import", write)
+

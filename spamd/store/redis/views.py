@@ -1,0 +1,118 @@
+"""The Engine's model, ledger and trainer over RedisState: every read from Redis, every training one script.
+
+Holds no counts of its own: a training through any daemon is in the next score here.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from spamd.classifier import Analyzed
+from spamd.model import Contribution, Features, Label, MultinomialNB, Score, explain_counts, featurize, score_counts, verdict_of
+from spamd.store.redis.state import RedisState
+from spamd.training import Outcome
+
+
+class RedisModel:
+    """The model as the Engine and Classifier use it (score, explain, totals), read from Redis on each call.
+
+    Does not learn: training goes through RedisTrainer's script. Scores with the
+    embedded model's own functions (spamd.model.score_counts), so the numbers are the same.
+    """
+
+    def __init__(self, state: RedisState, config: Any):
+        self.state = state
+        self.config = config  # ModelConfig; Engine.reconfigure replaces it
+
+    def score(self, features: Features) -> Score:
+        if len(features) == 0:
+            return verdict_of(self.config, 0.0)
+        counts, token_totals, doc_totals, distinct = self.state.fetch(features.ids)
+        if not (doc_totals[0] and doc_totals[1]):
+            return verdict_of(self.config, 0.0)
+        return score_counts(self.config, counts, token_totals, distinct)
+
+    def explain(self, tokens: list[str], limit: int = 20) -> tuple[Score, list[Contribution]]:
+        features = featurize(tokens, self.config.hash_bits)
+        counts, token_totals, doc_totals, distinct = self.state.fetch(features.ids)
+        return explain_counts(self.config, tokens, features, counts, token_totals, doc_totals, distinct, limit)
+
+    @property
+    def doc_totals(self) -> np.ndarray:
+        t = self.state.totals_now()
+        return np.array([t["docs:0"], t["docs:1"]], dtype=np.int64)
+
+    @property
+    def token_totals(self) -> np.ndarray:
+        t = self.state.totals_now()
+        return np.array([t["tokens:0"], t["tokens:1"]], dtype=np.int64)
+
+    @property
+    def distinct(self) -> int:
+        return self.state.totals_now()["distinct"]
+
+    @property
+    def memory_bytes(self) -> int:
+        return 0  # held by Redis (see its INFO memory), not by this process
+
+    def state_equals(self, other: MultinomialNB) -> bool:
+        return self.state.load()[0].state_equals(other)
+
+
+class RedisLedger:
+    """The ledger as the trainer's callers read it (get, len, counts); the script alone writes it."""
+
+    def __init__(self, state: RedisState):
+        self.state = state
+
+    def get(self, key: bytes) -> tuple[Label, bool] | None:
+        value = self.state.call("reading the ledger", lambda: self.state.client.hget(self.state.ledger, key))
+        if value is None:
+            return None
+        v = int(value)
+        return Label(v & 1), bool(v & 2)
+
+    def __len__(self) -> int:
+        return int(self.state.call("reading the ledger", lambda: self.state.client.hlen(self.state.ledger)))
+
+    def counts(self) -> dict[str, int]:
+        return self.state.load()[1].counts()
+
+    def as_dict(self) -> dict[bytes, int]:
+        return self.state.load()[1].as_dict()
+
+
+class RedisTrainer:
+    """spamd.training.Trainer's interface, each training one atomic script in Redis (learned once, across daemons).
+
+    Keeps no ledger of its own: every daemon on the same Redis sees the same one.
+    """
+
+    def __init__(self, state: RedisState, model: RedisModel):
+        self.state = state
+        self.model = model
+        self.ledger = RedisLedger(state)
+        self.seq = 0  # the seq of this process's last committed training
+        # (source, outcome) -> count since start, for `spamctl stats` (<p>outcomes has every daemon's).
+        self.events: Counter[tuple[str, str]] = Counter()
+
+    def train(self, analyzed: Analyzed, label: Label, source: str, user: bool = True) -> Outcome:
+        return self._run("train", analyzed, label, user, source)
+
+    def untrain(self, analyzed: Analyzed, source: str) -> Outcome:
+        return self._run("untrain", analyzed, None, True, source)
+
+    def label_of(self, key: bytes) -> Label | None:
+        known = self.ledger.get(key)
+        return None if known is None else known[0]
+
+    def _run(self, op: str, analyzed: Analyzed, label: Label | None, user: bool, source: str) -> Outcome:
+        outcome, seq = self.state.train(op, analyzed, label, user, source)
+        if seq:
+            self.seq = seq
+        self.events[(source, outcome)] += 1
+        return Outcome(outcome)
+
