@@ -26,7 +26,7 @@ from tests.cli_helpers import Result, run_spamctl
 from tests.daemon_helpers import HAM_WORDS, SPAM_WORDS, DaemonProcess, make_message, write_config
 
 SPAMC = shutil.which("spamc")
-needs_spamc = pytest.mark.skipif(SPAMC is None, reason="SpamAssassin's spamc client is not installed (Debian package spamc)")
+needs_spamc = pytest.mark.real_program(None if SPAMC else "SpamAssassin's spamc client is not installed (Debian package spamc)")
 
 TRAINED_EACH = 20
 

@@ -42,7 +42,7 @@ from tests.postfix_helpers import (
     watch,
 )
 
-pytestmark = pytest.mark.skipif(postfix_missing() is not None, reason=str(postfix_missing()))
+pytestmark = pytest.mark.real_program(postfix_missing())
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from tests.postfix_helpers import (
     running_postfix,
 )
 
-pytestmark = pytest.mark.skipif(postfix_missing() is not None, reason=str(postfix_missing()))
+pytestmark = pytest.mark.real_program(postfix_missing())
 
 
 @pytest.fixture(scope="module")
