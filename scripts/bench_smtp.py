@@ -16,6 +16,7 @@ to 0.9 ms of kernel CPU per delivery and ran 20-30% slower.
     python scripts/bench_smtp.py            # 16 clients, 9,000 messages
     python scripts/bench_smtp.py --clients 4 --limit 2000
     python scripts/bench_smtp.py --processes 0 --processes 1 --rounds 3 --limit 4000   # helpers or not, interleaved
+    python scripts/bench_smtp.py --web off --web on --rounds 3     # the web console idle beside SMTP, or not
 """
 
 from __future__ import annotations
@@ -145,6 +146,10 @@ def main() -> int:
              "the runs alternate between them, --rounds times each",
     )  # fmt: skip
     parser.add_argument(
+        "--web", choices=["off", "on"], action="append",
+        help="the web console off or listening (nobody looking); given twice, the runs alternate between them",
+    )
+    parser.add_argument(
         "--tree", type=Path, action="append",
         help="run the daemon from this checkout (default: this one); given twice or more, the runs alternate "
              "between them: an A/B of two commits in the same run (git worktree add /tmp/old HEAD~1)",
@@ -163,17 +168,17 @@ def main() -> int:
     if args.limit:
         replay = replay[: args.limit]
     trees = [tree.resolve() for tree in args.tree or [ROOT]]
-    settings = [(tree, processes) for tree in trees for processes in args.processes or [None]]
-    results: dict[tuple[Path, int | None], list[float]] = {setting: [] for setting in settings}
+    settings = [(tree, processes, web) for tree in trees for processes in args.processes or [None] for web in args.web or ["off"]]
+    results: dict[tuple[Path, int | None, str], list[float]] = {setting: [] for setting in settings}
     failed = False
     work_root = Path(tempfile.mkdtemp(prefix="spamd-bench-"))
     try:
         for _ in range(args.rounds):
-            for tree, processes in settings:
+            for tree, processes, web in settings:
                 cost = wait_for_resting_file_system(work_root, args.settle, args.resting_us)
                 print(f"file creation {cost:.0f} us before the round")
-                rate, ok = run_once(args, rows, replay, processes, tree, Path(tempfile.mkdtemp(dir=work_root)))
-                results[tree, processes].append(rate)
+                rate, ok = run_once(args, rows, replay, processes, tree, Path(tempfile.mkdtemp(dir=work_root)), web == "on")
+                results[tree, processes, web].append(rate)
                 failed |= not ok
     finally:
         if args.keep:
@@ -181,21 +186,24 @@ def main() -> int:
         else:
             shutil.rmtree(work_root, ignore_errors=True)
     if args.rounds > 1 or len(settings) > 1:
-        for (tree, processes), rates in results.items():
+        for (tree, processes, web), rates in results.items():
             name = f"{tree.name} " if len(trees) > 1 else ""
-            print(f"{name}processes {'default' if processes is None else processes}: "
+            print(f"{name}processes {'default' if processes is None else processes}, web console {web}: "
                   f"{' '.join(f'{r:.0f}' for r in rates)} msgs/s, median {statistics.median(rates):.0f}")  # fmt: skip
     return 1 if failed else 0
 
 
 def run_once(
-    args: argparse.Namespace, rows: list[tuple[str, bytes]], replay: list[bytes], processes: int | None, tree: Path, work: Path
+    args: argparse.Namespace, rows: list[tuple[str, bytes]], replay: list[bytes], processes: int | None, tree: Path, work: Path,
+    web: bool = False,
 ) -> tuple[float, bool]:
     """One fresh spamd, pretrained, replayed to by the clients: (msgs/s, every message delivered)."""
     config_file = work / "spamd.toml"
     fsync = "false" if args.no_fsync else "true"
     parser_section = "" if processes is None else f"[parser]\nprocesses = {processes}\n"
-    config_file.write_text(f'[log]\nformat = "json"\n[maildir]\nfsync = {fsync}\n[smtp]\nmax_recipients = 10\n{parser_section}')
+    # The console listening (history kept, every verdict recorded) but nobody looking at it.
+    web_section = '[web]\nlisten = "127.0.0.1:0"\n' if web else ""
+    config_file.write_text(f'[log]\nformat = "json"\n[maildir]\nfsync = {fsync}\n[smtp]\nmax_recipients = 10\n{parser_section}{web_section}')
     data_dir = work / "data"
     t = time.perf_counter()
     pretrain(data_dir, config_file, rows[: args.train])
@@ -225,7 +233,7 @@ def run_once(
     rate = len(latencies) / elapsed
     print(
         f"{len(latencies)} messages, {args.clients} clients, fsync {'off' if args.no_fsync else 'on'}, "
-        f"processes {'default' if processes is None else processes}: "
+        f"processes {'default' if processes is None else processes}, web console {'on' if web else 'off'}: "
         f"{rate:.0f} msgs/s, latency p50 {statistics.median(latencies):.1f} ms, "
         f"p99 {percentile(latencies, 0.99):.1f} ms, max {max(latencies):.1f} ms; "
         f"errors {len(errors)}; delivered {delivered}; spamd exit {code}, "
