@@ -268,3 +268,53 @@ def test_a_token_seen_once_weighs_less_than_one_seen_often():
     shrunk_ratio = model._token_log_odds(rare)[0] / model._token_log_odds(often)[0]
     bare_ratio = bare._token_log_odds(rare)[0] / bare._token_log_odds(often)[0]
     assert shrunk_ratio < 0.4 < 0.6 < bare_ratio
+
+
+# ---------------------------------------------------------------- trained on corrections
+
+
+def _trained_model(config: ModelConfig) -> tuple[MultinomialNB, list]:
+    model = MultinomialNB(config)
+    messages = [featurize([f"w{i % 7}", f"s{i % 3}" if i % 2 else f"h{i % 3}", f"u{i}"], config.hash_bits) for i in range(40)]
+    for i, features in enumerate(messages):
+        model.learn_one(features, Label(i % 2))
+    return model, messages
+
+
+def test_a_model_trained_on_every_message_scores_as_if_the_selective_settings_were_not_there():
+    plain, messages = _trained_model(ModelConfig(hash_bits=12))
+    other, _ = _trained_model(ModelConfig(hash_bits=12, selective_alpha=5.0, selective_evidence_prior=50.0))
+    assert plain.confirmation == other.confirmation == 1.0 and plain.selectivity == 0.0
+    assert [plain.score(f) for f in messages] == [other.score(f) for f in messages]
+
+
+def test_confirmation_follows_whether_trained_mail_was_already_filed_right():
+    config = ModelConfig(hash_bits=12, confirmation_half_life=10)
+    model, messages = _trained_model(config)
+    spammy = messages[1]
+    assert model.score(spammy).verdict is Verdict.SPAM
+    for _ in range(30):
+        model.note_training(spammy, Label.SPAM)  # filed right: a confirmation
+    assert model.confirmation > 0.99 and model.selectivity == 0.0
+    before = model.score(spammy)
+    for _ in range(10):  # ten corrections: one half-life
+        model.note_training(spammy, Label.HAM)
+    assert model.confirmation == pytest.approx(0.5, abs=0.01) and 0.0 < model.selectivity < 1.0
+    for _ in range(40):
+        model.note_training(spammy, Label.HAM)
+    assert model.confirmation < 0.4 and model.selectivity == 1.0
+    after = model.score(spammy)
+    # More smoothing and a stronger evidence prior: the same evidence, less sure.
+    assert 0 < after.log_odds < before.log_odds
+
+
+def test_selective_settings_are_validated(tmp_path):
+    from spamd.config import load_config
+    from spamd.errors import ConfigError
+
+    path = tmp_path / "spamd.toml"
+    path.write_text("[model]\nselective_alpha = 0\nconfirmation_half_life = 0.5\n")
+    with pytest.raises(ConfigError) as refused:
+        load_config(path)
+    assert "model.selective_alpha must be > 0" in str(refused.value)
+    assert "model.confirmation_half_life must be >= 1" in str(refused.value)
