@@ -8,7 +8,7 @@ orthogonal sparse bigrams (word pairs at distance 1-4, the gap in the feature) o
 the body; each family weighted; the smoothing and the evidence prior. The messages
 are parsed and tokenized by spamd's own code once per stream (cached under
 --work); each candidate is then an online run of the same count arithmetic as
-spamd.model (featurize, token_log_odds, the confirmation, the verdict thresholds), with each extra
+spamd.model (featurize, token_log_odds, the verdict thresholds), with each extra
 family hashed into a table of its own beside the tokens' so that a weight can be
 given per family. `full`: every message trained with its gold label after it is
 scored (TREC); `errors`: only the messages whose verdict was wrong or Unsure.
@@ -44,7 +44,7 @@ import numpy as np
 from spamd.config import Config, ModelConfig
 from spamd.evaluation import IndexEntry, one_minus_roca, read_index, read_mail, say_skipped
 from spamd.message import parse_message, strip_own_headers
-from spamd.model import Label, MultinomialNB, featurize, selectivity, spam_probability, token_log_odds, updated_confirmation, verdict_of
+from spamd.model import MultinomialNB, featurize, spam_probability, token_log_odds
 from spamd.tokenize import tokenize, words
 from spamd.variants import VARIANTS, write_variant
 
@@ -63,12 +63,10 @@ class Candidate:
     ngram_weight: float = 1.0
     osb_weight: float = 1.0
     model: dict[str, float] = field(default_factory=dict)  # ModelConfig overrides
-    selective: bool = True  # follow the confirmation (spamd.model.selectivity), as spamd does
 
 
 CANDIDATES = [
     Candidate("default"),
-    Candidate("not-selective", selective=False),
     Candidate("binary", stored="binary"),
     Candidate("log2", stored="log2"),
     Candidate("osb", osb=True),
@@ -156,7 +154,6 @@ def run(candidate: Candidate, stream: list[tuple[bool, Analyzed]], protocol: str
     counts = np.zeros((2, n_families << bits), np.uint32)  # one table per family, side by side
     token_totals, doc_totals, distinct = np.zeros(2, np.int64), np.zeros(2, np.int64), 0
     scores, labels, trained = np.empty(len(stream)), np.empty(len(stream), bool), 0
-    confirmation = 1.0
     for number, (is_spam, item) in enumerate(stream):
         ids_parts, count_parts, weight_parts = [], [], []
         for place, (tokens, weight) in enumerate(families(candidate, item)):
@@ -167,16 +164,13 @@ def run(candidate: Candidate, stream: list[tuple[bool, Analyzed]], protocol: str
         ids, message_counts, weights = np.concatenate(ids_parts), np.concatenate(count_parts), np.concatenate(weight_parts)
         score = 0.0
         if len(ids) and doc_totals.all():
-            selective = selectivity(confirmation) if candidate.selective else 0.0
-            log_odds = token_log_odds(config, counts.take(ids, axis=1), token_totals, distinct, selective)
+            log_odds = token_log_odds(config, counts.take(ids, axis=1), token_totals, distinct)
             score = float((log_odds * weights).sum()) / (weights.sum() + config.neutral_tokens)
         scores[number], labels[number] = score, is_spam
         probability = spam_probability(score)
         right = (probability >= config.spam_threshold) if is_spam else (probability < config.ham_threshold)
         if protocol == "full" or not right:
             trained += 1
-            verdict = verdict_of(config, score).verdict
-            confirmation = updated_confirmation(config, confirmation, verdict, Label(int(is_spam)))
             added = stored_counts(candidate, message_counts)
             both = counts.take(ids, axis=1)
             distinct += len(ids) - int(np.count_nonzero(both[0] | both[1]))
