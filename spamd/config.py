@@ -72,18 +72,6 @@ class ModelConfig:
     # -> 0.0533 -> 0.0533, trec 0.0150 -> 0.0149 -> 0.0148, sa header-poor 0.1246 ->
     # 0.1248 -> 0.1252 (hm% 8.3 -> 8.7 -> 9.3).
     neutral_tokens: float = 5.0
-    # Smoothing and evidence prior of a model trained on corrections only (people's
-    # moves of what spamd filed wrongly or left Unsure): it moves to these as fewer of
-    # the messages it is trained on were already filed right (spamd.model.selectivity;
-    # the measurements there). Errors-only feedback, both corpora and their derived
-    # streams: alpha / prior 0.1 / 9 (geometric mean of (1-ROCA)% over today's 0.78),
-    # 0.1 / 6 0.78 with a worst stream 1.27x, 0.3 / 6 0.77 but full feedback 1.010.
-    selective_alpha: float = 0.1
-    selective_evidence_prior: float = 9.0
-    # Trainings over which `confirmation` (how often a trained message was already
-    # filed right) halves its memory: 50 follows a switch from bulk training to
-    # corrections within a few hundred trainings; 200 was too slow (errors 0.78 -> 0.89).
-    confirmation_half_life: float = 50.0
     # Verdict from the spam probability: below ham_threshold is ham, at or above
     # spam_threshold is spam, between is unsure (delivered to INBOX, marked Unsure).
     # People sort Unsure mail, and it is nearly all a filter trained on their corrections
@@ -386,12 +374,6 @@ def _validate(config: Config, source: str) -> None:
         problems.append("model.evidence_prior must be >= 0")
     if not m.neutral_tokens >= 0:
         problems.append("model.neutral_tokens must be >= 0")
-    if not m.selective_alpha > 0:
-        problems.append("model.selective_alpha must be > 0")
-    if not m.selective_evidence_prior >= 0:
-        problems.append("model.selective_evidence_prior must be >= 0")
-    if not m.confirmation_half_life >= 1:
-        problems.append("model.confirmation_half_life must be >= 1 (trainings)")
     if not 0.0 <= m.ham_threshold <= m.spam_threshold <= 1.0:
         problems.append("need 0 <= model.ham_threshold <= model.spam_threshold <= 1")
     if min(p.max_bytes, p.max_parts, p.max_depth, p.max_text_chars) < 1:

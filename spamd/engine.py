@@ -214,7 +214,6 @@ class Engine:
         self.model.token_totals[:] = imported.model.token_totals
         self.model.doc_totals[:] = imported.model.doc_totals
         self.model.distinct = imported.model.distinct
-        self.model.confirmation = imported.model.confirmation
         self.trainer.ledger.replace_with(imported.ledger)  # in place: the daemon's watcher holds ledger.get
         self.trainer.seq = seq
         self._saved_counters = counters

@@ -111,10 +111,6 @@ class MultinomialNB:
         self.token_totals = np.zeros(2, dtype=np.int64)  # sum of counts per class
         self.doc_totals = np.zeros(2, dtype=np.int64)  # messages learned per class
         self.distinct = 0  # buckets with a non-zero count in either class
-        # How often a message was already filed right when it was trained: a moving
-        # average over the last trainings (`note_training`). Near 1 when every message is
-        # labelled (full feedback), near 0 when only corrections are (see `selectivity`).
-        self.confirmation = 1.0
 
     # ------------------------------------------------------------ learning
 
@@ -127,14 +123,6 @@ class MultinomialNB:
         1.83 / 5.69 -> 1.63 / 4.39. (Binary presence: 0.0171 / 0.0680.)
         """
         return _STORED_COUNTS.take(counts, mode="clip")
-
-    def note_training(self, features: Features, label: Label) -> None:
-        """Before a message is learned as `label`: fold whether spamd already filed it so into `confirmation`."""
-        self.confirmation = updated_confirmation(self.config, self.confirmation, self.score(features).verdict, label)
-
-    @property
-    def selectivity(self) -> float:
-        return selectivity(self.confirmation)
 
     def learn_one(self, features: Features, label: Label) -> None:
         ids, counts = features.ids, self.stored_counts(features.counts)
@@ -163,7 +151,7 @@ class MultinomialNB:
     # ------------------------------------------------------------ scoring
 
     def _token_log_odds(self, ids: np.ndarray) -> np.ndarray:
-        return token_log_odds(self.config, self.counts.take(ids, axis=1), self.token_totals, self.distinct, self.selectivity)
+        return token_log_odds(self.config, self.counts.take(ids, axis=1), self.token_totals, self.distinct)
 
     def score(self, features: Features) -> Score:
         """The mean log-odds of the message's distinct tokens (buckets); no class prior.
@@ -182,15 +170,13 @@ class MultinomialNB:
         """
         if len(features) == 0 or not (self.doc_totals[0] and self.doc_totals[1]):
             return verdict_of(self.config, 0.0)
-        return score_counts(self.config, self.counts.take(features.ids, axis=1), self.token_totals, self.distinct, self.selectivity)
+        return score_counts(self.config, self.counts.take(features.ids, axis=1), self.token_totals, self.distinct)
 
     def explain(self, tokens: list[str], limit: int = 20) -> tuple[Score, list[Contribution]]:
         """The score and the tokens that moved it most, strongest first (both directions)."""
         features = featurize(tokens, self.config.hash_bits)
         counts = self.counts.take(features.ids, axis=1)
-        return explain_counts(
-            self.config, tokens, features, counts, self.token_totals, self.doc_totals, self.distinct, limit, self.selectivity
-        )
+        return explain_counts(self.config, tokens, features, counts, self.token_totals, self.doc_totals, self.distinct, limit)
 
     def _verdict(self, log_odds: float) -> Score:
         return verdict_of(self.config, log_odds)
@@ -215,25 +201,21 @@ class MultinomialNB:
 # class totals, so that a model held elsewhere (spamd.store.redis) scores with this very code.
 
 
-def token_log_odds(
-    config: ModelConfig, counts: np.ndarray, token_totals: np.ndarray, distinct: int, selectivity: float = 0.0
-) -> np.ndarray:
+def token_log_odds(config: ModelConfig, counts: np.ndarray, token_totals: np.ndarray, distinct: int) -> np.ndarray:
     """log P(t|spam) - log P(t|ham) per bucket, additively smoothed, shrunk towards 0 by thin evidence.
 
     The shrinkage n / (n + evidence_prior) (n: the bucket's count in both classes)
     makes a never-seen token 0, whatever the two classes' totals, and a token seen
     in one message half as strong: the measurements are at ModelConfig.evidence_prior.
-    With `selectivity` s > 0 (a model trained on corrections), smoothing and prior move
-    towards the `selective_` settings by s.
     """
-    alpha = config.alpha + selectivity * (config.selective_alpha - config.alpha)
+    alpha = config.alpha
     vocabulary = max(distinct, 1)
     smoothed = counts + alpha  # as float64
     ham_total = float(token_totals[Label.HAM]) + alpha * vocabulary
     spam_total = float(token_totals[Label.SPAM]) + alpha * vocabulary
     log_odds = np.log(smoothed[Label.SPAM] / smoothed[Label.HAM])
     log_odds += math.log(ham_total / spam_total)
-    prior = config.evidence_prior + selectivity * (config.selective_evidence_prior - config.evidence_prior)
+    prior = config.evidence_prior
     if prior > 0:
         evidence = smoothed[Label.SPAM] + smoothed[Label.HAM] - 2 * alpha  # n, as float64
         log_odds *= evidence / (evidence + prior)
@@ -250,24 +232,22 @@ def denominator(config: ModelConfig, n_features: int) -> float:
     return n_features + config.neutral_tokens
 
 
-def score_counts(
-    config: ModelConfig, counts: np.ndarray, token_totals: np.ndarray, distinct: int, selectivity: float = 0.0
-) -> Score:
+def score_counts(config: ModelConfig, counts: np.ndarray, token_totals: np.ndarray, distinct: int) -> Score:
     """MultinomialNB.score for a message with at least one token, in a model that holds both classes."""
     # The sum over the count rather than ndarray.mean(): the same number, without mean's overhead.
-    log_odds = token_log_odds(config, counts, token_totals, distinct, selectivity)
+    log_odds = token_log_odds(config, counts, token_totals, distinct)
     return verdict_of(config, float(np.add.reduce(log_odds)) / denominator(config, counts.shape[1]))
 
 
 def explain_counts(
     config: ModelConfig, tokens: list[str], features: Features, counts: np.ndarray,
-    token_totals: np.ndarray, doc_totals: np.ndarray, distinct: int, limit: int, selectivity: float = 0.0,
+    token_totals: np.ndarray, doc_totals: np.ndarray, distinct: int, limit: int,
 ) -> tuple[Score, list[Contribution]]:  # fmt: skip
     """MultinomialNB.explain over counts fetched for `features.ids`."""
     if len(features) == 0 or not (doc_totals[0] and doc_totals[1]):
         return verdict_of(config, 0.0), []
-    score = score_counts(config, counts, token_totals, distinct, selectivity)
-    bucket_shares = token_log_odds(config, counts, token_totals, distinct, selectivity) / denominator(config, len(features))
+    score = score_counts(config, counts, token_totals, distinct)
+    bucket_shares = token_log_odds(config, counts, token_totals, distinct) / denominator(config, len(features))
     # Tokens that share a bucket (a hash collision) split its share by their counts.
     counter = Counter(tokens)
     mask = (1 << config.hash_bits) - 1
@@ -307,33 +287,3 @@ def spam_probability(log_odds: float) -> float:
     """A spam probability from the normalized log-odds (0 -> 0.5)."""
     z = max(-50.0, min(50.0, PROBABILITY_SLOPE * log_odds))
     return 1.0 / (1.0 + math.exp(-z))
-
-
-# ---------------------------------------------------------------- trained on corrections
-# People label the mail spamd filed wrongly or left Unsure, and little else: a sample
-# chosen by spamd's own mistakes, in which a token seen in a message or two says far
-# less about the stream than it seems to. `confirmation` follows how often a trained
-# message had already been filed right; the lower it is, the more the smoothing and
-# the evidence prior move to their `selective_` settings. Full feedback keeps it near
-# 1 and scores as before. Online, every stream of both corpora and their 18 derived
-# streams (scripts/ablate_model.py's arithmetic), (1-ROCA)%, errors-only feedback,
-# geometric mean of the ratio 0.78 (trec07p-dev 0.0204 -> 0.0155, spamassassin
-# 0.0503 -> 0.0479; 18 of 20 streams better, trec's Subject-only stream 1.12x);
-# full feedback 1.003 (the first trainings of every stream, before spamd files right:
-# trec07p-dev and spamassassin unchanged to four digits, sa's tokenized export 1.04x).
-# Half-life 50 trainings; 200 adapted too slowly (errors 0.89), and waiting 100
-# trainings before following it cost spamassassin (0.0503 -> 0.0579).
-CONFIRMED_FULLY = 0.8  # confirmation at or above: the model's own settings
-CONFIRMED_NEVER = 0.4  # at or below: the selective_ settings
-
-
-def selectivity(confirmation: float) -> float:
-    """0 for a model trained on every message, 1 for one trained on corrections only, linear between."""
-    return min(1.0, max(0.0, (CONFIRMED_FULLY - confirmation) / (CONFIRMED_FULLY - CONFIRMED_NEVER)))
-
-
-def updated_confirmation(config: ModelConfig, confirmation: float, verdict: Verdict, label: Label) -> float:
-    """`confirmation` after one more training, of a message spamd had filed as `verdict`."""
-    keep = 0.5 ** (1.0 / config.confirmation_half_life)
-    confirmed = verdict.value == str(label)
-    return confirmation * keep + (1.0 - keep) * (1.0 if confirmed else 0.0)

@@ -13,7 +13,7 @@ from spamd.classifier import Classifier
 from spamd.config import ModelConfig, StoreConfig, load_config, parse_cluster_url
 from spamd.engine import Engine
 from spamd.errors import ConfigError, CorruptStateError, StoreError, StoreUnavailableError
-from spamd.model import Label, Verdict
+from spamd.model import Label
 from spamd.store import decode_snapshot
 from spamd.store.redis import RedisModel, RedisState, RedisTrainer
 from tests import cli_helpers as c
@@ -46,28 +46,6 @@ def test_redis_scores_equal_embedded_scores_on_corpus_mail(tmp_path, redis_url):
         assert explained[0] == explained[1]
         assert shared.model.state_equals(local.model)
         assert shared.stats()["trained_spam"] == local.stats()["trained_spam"] > 100
-    finally:
-        local.close()
-        shared.close()
-
-
-@h.requires_corpus
-def test_trained_on_corrections_both_stores_follow_the_same_confirmation(tmp_path, redis_url):
-    """Errors-only training of 300 trec07p-dev messages: the same confirmation, selectivity and scores in both stores."""
-    rows = h.read_index(h.TREC_INDEX)
-    rows = rows[:: len(rows) // 300][:300]
-    local, shared = engines(tmp_path, redis_url)
-    try:
-        for label, path in rows:
-            raw = path.read_bytes()
-            a, b = local.classify(raw).score, shared.classify(raw).score
-            assert a == b
-            right = (a.verdict is Verdict.SPAM) if label == "spam" else (a.verdict is Verdict.HAM)
-            if not right:
-                assert local.train(raw, Label.parse(label), "test") == shared.train(raw, Label.parse(label), "test")
-        exported = shared.model.state.load()[0]
-        assert exported.confirmation == local.model.confirmation < 0.8  # corrections only: the selective settings
-        assert local.model.selectivity > 0
     finally:
         local.close()
         shared.close()

@@ -134,8 +134,6 @@ class Ledger:
 
 def apply_record(model: MultinomialNB, ledger: Ledger, record: TrainingRecord) -> None:
     """The one way a record changes the state, live and on replay alike."""
-    if record.label is not None:
-        model.note_training(record.features, record.label)  # scored as the model stands, so a replay agrees
     if record.previous is not None:
         model.unlearn_one(record.features, record.previous)
     if record.label is not None:

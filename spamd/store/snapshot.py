@@ -62,7 +62,6 @@ def encode_snapshot(
             "token_totals": _pack_array(model.token_totals),
             "doc_totals": _pack_array(model.doc_totals),
             "distinct": model.distinct,
-            "confirmation": model.confirmation,
             "ledger": ledger.export(),
             "counters": {str(k): int(v) for k, v in (counters or {}).items()},
             "live": live or {},
@@ -125,9 +124,6 @@ def decode_snapshot(data: bytes, model_config: ModelConfig, ledger_max: int, whe
         model.token_totals[:] = _unpack_array(d["token_totals"])
         model.doc_totals[:] = _unpack_array(d["doc_totals"])
         model.distinct = int(d["distinct"])
-        model.confirmation = float(d.get("confirmation", 1.0))  # absent before it existed: as if every training confirmed
-        if not 0.0 <= model.confirmation <= 1.0:
-            raise ValueError("confirmation out of range")
         ledger = Ledger.restore(d["ledger"], ledger_max)
         counters = {str(k): int(v) for k, v in d.get("counters", {}).items()}
         live = d.get("live") or {}

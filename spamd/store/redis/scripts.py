@@ -5,24 +5,21 @@ Texts only: which keys they get and how their replies are read is spamd.store.re
 
 # KEYS: ham, spam, totals, ledger, ledger:order, events, outcomes
 # ARGV: op ("train" | "untrain"), message key, label, user (0/1), source, time,
-#       ledger_max_entries, events_max, confirmed (1 if spamd had filed the message
-#       as `label` already, else 0), the confirmation's keep factor, then n bucket ids
-#       and n stored counts.
+#       ledger_max_entries, events_max, then n bucket ids and n stored counts.
 # Returns {outcome, seq}. Mirrors spamd.training.Trainer and spamd.store.records.apply_record.
 TRAIN_LUA = """
 local ham, spam, totals, ledger, order, events, outcomes = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local op, mkey, label, user = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local source, now = ARGV[5], ARGV[6]
 local ledger_max, events_max = tonumber(ARGV[7]), tonumber(ARGV[8])
-local confirmed, keep = tonumber(ARGV[9]), tonumber(ARGV[10])
-local n = (#ARGV - 10) / 2
+local n = (#ARGV - 8) / 2
 local rows = {[0] = ham, [1] = spam}
 
 local function learn(cls)
   local row, other = rows[cls], rows[1 - cls]
   local added, fresh = 0, 0
   for i = 1, n do
-    local id, c = ARGV[10 + i], tonumber(ARGV[10 + n + i])
+    local id, c = ARGV[8 + i], tonumber(ARGV[8 + n + i])
     if redis.call('HINCRBY', row, id, c) == c and redis.call('HEXISTS', other, id) == 0 then
       fresh = fresh + 1
     end
@@ -31,16 +28,13 @@ local function learn(cls)
   redis.call('HINCRBY', totals, 'tokens:' .. cls, added)
   redis.call('HINCRBY', totals, 'docs:' .. cls, 1)
   redis.call('HINCRBY', totals, 'distinct', fresh)
-  -- spamd.model.updated_confirmation, on the value every daemon reads
-  local before = tonumber(redis.call('HGET', totals, 'confirmation') or '1')
-  redis.call('HSET', totals, 'confirmation', string.format('%.17g', before * keep + (1 - keep) * confirmed))
 end
 
 local function unlearn(cls)
   local row, other = rows[cls], rows[1 - cls]
   local removed_total, gone = 0, 0
   for i = 1, n do
-    local id, c = ARGV[10 + i], tonumber(ARGV[10 + n + i])
+    local id, c = ARGV[8 + i], tonumber(ARGV[8 + n + i])
     local present = tonumber(redis.call('HGET', row, id) or '0')
     local removed = math.min(present, c)
     if present > 0 then
@@ -114,7 +108,7 @@ return {'learned', commit(label, nil, 'learned')}
 
 # KEYS: ham, spam, totals. ARGV[1]: the bucket ids in decimal, space-separated.
 # Returns the ham counts, the spam counts, then tokens:0, tokens:1, docs:0, docs:1,
-# distinct, confirmation: one space-separated string. One string each way rather than a field per
+# distinct: one space-separated string. One string each way rather than a field per
 # bucket: redis-py packs and parses each field in Python (a MULTI of HMGETs: 1.0 ms of
 # client CPU per trec07p message of 161 buckets; this way 0.2 ms, and 0.2 ms in Redis;
 # little-endian binary instead cost Redis 0.5 ms in struct.pack/unpack). Measured with
@@ -132,8 +126,7 @@ for r = 1, 2 do
     start = stop + 1
   end
 end
-local totals = redis.call('HMGET', KEYS[3], 'tokens:0', 'tokens:1', 'docs:0', 'docs:1', 'distinct', 'confirmation')
+local totals = redis.call('HMGET', KEYS[3], 'tokens:0', 'tokens:1', 'docs:0', 'docs:1', 'distinct')
 for i = 1, 5 do out[#out + 1] = totals[i] or '0' end
-out[#out + 1] = totals[6] or '1'
 return table.concat(out, ' ')
 """

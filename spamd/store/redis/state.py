@@ -14,9 +14,9 @@ import redis
 import structlog
 
 from spamd.classifier import Analyzed
-from spamd.config import Config, ModelConfig, redact_url
+from spamd.config import Config, redact_url
 from spamd.errors import CorruptStateError, StoreError, StoreUnavailableError
-from spamd.model import Features, Label, MultinomialNB, Score, score_counts, selectivity, verdict_of
+from spamd.model import Label, MultinomialNB
 from spamd.store.records import Ledger
 from spamd.store.redis.connect import NOT_UNAVAILABLE, UNAVAILABLE, Script, connect, is_cluster, model_keys
 from spamd.store.redis.scripts import SCORE_LUA, TRAIN_LUA
@@ -112,44 +112,27 @@ class RedisState:
 
     # ---------------------------------------------------------- reads
 
-    def fetch(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, float]:
-        """The buckets' counts (2, n), the class totals, distinct and confirmation, in one atomic round trip (a read-only script)."""
+    def fetch(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """The buckets' counts (2, n) and the class totals, in one atomic round trip (a read-only script)."""
         text = " ".join(map(str, ids.tolist()))
         reply = self.call("scoring", lambda: self._score(keys=self.keys[:3], args=[text]))
-        fields = reply.split()
-        values = np.array(fields[:-1], dtype=np.int64)
+        values = np.array(reply.split(), dtype=np.int64)
         n = len(ids)
-        counts = values[: 2 * n].reshape(2, n).astype(np.uint32)
-        return counts, values[2 * n : 2 * n + 2], values[2 * n + 2 : 2 * n + 4], int(values[-1]), float(fields[-1])
+        return values[: 2 * n].reshape(2, n).astype(np.uint32), values[2 * n : 2 * n + 2], values[2 * n + 2 : 2 * n + 4], int(values[-1])
 
     def totals_now(self) -> dict[str, int]:
         values = self.call("reading the totals", lambda: self.client.hmget(self.totals, [*_TOTAL_FIELDS, "seq"]))
         return dict(zip([*_TOTAL_FIELDS, "seq"], (int(v) if v else 0 for v in values)))
 
-    def score(self, features: Features, config: ModelConfig) -> Score:
-        """MultinomialNB.score over the counts in Redis, with the same functions."""
-        if len(features) == 0:
-            return verdict_of(config, 0.0)
-        counts, token_totals, doc_totals, distinct, confirmation = self.fetch(features.ids)
-        if not (doc_totals[0] and doc_totals[1]):
-            return verdict_of(config, 0.0)
-        return score_counts(config, counts, token_totals, distinct, selectivity(confirmation))
-
     # ---------------------------------------------------------- training
 
-    def train(
-        self, op: str, analyzed: Analyzed, label: Label | None, user: bool, source: str, model_config: ModelConfig | None = None
-    ) -> tuple[str, int]:
+    def train(self, op: str, analyzed: Analyzed, label: Label | None, user: bool, source: str) -> tuple[str, int]:
         """Run the training script; (outcome, seq). Acknowledged only once Redis has applied it."""
         features = analyzed.features
         stored = MultinomialNB.stored_counts(features.counts)
-        confirmed = 0
-        if label is not None:  # as MultinomialNB.note_training: spamd's verdict on it now (one more read)
-            confirmed = int(self.score(features, model_config or self.config.model).verdict.value == str(label))
         args = [
             op, analyzed.key, 0 if label is None else int(label), int(user), source, repr(time.time()),
             self.config.store.ledger_max_entries, self.config.redis.events_max,
-            confirmed, repr(0.5 ** (1.0 / self.config.model.confirmation_half_life)),
             *features.ids.tolist(), *stored.tolist(),
         ]  # fmt: skip
         outcome, seq = self.call("training", lambda: self._train(keys=self.keys, args=args))
@@ -175,12 +158,10 @@ class RedisState:
             if row:
                 ids = np.fromiter((int(k) for k in row), dtype=np.int64, count=len(row))
                 model.counts[label, ids] = np.fromiter((int(v) for v in row.values()), dtype=np.uint32, count=len(row))
-        confirmation = float(totals.pop(b"confirmation", b"1"))
         t = {k.decode(): int(v) for k, v in totals.items()}
         model.token_totals[:] = [t.get("tokens:0", 0), t.get("tokens:1", 0)]
         model.doc_totals[:] = [t.get("docs:0", 0), t.get("docs:1", 0)]
         model.distinct = t.get("distinct", 0)
-        model.confirmation = confirmation
         ledger = Ledger(self.config.store.ledger_max_entries)
         for key in order:  # oldest first, as the embedded ledger keeps them
             value = entries.get(key)
@@ -205,7 +186,6 @@ class RedisState:
                 "tokens:0": int(model.token_totals[0]), "tokens:1": int(model.token_totals[1]),
                 "docs:0": int(model.doc_totals[0]), "docs:1": int(model.doc_totals[1]),
                 "distinct": int(model.distinct), "seq": seq, "hash_bits": model.config.hash_bits,
-                "confirmation": repr(float(model.confirmation)),
             })  # fmt: skip
             items = list(ledger.as_dict().items())
             for start in range(0, len(items), chunk):

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from spamd.classifier import Analyzed
-from spamd.model import Contribution, Features, Label, MultinomialNB, Score, explain_counts, featurize, selectivity
+from spamd.model import Contribution, Features, Label, MultinomialNB, Score, explain_counts, featurize, score_counts, verdict_of
 from spamd.store.redis.state import RedisState
 from spamd.training import Outcome
 
@@ -28,14 +28,17 @@ class RedisModel:
         self.config = config  # ModelConfig; Engine.reconfigure replaces it
 
     def score(self, features: Features) -> Score:
-        return self.state.score(features, self.config)
+        if len(features) == 0:
+            return verdict_of(self.config, 0.0)
+        counts, token_totals, doc_totals, distinct = self.state.fetch(features.ids)
+        if not (doc_totals[0] and doc_totals[1]):
+            return verdict_of(self.config, 0.0)
+        return score_counts(self.config, counts, token_totals, distinct)
 
     def explain(self, tokens: list[str], limit: int = 20) -> tuple[Score, list[Contribution]]:
         features = featurize(tokens, self.config.hash_bits)
-        counts, token_totals, doc_totals, distinct, confirmation = self.state.fetch(features.ids)
-        return explain_counts(
-            self.config, tokens, features, counts, token_totals, doc_totals, distinct, limit, selectivity(confirmation)
-        )
+        counts, token_totals, doc_totals, distinct = self.state.fetch(features.ids)
+        return explain_counts(self.config, tokens, features, counts, token_totals, doc_totals, distinct, limit)
 
     @property
     def doc_totals(self) -> np.ndarray:
@@ -107,7 +110,7 @@ class RedisTrainer:
         return None if known is None else known[0]
 
     def _run(self, op: str, analyzed: Analyzed, label: Label | None, user: bool, source: str) -> Outcome:
-        outcome, seq = self.state.train(op, analyzed, label, user, source, self.model.config)
+        outcome, seq = self.state.train(op, analyzed, label, user, source)
         if seq:
             self.seq = seq
         self.events[(source, outcome)] += 1
