@@ -10,8 +10,12 @@ are parsed and tokenized by spamd's own code once per stream (cached under
 --work); each candidate is then an online run of the same count arithmetic as
 spamd.model (featurize, token_log_odds, the verdict thresholds), with each extra
 family hashed into a table of its own beside the tokens' so that a weight can be
-given per family. `full`: every message trained with its gold label after it is
-scored (TREC); `errors`: only the messages whose verdict was wrong or Unsure.
+given per family. The feedback is spamd.feedback's, as `spamctl eval --feedback`
+gives it: `full`, every message trained with its gold label after it is scored
+(TREC); `errors`, only the messages whose verdict was wrong or Unsure; `people`, the
+simulated mailbox owner (seed 1), who corrects some mistakes late and sorts half of
+the Unsure mail. Under `errors` every Unsure message is labelled, so a candidate
+that scores more mail Unsure is given more labels: read its Unsure % beside it.
 
 Prints a Markdown table: per candidate and protocol, the geometric mean over the
 streams of its (1-ROCA)% over the default's, the worst stream's ratio, and the two
@@ -44,7 +48,8 @@ import numpy as np
 from spamd.config import Config, ModelConfig
 from spamd.evaluation import IndexEntry, one_minus_roca, read_index, read_mail, say_skipped
 from spamd.message import parse_message, strip_own_headers
-from spamd.model import MultinomialNB, featurize, spam_probability, token_log_odds
+from spamd.feedback import Event, Feedback, Protocol
+from spamd.model import Label, MultinomialNB, Verdict, featurize, token_log_odds, verdict_of
 from spamd.tokenize import tokenize, words
 from spamd.variants import VARIANTS, write_variant
 
@@ -147,43 +152,59 @@ def stored_counts(candidate: Candidate, counts: np.ndarray) -> np.ndarray:
 
 
 def run(candidate: Candidate, stream: list[tuple[bool, Analyzed]], protocol: str) -> tuple[float, int]:
-    """(1-ROCA)% of one online run, and the messages trained."""
+    """One online run under `protocol` (spamd.feedback's full, errors or people, seed 1): (1-ROCA)%, trained, Unsure%."""
     config = ModelConfig(**candidate.model)
     bits = config.hash_bits
     n_families = 1 + candidate.osb + bool(candidate.char_ngrams)
     counts = np.zeros((2, n_families << bits), np.uint32)  # one table per family, side by side
     token_totals, doc_totals, distinct = np.zeros(2, np.int64), np.zeros(2, np.int64), 0
-    scores, labels, trained = np.empty(len(stream)), np.empty(len(stream), bool), 0
+    scores, labels = np.empty(len(stream)), np.empty(len(stream), bool)
+    trained = unsure = 0
+    feedback = Feedback(Protocol(feedback=protocol))
+    waiting: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def learn(event: Event) -> None:
+        nonlocal distinct, trained
+        ids, message_counts = waiting[event.message]
+        if not feedback.waits_for(event.message):
+            del waiting[event.message]
+        label = int(event.label)
+        added = stored_counts(candidate, message_counts)
+        both = counts.take(ids, axis=1)
+        distinct += len(ids) - int(np.count_nonzero(both[0] | both[1]))
+        counts[label][ids] = both[label] + added
+        token_totals[label] += int(added.sum())
+        doc_totals[label] += 1
+        trained += 1
+
     for number, (is_spam, item) in enumerate(stream):
+        for event in feedback.due(number):  # each message is labelled at most once here: no ledger needed
+            learn(event)
         ids_parts, count_parts, weight_parts = [], [], []
         for place, (tokens, weight) in enumerate(families(candidate, item)):
             features = featurize(tokens, bits)
             ids_parts.append(features.ids.astype(np.int64) + (place << bits))
             count_parts.append(features.counts)
             weight_parts.append(np.full(len(features.ids), weight))
-        ids, message_counts, weights = np.concatenate(ids_parts), np.concatenate(count_parts), np.concatenate(weight_parts)
+        ids, weights = np.concatenate(ids_parts), np.concatenate(weight_parts)
         score = 0.0
         if len(ids) and doc_totals.all():
             log_odds = token_log_odds(config, counts.take(ids, axis=1), token_totals, distinct)
             score = float((log_odds * weights).sum()) / (weights.sum() + config.neutral_tokens)
         scores[number], labels[number] = score, is_spam
-        probability = spam_probability(score)
-        right = (probability >= config.spam_threshold) if is_spam else (probability < config.ham_threshold)
-        if protocol == "full" or not right:
-            trained += 1
-            added = stored_counts(candidate, message_counts)
-            both = counts.take(ids, axis=1)
-            distinct += len(ids) - int(np.count_nonzero(both[0] | both[1]))
-            counts[int(is_spam)][ids] = both[int(is_spam)] + added
-            token_totals[int(is_spam)] += int(added.sum())
-            doc_totals[int(is_spam)] += 1
-    return one_minus_roca(scores, labels), trained
+        verdict = verdict_of(config, score).verdict
+        unsure += verdict is Verdict.UNSURE
+        waiting[number] = (ids, np.concatenate(count_parts))
+        for event in feedback.observe(number, Label(int(is_spam)), verdict, score):
+            learn(event)
+        if not feedback.waits_for(number):
+            waiting.pop(number, None)
+    return one_minus_roca(scores, labels), trained, 100.0 * unsure / max(1, len(stream))
 
 
-def _job(task: tuple[Candidate, str, Path, str]) -> tuple[str, str, str, float, int]:
+def _job(task: tuple[Candidate, str, Path, str]) -> tuple[str, str, str, float, int, float]:
     candidate, protocol, cache, name = task
-    roca, trained = run(candidate, pickle.loads(cache.read_bytes()), protocol)
-    return candidate.name, protocol, name, roca, trained
+    return (candidate.name, protocol, name, *run(candidate, pickle.loads(cache.read_bytes()), protocol))
 
 
 def main() -> int:
@@ -191,7 +212,7 @@ def main() -> int:
     parser.add_argument("index", type=Path, nargs="+")
     parser.add_argument("--variants", default="original", help="comma-separated names from spamd.variants, or 'all'")
     parser.add_argument("--candidates", default="all", help="comma-separated candidate names (the default is always run)")
-    parser.add_argument("--feedback", default="full,errors", help="full, errors or both")
+    parser.add_argument("--feedback", default="full,errors,people", help="comma-separated: full, errors, people (seed 1)")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "spamd-ablate-model")
     args = parser.parse_args()
     names = list(_BY_NAME) if args.candidates == "all" else ["default", *[n for n in args.candidates.split(",") if n != "default"]]
@@ -214,22 +235,24 @@ def main() -> int:
             caches.append((name, cache))
             print(f"analyzed {name}: {size} messages", file=sys.stderr)
     tasks = [(_BY_NAME[n], p, cache, name) for n in names for p in protocols for name, cache in caches]
-    results: dict[tuple[str, str, str], tuple[float, int]] = {}
+    results: dict[tuple[str, str, str], tuple[float, int, float]] = {}
     with Pool(2) as pool:
-        for candidate, protocol, name, roca, trained in pool.imap_unordered(_job, tasks):
-            results[candidate, protocol, name] = (roca, trained)
+        for candidate, protocol, name, roca, trained, unsure in pool.imap_unordered(_job, tasks):
+            results[candidate, protocol, name] = (roca, trained, unsure)
     first, second = caches[0][0], caches[min(len(caches) - 1, 1 + len(variants))][0]
-    header = "| candidate | " + " | ".join(f"{p}: geo-mean ratio | {p}: worst | {p}: {first} | {p}: {second}" for p in protocols) + " |"
+    header = "| candidate | " + " | ".join(f"{p}: geo-mean ratio | worst | {first} | {second} | Unsure %" for p in protocols) + " |"
     print(header)
-    print("|" + "---|" * (1 + 4 * len(protocols)))
+    print("|" + "---|" * (1 + 5 * len(protocols)))
     for n in names:
         cells = [n]
         for p in protocols:
             ratios = [results[n, p, s][0] / results["default", p, s][0] for s, _ in caches if results["default", p, s][0] > 0]
+            unsure = sum(results[n, p, s][2] for s, _ in caches) / len(caches)
             cells += [f"{math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}", f"{max(ratios):.2f}",
-                      f"{results[n, p, first][0]:.4f}", f"{results[n, p, second][0]:.4f}"]  # fmt: skip
+                      f"{results[n, p, first][0]:.4f}", f"{results[n, p, second][0]:.4f}", f"{unsure:.1f}"]  # fmt: skip
         print("| " + " | ".join(cells) + " |")
-    print(f"\n{len(caches)} streams; ratios are the candidate's (1-ROCA)% over the default's on the same stream and protocol.")
+    print(f"\n{len(caches)} streams; ratios are the candidate's (1-ROCA)% over the default's on the same stream and "
+          "protocol; Unsure % is the mean over the streams of the mail scored Unsure.")  # fmt: skip
     return 0
 
 
