@@ -32,7 +32,7 @@ def cmd_report(config: Config, args: argparse.Namespace) -> int:
     with closing(open_backend(config)) as backend:
         days = backend.request("live_days")["days"]
     if args.plot:
-        from spamd.evaluation import plot_live_accuracy  # optional matplotlib: only when asked
+        from spamd.plots import plot_live_accuracy  # optional matplotlib: only when asked
 
         plot_live_accuracy(days, Path(args.plot))
     if args.json:
