@@ -62,7 +62,8 @@ class Classifier:
         """The shared model's score, or `user_name`'s (spamd/users.py: the shared one if they trained nothing of it)."""
         if user_name is None or self.users is None:
             return self.model.score(analyzed.features)
-        return score_for_user(self.model, self.users.get(user_name), analyzed.features, self.config.users)
+        layer, table = self.users.for_scoring(user_name, self.config.model)
+        return score_for_user(self.model, layer, table, analyzed.features)
 
 
 # ---------------------------------------------------------------- analysis in worker processes

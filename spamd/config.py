@@ -219,9 +219,10 @@ class UsersConfig:
     max_tokens: int = 20_000
     # Users with a layer at most; past it the one trained least recently loses its layer.
     max_users: int = 10_000
-    # At most, a user's count of a token weighs this many times a count in the shared
-    # model: where the user and everyone else disagree most (measured in spamd/users.py).
-    weight: float = 300.0
+    # Where a user's log-odds for a token and everyone else's differ in sign, the shared
+    # log-odds move towards the user's by n / (n + backoff), n the user's count of the
+    # token (about 3 a message): measured in spamd/users.py.
+    backoff: float = 15.0
 
 
 @dataclass(frozen=True)
@@ -402,8 +403,8 @@ def _validate(config: Config, source: str) -> None:
     if not -1 <= config.maildir.delivery_processes <= 8:
         problems.append("maildir.delivery_processes must be -1 (one on two cores or more), 0 (none) or up to 8")
     u = config.users
-    if u.max_tokens < 1 or u.max_users < 1 or not u.weight > 0:
-        problems.append("users.max_tokens and users.max_users must be >= 1, users.weight > 0")
+    if u.max_tokens < 1 or u.max_users < 1 or not u.backoff > 0:
+        problems.append("users.max_tokens and users.max_users must be >= 1, users.backoff > 0")
     if s.mode not in ("deliver", "relay"):
         problems.append(f"smtp.mode must be 'deliver' or 'relay', got {s.mode!r}")
     if not 0 <= s.port <= 65535 or not 0 < s.next_hop_port <= 65535:

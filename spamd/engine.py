@@ -119,7 +119,8 @@ class Engine:
         tokens = self.classifier.tokens(raw)
         if user_name is None or self.users is None:
             return self.model.explain(tokens, limit)
-        return explain_for_user(self.model, self.users.get(user_name), tokens, self.config.users, limit)
+        layer, table = self.users.for_scoring(user_name, self.config.model)
+        return explain_for_user(self.model, layer, table, tokens, limit)
 
     def train(self, raw: bytes, label: Label, source: str, user: bool = True, user_name: str | None = None) -> Outcome:
         """Train through the trainer; a person's label is also judged against spamd's remembered verdict."""

@@ -85,11 +85,16 @@ def test_a_user_without_trainings_scores_bit_identically_to_the_shared_model(tra
         t.train(analyzed(seed), label, "test", user_name="alice")
         t.train(analyzed(seed + 1000), label, "test")
     features = analyzed(probe).features
-    for layer in (t.users.get("carol"), t.users.get("nobody")):
-        assert score_for_user(t.model, layer, features, t.users.config) == t.model.score(features)
+    for name in ("carol", "nobody"):
+        assert score_for_user(t.model, *t.users.for_scoring(name, MODEL), features) == t.model.score(features)
     # A message none of whose tokens alice trained: her score is the shared one too.
     empty = Features(np.zeros(0, np.uint32), np.zeros(0, np.uint32))
-    assert score_for_user(t.model, t.users.get("alice"), empty, t.users.config) == t.model.score(empty)
+    assert score_for_user(t.model, *t.users.for_scoring("alice", MODEL), empty) == t.model.score(empty)
+    alice = t.users.get("alice")
+    if alice is not None:
+        apart = np.setdiff1d(features.ids, alice.ids)
+        elsewhere = Features(apart, np.ones(len(apart), np.uint32))
+        assert score_for_user(t.model, *t.users.for_scoring("alice", MODEL), elsewhere) == t.model.score(elsewhere)
 
 
 def test_the_user_layer_turns_a_disputed_kind_for_its_user_only():
@@ -105,9 +110,11 @@ def test_the_user_layer_turns_a_disputed_kind_for_its_user_only():
         t.train(analyzed(900 + i), Label.SPAM, "test")
     for a in newsletter[8:11]:
         t.train(a, Label.SPAM, "test", user_name="alice")
+    for i in range(3):  # her own ham too: a layer of one class has no log-odds of its own
+        t.train(analyzed(950 + i), Label.HAM, "test", user_name="alice")
     probe = newsletter[11].features
-    alice = score_for_user(t.model, t.users.get("alice"), probe, t.users.config)
-    bob = score_for_user(t.model, t.users.get("bob"), probe, t.users.config)
+    alice = score_for_user(t.model, *t.users.for_scoring("alice", MODEL), probe)
+    bob = score_for_user(t.model, *t.users.for_scoring("bob", MODEL), probe)
     assert alice.log_odds > bob.log_odds
 
 
