@@ -16,6 +16,7 @@ from spamd.gc_tuning import tune_gc_for_message_streams
 from spamd.message import parse_message, strip_own_headers, stripped_message_key
 from spamd.model import Features, MultinomialNB, Score, featurize
 from spamd.tokenize import tokenize
+from spamd.users import UserLayers, score_for_user
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,9 +28,10 @@ class Analyzed:
 
 
 class Classifier:
-    def __init__(self, config: Config, model: MultinomialNB):
+    def __init__(self, config: Config, model: MultinomialNB, users: UserLayers | None = None):
         self.config = config
         self.model = model
+        self.users = users  # per-user layers (None: the store keeps none, as Redis)
 
     def tokens(self, raw: bytes) -> list[str]:
         return tokenize(parse_message(strip_own_headers(raw), self.config.parser))
@@ -56,8 +58,12 @@ class Classifier:
             for message, tokens in zip(stripped, token_lists)
         ]
 
-    def score(self, analyzed: Analyzed) -> Score:
-        return self.model.score(analyzed.features)
+    def score(self, analyzed: Analyzed, user_name: str | None = None) -> Score:
+        """The shared model's score, or `user_name`'s (spamd/users.py: the shared one if they trained nothing of it)."""
+        if user_name is None or self.users is None:
+            return self.model.score(analyzed.features)
+        layer, table = self.users.for_scoring(user_name, self.config.model)
+        return score_for_user(self.model, layer, table, analyzed.features)
 
 
 # ---------------------------------------------------------------- analysis in worker processes

@@ -212,6 +212,20 @@ class MaildirConfig:
 
 
 @dataclass(frozen=True)
+class UsersConfig:
+    """Per-user layers over the shared model (spamd/users.py, docs/users.md)."""
+
+    # Distinct tokens one user's layer holds at most; past it the least counted go.
+    max_tokens: int = 20_000
+    # Users with a layer at most; past it the one trained least recently loses its layer.
+    max_users: int = 10_000
+    # Where a user's log-odds for a token and everyone else's differ in sign, the shared
+    # log-odds move towards the user's by n / (n + backoff), n the user's count of the
+    # token (about 3 a message): measured in spamd/users.py.
+    backoff: float = 15.0
+
+
+@dataclass(frozen=True)
 class RedisConfig:
     """The shared store: model, ledger and training in one Redis for many daemons (unset: embedded)."""
 
@@ -283,6 +297,7 @@ class Config:
     milter: MilterConfig = field(default_factory=MilterConfig)
     spamc: SpamcConfig = field(default_factory=SpamcConfig)
     maildir: MaildirConfig = field(default_factory=MaildirConfig)
+    users: UsersConfig = field(default_factory=UsersConfig)
     control: ControlConfig = field(default_factory=ControlConfig)
     redis: RedisConfig = field(default_factory=RedisConfig)
     log: LogConfig = field(default_factory=LogConfig)
@@ -330,6 +345,7 @@ _SECTION_CLASSES = {
     "milter": MilterConfig,
     "spamc": SpamcConfig,
     "maildir": MaildirConfig,
+    "users": UsersConfig,
     "control": ControlConfig,
     "redis": RedisConfig,
     "log": LogConfig,
@@ -386,6 +402,9 @@ def _validate(config: Config, source: str) -> None:
         problems.append(f"maildir.settle_margin must be a log-odds >= 0 (inf: only mail spamd never scored), got {config.maildir.settle_margin}")
     if not -1 <= config.maildir.delivery_processes <= 8:
         problems.append("maildir.delivery_processes must be -1 (one on two cores or more), 0 (none) or up to 8")
+    u = config.users
+    if u.max_tokens < 1 or u.max_users < 1 or not u.backoff > 0:
+        problems.append("users.max_tokens and users.max_users must be >= 1, users.backoff > 0")
     if s.mode not in ("deliver", "relay"):
         problems.append(f"smtp.mode must be 'deliver' or 'relay', got {s.mode!r}")
     if not 0 <= s.port <= 65535 or not 0 < s.next_hop_port <= 65535:

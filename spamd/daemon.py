@@ -411,6 +411,8 @@ class Daemon:
     async def _open_mailbox(self, root: Path, index: Any) -> Mailbox:
         """A Maildir ready to serve (at start, or on reload for a new user): layout made, stale tmp/ files gone."""
         mailbox = Mailbox(root, self.config.maildir, user_of(root), index)
+        if self.config.maildir.root or len(self.config.maildirs()) > 1:
+            mailbox.layer_user = self.engine.layer_user(mailbox.user)
         problem = await asyncio.to_thread(mailbox.ensure_layout)
         if problem:
             # Served all the same: refusing would bounce the user's mail; the admin must act.

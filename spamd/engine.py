@@ -19,6 +19,7 @@ from spamd.errors import CorruptStateError, StoreError
 from spamd.model import Contribution, Label, Score, Verdict
 from spamd.store import LoadedState, Recovery, StateStore, Store, TrainerLike, decode_snapshot, encode_snapshot
 from spamd.training import Outcome, Trainer
+from spamd.users import explain_for_user, is_user_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +42,8 @@ class Engine:
         self.store = store
         self.trainer = trainer
         self.model = trainer.model
-        self.classifier = Classifier(config, trainer.model)
+        self.users = trainer.users  # per-user layers, None with the model in Redis
+        self.classifier = Classifier(config, trainer.model, self.users)
         self.recovery = recovery
         self.started = time.time()
         self.scored: Counter[str] = Counter()  # verdict -> messages scored since start
@@ -67,14 +69,14 @@ class Engine:
             from spamd.store.redis import open_redis  # imports the redis client only when used
 
             return cls(config, *open_redis(config))
-        store = Store(config.state_dir, config.model, config.store, durable=durable)
+        store = Store(config.state_dir, config.model, config.store, durable=durable, users_config=config.users)
         store.lock()
         try:
             loaded = store.load()
         except BaseException:
             store.close()
             raise
-        trainer = Trainer(loaded.model, loaded.ledger, store, loaded.seq)
+        trainer = Trainer(loaded.model, loaded.ledger, store, loaded.seq, loaded.users)
         return cls(config, store, trainer, loaded.recovery, loaded.counters, live_state(config, loaded))
 
     def close(self) -> None:
@@ -89,25 +91,41 @@ class Engine:
         self.config = config
         self.classifier.config = config
         self.model.config = config.model
+        if self.users is not None:
+            self.users.config = config.users
 
     # ------------------------------------------------------------ per message
 
-    def classify(self, raw: bytes) -> Classified:
-        return self.classify_analyzed(self.classifier.analyze(raw))
+    def layer_user(self, user_name: str | None) -> str | None:
+        """The user a way in names, if this store keeps per-user layers (not Redis) and the name is valid; else None.
 
-    def classify_analyzed(self, analyzed: Analyzed) -> Classified:
+        For the ways in (Maildir, SMTP, milter, spamc), whose mail is then scored and
+        trained with the shared model alone; spamctl's --user is checked, not dropped.
+        """
+        if user_name is None or self.users is None or not is_user_name(user_name):
+            return None
+        return user_name
+
+    def classify(self, raw: bytes, user_name: str | None = None) -> Classified:
+        return self.classify_analyzed(self.classifier.analyze(raw), user_name)
+
+    def classify_analyzed(self, analyzed: Analyzed, user_name: str | None = None) -> Classified:
         """Score a message analyzed beforehand (by `classifier.analyze_many`), counted like `classify`."""
-        score = self.classifier.score(analyzed)
+        score = self.classifier.score(analyzed, user_name)
         self.scored[score.verdict.value] += 1
         return Classified(analyzed, score)
 
-    def explain(self, raw: bytes, limit: int = 20) -> tuple[Score, list[Contribution]]:
-        return self.model.explain(self.classifier.tokens(raw), limit)
+    def explain(self, raw: bytes, limit: int = 20, user_name: str | None = None) -> tuple[Score, list[Contribution]]:
+        tokens = self.classifier.tokens(raw)
+        if user_name is None or self.users is None:
+            return self.model.explain(tokens, limit)
+        layer, table = self.users.for_scoring(user_name, self.config.model)
+        return explain_for_user(self.model, layer, table, tokens, limit)
 
-    def train(self, raw: bytes, label: Label, source: str, user: bool = True) -> Outcome:
+    def train(self, raw: bytes, label: Label, source: str, user: bool = True, user_name: str | None = None) -> Outcome:
         """Train through the trainer; a person's label is also judged against spamd's remembered verdict."""
         analyzed = self.classifier.analyze(raw)
-        outcome = self.trainer.train(analyzed, label, source, user)
+        outcome = self.trainer.train(analyzed, label, source, user, user_name)
         self.trainings[(str(label), source, outcome.value)] += 1
         if outcome in (Outcome.LEARNED, Outcome.CORRECTED):
             self.live.trained(label)
@@ -116,8 +134,8 @@ class Engine:
             self.live_changes += 1
         return outcome
 
-    def untrain(self, raw: bytes, source: str) -> Outcome:
-        outcome = self.trainer.untrain(self.classifier.analyze(raw), source)
+    def untrain(self, raw: bytes, source: str, user_name: str | None = None) -> Outcome:
+        outcome = self.trainer.untrain(self.classifier.analyze(raw), source, user_name)
         self.trainings[("none", source, outcome.value)] += 1
         return outcome
 
@@ -150,7 +168,7 @@ class Engine:
             raise StoreError("the model is in Redis ([redis] url): it keeps no snapshots here; back it up with spamctl export")
         seq = self.trainer.seq
         counters = self.counters()
-        encoded = encode_snapshot(self.model, self.trainer.ledger, seq, counters, self.live.export())
+        encoded = encode_snapshot(self.model, self.trainer.ledger, seq, counters, self.live.export(), self.users)
         self.store.rotate_journal(seq)  # StoreError on a full disk: nothing changed
         self._saved_counters = counters
         self._saved_live_changes = self.live_changes
@@ -189,7 +207,9 @@ class Engine:
         """The live state as snapshot bytes (the portable backup format); writes nothing."""
         if not self.store.keeps_snapshots:
             return self.store.export_snapshot(self.counters())
-        return encode_snapshot(self.model, self.trainer.ledger, self.trainer.seq, self.counters(), self.live.export())
+        return encode_snapshot(
+            self.model, self.trainer.ledger, self.trainer.seq, self.counters(), self.live.export(), self.users
+        )
 
     def import_snapshot(self, data: bytes, where: str) -> dict[str, object]:
         """Replace model and ledger with a verified export, written as the newest snapshot.
@@ -203,18 +223,22 @@ class Engine:
         if not self.store.keeps_snapshots:
             return self.store.import_snapshot(data, where)
         try:
-            imported = decode_snapshot(data, self.config.model, self.config.store.ledger_max_entries, where)
+            imported = decode_snapshot(
+                data, self.config.model, self.config.store.ledger_max_entries, where, self.config.users
+            )
         except CorruptStateError as e:
             raise StoreError(f"import refused, nothing changed: {e}") from None
         seq = self.trainer.seq + 1
         counters = self.counters()
-        encoded = encode_snapshot(imported.model, imported.ledger, seq, counters, self.live.export())
+        encoded = encode_snapshot(imported.model, imported.ledger, seq, counters, self.live.export(), imported.users)
         path = self.store.write_snapshot(encoded, seq)  # StoreError here leaves the live state as it was
         self.model.counts[:] = imported.model.counts
         self.model.token_totals[:] = imported.model.token_totals
         self.model.doc_totals[:] = imported.model.doc_totals
         self.model.distinct = imported.model.distinct
         self.trainer.ledger.replace_with(imported.ledger)  # in place: the daemon's watcher holds ledger.get
+        if self.users is not None:
+            self.users.replace_with(imported.users)
         self.trainer.seq = seq
         self._saved_counters = counters
         self._saved_live_changes = self.live_changes
@@ -226,6 +250,7 @@ class Engine:
             "trained_ham": int(self.model.doc_totals[Label.HAM]),
             "trained_spam": int(self.model.doc_totals[Label.SPAM]),
             "ledger_entries": len(self.trainer.ledger),
+            "users": len(imported.users) if self.users is not None else 0,
         }
 
     # ------------------------------------------------------------ stats
@@ -256,6 +281,9 @@ class Engine:
             "token_totals": {"ham": int(model.token_totals[Label.HAM]), "spam": int(model.token_totals[Label.SPAM])},
             "ledger_entries": len(self.trainer.ledger),
             "model_memory_bytes": model.memory_bytes,
+            "users": len(self.users),
+            "users_memory_bytes": self.users.memory_bytes,
+            "users_expired": self.users.expired,
             "journal_seq": self.trainer.seq,
             "journal_records": store.journal_records,
             "journal_bytes": store.journal_bytes,

@@ -23,6 +23,7 @@ from spamd.errors import SpamdError
 from spamd.feedback import SETTLED, Event, Feedback, Protocol
 from spamd.message import looks_like_message, read_message_file
 from spamd.model import Label, Verdict
+from spamd.users import is_user_name
 
 if TYPE_CHECKING:
     from spamd.classifier import Classifier
@@ -36,10 +37,16 @@ class IndexEntry:
     label: Label
     name: str  # the path as written in the index
     path: Path  # resolved against the index's directory
+    user: str | None = None  # an optional third field: whose mail it is (spamd/users.py)
 
 
 def read_index(index: Path) -> list[IndexEntry]:
-    """Parse a TREC index ('spam ../data/inmail.1' per line); bad lines are an error naming the line."""
+    """Parse a TREC index ('spam ../data/inmail.1' per line); bad lines are an error naming the line.
+
+    A third field names the user the message belongs to ('spam ../data/inmail.1 alice'):
+    `spamctl eval` scores it with that user's layer and trains that user. A path with
+    spaces is then not possible; one without a user keeps the rest of its line as path.
+    """
     try:
         lines = index.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError as e:
@@ -50,8 +57,12 @@ def read_index(index: Path) -> list[IndexEntry]:
             continue
         parts = line.split(None, 1)
         if len(parts) != 2 or parts[0].lower() not in ("spam", "ham"):
-            raise SpamdError(f"{index}:{number}: expected '<spam|ham> <path>', got {line[:80]!r}")
-        entries.append(IndexEntry(Label.parse(parts[0]), parts[1].strip(), index.parent / parts[1].strip()))
+            raise SpamdError(f"{index}:{number}: expected '<spam|ham> <path> [user]', got {line[:80]!r}")
+        path, user = parts[1].strip(), None
+        fields = path.split()
+        if len(fields) == 2 and is_user_name(fields[1]):
+            path, user = fields
+        entries.append(IndexEntry(Label.parse(parts[0]), path, index.parent / path, user))
     return entries
 
 
@@ -109,6 +120,7 @@ class Result:
     score: float  # higher = spammier
     judged_spam: bool
     unsure: bool
+    user: str | None = None
 
 
 @dataclass(frozen=True)
@@ -127,6 +139,8 @@ class Report:
     # them those that changed the model (learned or corrected, not a repeat or declined).
     trained: dict[str, int] = field(default_factory=dict)
     changed: dict[str, int] = field(default_factory=dict)
+    # Per user named in the index: messages, (1-ROCA)%, hm%, sm% of that user's mail alone.
+    users: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -219,7 +233,7 @@ def run_online(
             number = len(results)
             apply(feedback.due(number))  # labels that arrived while earlier messages were scored
             value, judged_spam, unsure = score(prepared)
-            results.append(Result(entry.name, entry.label, value, judged_spam, unsure))
+            results.append(Result(entry.name, entry.label, value, judged_spam, unsure, entry.user))
             verdict = Verdict.UNSURE if unsure else Verdict.SPAM if judged_spam else Verdict.HAM
             waiting[number] = prepared
             apply(feedback.observe(number, entry.label, verdict, value))
@@ -369,7 +383,27 @@ def summarize(
         seconds=seconds,
         trained=_by_source(trained or Counter(), lambda outcome: True),
         changed=_by_source(trained or Counter(), lambda outcome: outcome in ("learned", "corrected")),
+        users=_by_user(results),
     )
+
+
+def _by_user(results: list[Result]) -> dict[str, dict[str, float]]:
+    """The measures of each user's messages alone (none when the index names no user)."""
+    names = sorted({r.user for r in results if r.user is not None})
+    users = {}
+    for name in names:
+        mine = [r for r in results if r.user == name]
+        scores = np.array([r.score for r in mine], dtype=np.float64)
+        is_spam = np.array([r.gold == Label.SPAM for r in mine], dtype=bool)
+        judged = np.array([r.judged_spam for r in mine], dtype=bool)
+        n_spam, n_ham = int(is_spam.sum()), int((~is_spam).sum())
+        users[name] = {
+            "messages": len(mine),
+            "one_minus_roca_pct": one_minus_roca(scores, is_spam),
+            "hm_pct": 100.0 * float((judged & ~is_spam).sum() / n_ham) if n_ham else float("nan"),
+            "sm_pct": 100.0 * float((~judged & is_spam).sum() / n_spam) if n_spam else float("nan"),
+        }
+    return users
 
 
 def _by_source(trained: Counter[tuple[str, str]], counts: Callable[[str], bool]) -> dict[str, int]:
@@ -396,6 +430,7 @@ def evaluate_index(
     on_skip: Callable[[IndexEntry, str], None] = lambda entry, reason: None,
     jobs: int = 0,
     protocol: Protocol | None = None,
+    user_layer: bool = True,
 ) -> tuple[list[Result], Report]:
     """Run the protocol (default: TREC immediate full feedback) through the real Engine (parse, score, journaled training) on a fresh model.
 
@@ -405,6 +440,8 @@ def evaluate_index(
     in that many worker processes (`analyze_in_workers`); the scores are the same.
     Entries `read_mail` refuses (unreadable, or no mail message: `spamctl train`
     would not learn them either) are skipped, each passed to `on_skip` with the reason.
+    An entry naming a user is scored with that user's layer and trains that user;
+    `user_layer` False scores every message with the shared model alone (and trains it alone).
     """
     import dataclasses
     import tempfile
@@ -418,12 +455,19 @@ def evaluate_index(
         engine = Engine.open(dataclasses.replace(config, data_dir=Path(tmp)), durable=False)
         try:
 
-            def score(analyzed: Analyzed) -> tuple[float, bool, bool]:
-                scored = engine.classify_analyzed(analyzed).score
+            def score(prepared: tuple[Analyzed, str | None]) -> tuple[float, bool, bool]:
+                scored = engine.classify_analyzed(*prepared).score
                 return scored.log_odds, scored.verdict == Verdict.SPAM, scored.verdict == Verdict.UNSURE
 
-            def learn(analyzed: Analyzed, label: Label, source: str, person: bool) -> object:
-                return engine.trainer.train(analyzed, label, source=source, user=person)
+            def learn(prepared: tuple[Analyzed, str | None], label: Label, source: str, person: bool) -> object:
+                return engine.trainer.train(prepared[0], label, source=source, user=person, user_name=prepared[1])
+
+            def with_users(batches: Iterable[Batch]) -> Iterator[Batch]:
+                for batch in batches:
+                    yield [
+                        (entry, None if analyzed is None else (analyzed, entry.user if user_layer else None), reason)
+                        for entry, analyzed, reason in batch
+                    ]
 
             bar = _progress_bar(len(entries)) if progress else None
             try:
@@ -433,7 +477,7 @@ def evaluate_index(
                     else read_batches(entries, engine.classifier.analyze_many)
                 )
                 results, skipped, seconds, trained = run_online(
-                    batches,
+                    with_users(batches),
                     score,
                     learn,
                     on_skip,
@@ -454,57 +498,6 @@ def _progress_bar(total: int):
     return tqdm(total=total, unit="msg", smoothing=0.1, dynamic_ncols=True)
 
 
-def _pyplot() -> Any:
-    """matplotlib's pyplot on the file-only Agg backend, or a SpamdError saying how to install it."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise SpamdError("--plot needs matplotlib: pip install 'spamd[plot]'") from None
-    return plt
-
-
-def _save_figure(plt: Any, fig: Any, path: Path, dpi: int) -> None:
-    """Write the figure as PNG and free it; an unwritable path is one clear error."""
-    try:
-        fig.savefig(path, dpi=dpi)
-    except OSError as e:
-        raise SpamdError(f"{path}: cannot write plot: {e.strerror}") from None
-    finally:
-        plt.close(fig)
-
-
-def plot_roc(results: list[Result], path: Path, title: str) -> None:
-    """ROC curve on logit axes (hm% across, sm% up), as in the TREC spam track overviews."""
-    plt = _pyplot()
-    import matplotlib.ticker
-    scores = np.array([r.score for r in results], dtype=np.float64)
-    is_spam = np.array([r.gold == Label.SPAM for r in results], dtype=bool)
-    hm, sm = roc_points(scores, is_spam)
-    floor = 0.5 / max(len(results), 1)
-    hm, sm = np.clip(hm, floor, 1 - floor), np.clip(sm, floor, 1 - floor)
-    fig, ax = plt.subplots(figsize=(6, 6))
-    ax.plot(hm, sm, lw=1.5, label=f"spamd, (1-ROCA)% {one_minus_roca(scores, is_spam):.4f}")
-    ax.set_xscale("logit")
-    ax.set_yscale("logit")
-    ticks = [0.0001, 0.001, 0.01, 0.1, 0.5, 0.9]
-    for axis in (ax.xaxis, ax.yaxis):
-        axis.set_major_locator(matplotlib.ticker.FixedLocator(ticks))
-        axis.set_major_formatter(matplotlib.ticker.FixedFormatter([f"{100 * t:g}" for t in ticks]))
-        axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-    ax.set_xlim(floor, 0.95)
-    ax.set_ylim(floor, 0.95)
-    ax.set_xlabel("% ham misclassification (logit scale)")
-    ax.set_ylabel("% spam misclassification (logit scale)")
-    ax.set_title(title)
-    ax.grid(True, which="major", alpha=0.4)
-    ax.legend(loc="upper right")
-    fig.tight_layout()
-    _save_figure(plt, fig, path, dpi=120)
-
-
 def format_report(report: Report, index: Path, protocol: Protocol | None = None) -> str:
     rows = [
         ("index", str(index)),
@@ -520,13 +513,16 @@ def format_report(report: Report, index: Path, protocol: Protocol | None = None)
         rows.insert(1, ("feedback", protocol.describe()))
     for source, n in report.trained.items():
         rows.append((f"trained ({source})", f"{n:,} ({report.changed.get(source, 0):,} changed the model)"))
+    for name, m in report.users.items():
+        rows.append((f"user {name}", f"(1-ROCA)% {m['one_minus_roca_pct']:.4f}, hm% / sm% {m['hm_pct']:.2f} / "
+                     f"{m['sm_pct']:.2f}, {int(m['messages']):,} messages"))  # fmt: skip
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
 def eval_command(
     config: "Config", index: Path, results: Path | None, plot: Path | None, as_json: bool, progress: bool, jobs: int,
-    protocol: Protocol | None = None,
+    protocol: Protocol | None = None, user_layer: bool = True,
 ) -> int:  # fmt: skip
     """`spamctl eval INDEX`: print the report (a table, or JSON as the last line) and write extras."""
     import json
@@ -534,7 +530,9 @@ def eval_command(
     def on_skip(entry: IndexEntry, reason: str) -> None:
         print(f"spamctl eval: skipped {entry.name}: {reason}", file=sys.stderr)
 
-    found, report = evaluate_index(config, index, progress=progress, on_skip=on_skip, jobs=jobs, protocol=protocol)
+    found, report = evaluate_index(
+        config, index, progress=progress, on_skip=on_skip, jobs=jobs, protocol=protocol, user_layer=user_layer
+    )
     if results is not None:
         try:
             with open(results, "w", encoding="utf-8") as f:
@@ -542,39 +540,15 @@ def eval_command(
         except OSError as e:
             raise SpamdError(f"{results}: cannot write results: {e.strerror}") from None
     if plot is not None:
-        plot_roc(found, plot, f"spamd on {index.parent.name or index}")
+        from spamd.plots import plot_roc  # optional matplotlib: only when asked
+
+        scores = np.array([r.score for r in found], dtype=np.float64)
+        is_spam = np.array([r.gold == Label.SPAM for r in found], dtype=bool)
+        hm, sm = roc_points(scores, is_spam)
+        plot_roc(hm, sm, one_minus_roca(scores, is_spam), len(found), plot, f"spamd on {index.parent.name or index}")
     if as_json:
         described = {"feedback": (protocol or Protocol()).describe()}
-        print(json.dumps({**report.as_dict(), "index": str(index), **described}))
+        print(json.dumps({**report.as_dict(), "index": str(index), **described, "user_layer": user_layer}))
     else:
         print(format_report(report, index, protocol))
     return 0
-
-
-def plot_live_accuracy(days: list[dict[str, Any]], path: Path) -> None:
-    """Live errors per day (people's moves against spamd's verdicts) over the training volume, one PNG."""
-    plt = _pyplot()
-    labels = [d["day"] for d in days]
-    x = np.arange(len(days))
-    fig, (errors, volume) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
-    for kind, name in (
-        ("false_positive", "false positives"),
-        ("missed_spam", "missed spam"),
-        ("unsure_resolved_spam", "unsure -> spam"),
-        ("unsure_resolved_ham", "unsure -> ham"),
-    ):
-        errors.plot(x, [d.get(kind, 0) for d in days], marker="o", ms=3, lw=1.2, label=name)
-    errors.set_ylabel("messages per day")
-    errors.set_title("spamd live accuracy: people's moves against spamd's verdicts")
-    errors.legend(loc="upper left", fontsize="small")
-    errors.grid(True, alpha=0.4)
-    volume.bar(x - 0.2, [d.get("trained:spam", 0) for d in days], width=0.4, label="trained spam")
-    volume.bar(x + 0.2, [d.get("trained:ham", 0) for d in days], width=0.4, label="trained ham")
-    volume.plot(x, [d.get("scored", 0) for d in days], color="black", lw=1, label="scored")
-    volume.set_ylabel("messages per day")
-    volume.legend(loc="upper left", fontsize="small")
-    volume.grid(True, alpha=0.4)
-    step = max(1, len(days) // 12)
-    volume.set_xticks(x[::step], labels[::step], rotation=30, ha="right", fontsize="small")
-    fig.tight_layout()
-    _save_figure(plt, fig, path, dpi=100)

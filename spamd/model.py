@@ -246,8 +246,15 @@ def explain_counts(
     """MultinomialNB.explain over counts fetched for `features.ids`."""
     if len(features) == 0 or not (doc_totals[0] and doc_totals[1]):
         return verdict_of(config, 0.0), []
-    score = score_counts(config, counts, token_totals, distinct)
-    bucket_shares = token_log_odds(config, counts, token_totals, distinct) / denominator(config, len(features))
+    return explain_log_odds(config, tokens, features, token_log_odds(config, counts, token_totals, distinct), limit)
+
+
+def explain_log_odds(
+    config: ModelConfig, tokens: list[str], features: Features, log_odds: np.ndarray, limit: int
+) -> tuple[Score, list[Contribution]]:
+    """The score of per-bucket log-odds (a message with tokens) and the tokens that moved it most."""
+    score = verdict_of(config, float(np.add.reduce(log_odds)) / denominator(config, len(features)))
+    bucket_shares = log_odds / denominator(config, len(features))
     # Tokens that share a bucket (a hash collision) split its share by their counts.
     counter = Counter(tokens)
     mask = (1 << config.hash_bits) - 1

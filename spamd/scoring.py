@@ -84,10 +84,10 @@ def spam_flagged(raw: bytes) -> bool:
     return re.search(rb"^x-spam-flag:[ \t]*yes", head, re.MULTILINE) is not None
 
 
-def explanation(engine: Engine, raw: bytes, limit: int) -> dict[str, object]:
+def explanation(engine: Engine, raw: bytes, limit: int, user_name: str | None = None) -> dict[str, object]:
     """The score and the `limit` strongest tokens each way, as `spamctl explain` and spamc's SYMBOLS/REPORT show them."""
     # Ask for every token, then take the strongest of each direction separately.
-    score, rows = engine.explain(raw, limit=1 << 30)
+    score, rows = engine.explain(raw, limit=1 << 30, user_name=user_name)
 
     def side(chosen: list[Contribution]) -> list[dict[str, object]]:
         return [{"token": _safe_text(c.token), "count": c.count, "weight": c.weight} for c in chosen[:limit]]
@@ -189,19 +189,19 @@ class Scorer:
         # spamd.web.history.History while the web console is on: every verdict is recorded there.
         self.history: Any = None
 
-    def score(self, raw: bytes) -> Scored:
-        """Analyze and score on the loop."""
-        return self._with_headers(raw, self.engine.classify(raw))
+    def score(self, raw: bytes, layer_user: str | None = None) -> Scored:
+        """Analyze and score on the loop; for `layer_user` with their layer (None: the shared model)."""
+        return self._with_headers(raw, self.engine.classify(raw, layer_user))
 
-    async def score_beside_the_loop(self, raw: bytes) -> Scored:
+    async def score_beside_the_loop(self, raw: bytes, layer_user: str | None = None) -> Scored:
         """`score`, with the analysis in a helper process when one answers; on the loop when none does."""
         if self.analyzers is None:
-            return self.score(raw)
+            return self.score(raw, layer_user)
         try:
             analyzed = await self.analyzers.analyze(raw)
         except AnalysisUnavailable:
-            return self.score(raw)
-        return self._with_headers(raw, self.engine.classify_analyzed(analyzed))
+            return self.score(raw, layer_user)
+        return self._with_headers(raw, self.engine.classify_analyzed(analyzed, layer_user))
 
     def _with_headers(self, raw: bytes, classified: Classified) -> Scored:
         model = self.engine.config.model
@@ -230,9 +230,11 @@ class Scorer:
             **context,
         )
 
-    def learn(self, raw: bytes, label: Label, source: str, user: bool = True, **context: object) -> Outcome:
-        """Train (journaled and fsynced by the Engine before it returns), then log it."""
-        outcome = self.engine.train(raw, label, source, user=user)
+    def learn(
+        self, raw: bytes, label: Label, source: str, user: bool = True, layer_user: str | None = None, **context: object
+    ) -> Outcome:
+        """Train (journaled and fsynced by the Engine before it returns), then log it; `layer_user`'s layer too."""
+        outcome = self.engine.train(raw, label, source, user=user, user_name=self.engine.layer_user(layer_user))
         log.info(
             "training_applied",
             message_id=message_id(raw),
@@ -240,13 +242,14 @@ class Scorer:
             source=source,
             user=user,
             outcome=outcome.value,
+            layer_user=layer_user,
             **context,
         )
         return outcome
 
-    def forget(self, raw: bytes, source: str, **context: object) -> Outcome:
+    def forget(self, raw: bytes, source: str, layer_user: str | None = None, **context: object) -> Outcome:
         """Untrain (journaled and fsynced by the Engine before it returns), then log it like `learn`."""
-        outcome = self.engine.untrain(raw, source)
+        outcome = self.engine.untrain(raw, source, user_name=self.engine.layer_user(layer_user))
         log.info(
             "training_applied",
             message_id=message_id(raw),

@@ -18,6 +18,7 @@ Dovecot starts once per module (one per configuration), each test with its own u
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -361,7 +362,7 @@ def test_imapsieve_trains_spamd_from_moves_in_a_maildir_it_does_not_watch(sieve_
         # SSH_ORIGINAL_COMMAND, and nothing but "spam" or "ham" is accepted.
         script = str(sieve_dovecot.top / "bin" / "spamd-learn")
         run_as = {k: v for k, v in spamd.run_as.items() if k not in ("python", "env")}
-        for command, status in (("ham", 0), ("spam; touch /tmp/spamd-learn-owned", 64), ("--help", 64)):
+        for command, status in (("ham", 0), ("spam; touch /tmp/spamd-learn-owned", 64), ("--help", 64), ("spam ../x", 64)):
             done = subprocess.run(
                 [script], input=make_message(Label.HAM, 1, seed=12), capture_output=True, timeout=60,
                 env={"PATH": "/usr/bin:/bin", "SSH_ORIGINAL_COMMAND": command}, **run_as,
@@ -374,6 +375,11 @@ def test_imapsieve_trains_spamd_from_moves_in_a_maildir_it_does_not_watch(sieve_
         stats = spamd.stats()
         assert {k: v for k, v in stats["training_events"].items() if v} == counts
         assert (stats["trained_spam"], stats["trained_ham"]) == (5, 2)
+        # The IMAP user's moves (imapsieve's imap.user) trained their own layer; the forced command's, none.
+        done = spamd.spamctl("users", "--json")
+        assert done.returncode == 0, done.stderr.decode()
+        [layer] = json.loads(done.stdout)["users"]
+        assert (layer["user"], layer["trained_spam"], layer["trained_ham"]) == ("sieveuser", 5, 1)
         assert sieve_dovecot.errors() == []
     finally:
         spamd.stop()

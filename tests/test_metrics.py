@@ -275,6 +275,15 @@ def test_spamc_checks_and_tells_are_counted_by_way_in_and_judged(tmp_path):
         assert delta("spamd_trainings_total", source="spamc", outcome="learned") == 2
         assert delta("spamd_live_judgements_total", judgement="missed_spam") == 1
         assert delta("spamd_live_judgements_total", judgement="false_positive") == 1
+        # Per-user layers: counted and sized with no label per user (spamc names the Unix user without -u).
+        layers = value(after, "spamd_users_with_layer")
+        assert daemon.spamc("-u", "alice", "-L", "spam", input=make_message(Label.SPAM, 601)).returncode == 0
+        assert daemon.spamc("-u", "alice", "-L", "ham", input=make_message(Label.HAM, 601)).returncode == 0
+        assert daemon.spamc("-u", "alice", "-c", input=make_message(Label.HAM, 602)).returncode == 0  # builds her table
+        users, families = parse(scrape_text(daemon.metrics_port))
+        assert value(users, "spamd_users_with_layer") == layers + 1 and value(users, "spamd_users_memory_bytes") > 0
+        assert value(users, "spamd_users_expired_total") == 0 and families["spamd_users_expired"].type == "counter"
+        assert not any("alice" in str(sample) for sample in users)
         assert daemon.stop() == 0
     finally:
         daemon.process.kill()

@@ -20,7 +20,7 @@ from typing import Any
 
 import structlog
 
-from spamd.cli.admin import cmd_export, cmd_import, cmd_reload, cmd_report, cmd_snapshot, cmd_stats
+from spamd.cli.admin import cmd_export, cmd_import, cmd_reload, cmd_report, cmd_snapshot, cmd_stats, cmd_users
 from spamd.cli.classify import cmd_classify, cmd_explain
 from spamd.cli.evaluate import add_eval_arguments, cmd_eval
 from spamd.cli.output import EX_TEMPFAIL
@@ -57,7 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(handler=handler)
         return sub
 
-    command("stats", "counters, model size, snapshot and journal state, scoring speed, live accuracy", cmd_stats)
+    def user_option(sub: argparse.ArgumentParser, what: str) -> None:
+        sub.add_argument("--user", metavar="NAME", default=None, help=f"{what} (docs/users.md)")
+
+    stats = command("stats", "counters, model size, snapshot and journal state, scoring speed, live accuracy", cmd_stats)
+    user_option(stats, "also this user's layer: trainings, tokens, bytes")
+    command("users", "the users with a layer of their own: trainings, tokens, bytes", cmd_users)
     report = command("report", "live accuracy per day: what people's moves said of spamd's verdicts", cmd_report)
     report.add_argument("--plot", metavar="FILE.png", help="draw errors and training volume per day here")
     train = command("train", "train messages: files, Maildir folders, directories, mbox files, - for stdin", cmd_train)
@@ -65,17 +70,21 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--spam", action="store_true", help="train as spam")
     which.add_argument("--ham", action="store_true", help="train as ham")
     train.add_argument("paths", nargs="+", metavar="PATH", help="message file, mbox, Maildir folder, directory, or -")
+    user_option(train, "train this user's layer as well as the shared model")
     untrain = command("untrain", "remove messages from the model", cmd_untrain)
     untrain.add_argument("paths", nargs="+", metavar="PATH", help="message file, mbox, Maildir folder, directory, or -")
+    user_option(untrain, "remove what this user trained (their layer and the shared model)")
     classify = command(
         "classify", "verdict, score and spam probability: of one message, or a line each for many", cmd_classify
     )
     classify.add_argument(
         "paths", nargs="+", metavar="PATH", help="message file or -; several, a directory, Maildir folder or mbox: a line each"
     )
+    user_option(classify, "score for this user: the shared model with their layer")
     explain = command("explain", "the tokens that moved a message's score most, each way", cmd_explain)
     explain.add_argument("file", metavar="FILE|-")
     explain.add_argument("--limit", type=int, default=DEFAULT_EXPLAIN_LIMIT, metavar="N", help="tokens per direction")
+    user_option(explain, "explain the score for this user: the shared model with their layer")
     command("snapshot", "write a snapshot of the model now", cmd_snapshot)
     command("reload", "make the running daemon re-read its config", cmd_reload)
     export = command("export", "write a verified, portable backup of model and ledger", cmd_export)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from spamd.cli.backends import open_backend
 from spamd.cli.inputs import _read_file
-from spamd.cli.output import emit_json, format_stats, table
+from spamd.cli.output import emit_json, format_stats, table, user_request
 from spamd.config import Config
 from spamd.humanize import human_bytes
 from spamd.errors import SpamdError
@@ -18,12 +18,38 @@ from spamd.store import write_atomically
 
 
 def cmd_stats(config: Config, args: argparse.Namespace) -> int:
+    name = user_request(args).get("user")
     with closing(open_backend(config)) as backend:
         stats = backend.request("stats")
+        if name is not None:
+            rows = backend.request("users")["users"]
+            stats["user"] = next((r for r in rows if r["user"] == name), {"user": name, "trained_ham": 0,
+                                 "trained_spam": 0, "tokens": 0, "bytes": 0})  # fmt: skip
     if args.json:
         emit_json(stats)
     else:
         print(format_stats(stats))
+        if name is not None:
+            u = stats["user"]
+            print(f"\nuser {name}: trained {u['trained_ham']} ham, {u['trained_spam']} spam; "
+                  f"{u['tokens']} tokens, {human_bytes(u['bytes'])}")  # fmt: skip
+    return 0
+
+
+def cmd_users(config: Config, args: argparse.Namespace) -> int:
+    """The users with a layer: trainings, tokens and bytes each."""
+    with closing(open_backend(config)) as backend:
+        result = backend.request("users")
+    if args.json:
+        emit_json(result)
+        return 0
+    if not result["per_user"]:
+        print("no per-user layers: the model is in Redis, which keeps the shared model alone (docs/users.md)")
+        return 0
+    rows: list[tuple[str, ...]] = [("user", "trained ham", "trained spam", "tokens", "bytes")]
+    rows += [(r["user"], str(r["trained_ham"]), str(r["trained_spam"]), str(r["tokens"]), human_bytes(r["bytes"]))
+             for r in result["users"]]  # fmt: skip
+    print(table(rows) if result["users"] else "no user has trained a layer yet")
     return 0
 
 
@@ -32,7 +58,7 @@ def cmd_report(config: Config, args: argparse.Namespace) -> int:
     with closing(open_backend(config)) as backend:
         days = backend.request("live_days")["days"]
     if args.plot:
-        from spamd.evaluation import plot_live_accuracy  # optional matplotlib: only when asked
+        from spamd.plots import plot_live_accuracy  # optional matplotlib: only when asked
 
         plot_live_accuracy(days, Path(args.plot))
     if args.json:

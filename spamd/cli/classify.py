@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from spamd.cli.backends import BATCH_BYTES, MAX_MESSAGE_BYTES, OfflineBackend, open_backend
 from spamd.cli.inputs import Inputs, file_messages, input_kind, read_message, too_large
-from spamd.cli.output import emit_json, table
+from spamd.cli.output import emit_json, table, user_request
 from spamd.config import Config
 from spamd.humanize import human_bytes
 from spamd.errors import SpamdError
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 
 def cmd_classify(config: Config, args: argparse.Namespace) -> int:
+    user_request(args)  # a bad --user is refused before anything is read
     [only] = args.paths if len(args.paths) == 1 else [None]
     if only is None or (only != "-" and input_kind(Path(only)) in ("maildir", "directory")):
         return _classify_many(config, args, Inputs(args.paths, mboxes_found_late=True))
@@ -35,7 +36,7 @@ def cmd_classify(config: Config, args: argparse.Namespace) -> int:
         raise SpamdError(f"{name}: {problem}")
     _check_size(name, raw)
     with closing(open_backend(config)) as backend:
-        result = backend.request("classify", raw=raw)
+        result = backend.request("classify", raw=raw, **user_request(args))
     if args.json:
         emit_json(result)
     else:
@@ -141,7 +142,7 @@ def _classify_many(config: Config, args: argparse.Namespace, inputs: Inputs) -> 
         from spamd.classifier import AnalysisWorkers, default_jobs
 
         jobs = default_jobs()
-        if isinstance(backend, OfflineBackend) and jobs:
+        if isinstance(backend, OfflineBackend) and jobs and not user_request(args):
             # The state is locked by this process and nothing trains: the workers score
             # as well, and this process only lists the inputs and prints. Scoring here
             # instead kept 0.5 s of trec07p-dev's 3.9 s on the one process every message
@@ -152,7 +153,7 @@ def _classify_many(config: Config, args: argparse.Namespace, inputs: Inputs) -> 
         else:
             # Through the daemon (or in this process on a single core), a batch a request.
             def through_backend(raws: list[bytes]) -> list[dict[str, Any]]:
-                return backend.request("classify_many", messages=raws)["results"]
+                return backend.request("classify_many", messages=raws, **user_request(args))["results"]
 
             for batch in source_batches(inputs):
                 show(classified(batch, through_backend))
@@ -163,7 +164,7 @@ def cmd_explain(config: Config, args: argparse.Namespace) -> int:
     raw = read_message(args.file)
     _check_size(args.file, raw)
     with closing(open_backend(config)) as backend:
-        result = backend.request("explain", raw=raw, limit=args.limit)
+        result = backend.request("explain", raw=raw, limit=args.limit, **user_request(args))
     if args.json:
         emit_json(result)
         return 0

@@ -18,6 +18,10 @@ def add_eval_arguments(evaluate: argparse.ArgumentParser) -> None:
     evaluate.add_argument(
         "--jobs", type=int, metavar="N", help="processes analyzing messages (default: one per core; 1: none beside eval)"
     )
+    evaluate.add_argument(
+        "--no-user-layer", dest="user_layer", action="store_false",
+        help="score every message with the shared model alone, though the index names users (third field)",
+    )  # fmt: skip
     add_protocol_arguments(evaluate)
 
 
@@ -120,4 +124,5 @@ def cmd_eval(config: Config, args: argparse.Namespace) -> int:
         sys.stderr.isatty(),
         jobs,
         protocol_of(config, args),
+        args.user_layer,
     )

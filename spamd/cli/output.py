@@ -152,3 +152,11 @@ def format_live_accuracy(live: dict[str, Any]) -> str:
     )
     return table(rows) + "\n" + note
 
+
+
+def user_request(args: Any) -> dict[str, str]:
+    """The request arguments for spamctl's --user: {} without one; a bad name is an error before anything is sent."""
+    from spamd.users import check_user_name
+
+    name = getattr(args, "user", None)
+    return {} if name is None else {"user": check_user_name(name, "--user")}

@@ -10,7 +10,7 @@ from typing import Any
 
 from spamd.cli.backends import BATCH_BYTES, BATCH_MESSAGES, open_backend
 from spamd.cli.inputs import Inputs, too_large
-from spamd.cli.output import EX_TEMPFAIL, emit_json, table
+from spamd.cli.output import EX_TEMPFAIL, emit_json, table, user_request
 from spamd.config import Config
 from spamd.frontends.control import NOT_A_MESSAGE
 
@@ -25,6 +25,7 @@ def cmd_untrain(config: Config, args: argparse.Namespace) -> int:
 
 
 def _train_paths(config: Config, args: argparse.Namespace, command: str, label: str | None) -> int:
+    user_request(args)  # a bad --user is refused before anything is read
     inputs = Inputs(args.paths)  # resolve every PATH before training any: a typo trains nothing
     with closing(inputs):
         return _train_inputs(config, args, command, label, inputs)
@@ -44,6 +45,7 @@ def _train_inputs(config: Config, args: argparse.Namespace, command: str, label:
         def send() -> str | None:
             nonlocal temporary
             extra = {"label": label} if label else {}
+            extra.update(user_request(args))
             result = backend.request(command, messages=batch, **extra)
             for name, outcome in zip(names, result["outcomes"]):
                 tally[outcome] += 1

@@ -39,6 +39,7 @@ from spamd.errors import SpamdError, StoreUnavailableError
 from spamd.message import looks_like_message
 from spamd.model import Label, Score
 from spamd.scoring import explanation
+from spamd.users import check_user_name
 
 log = structlog.get_logger()
 
@@ -105,9 +106,9 @@ class EngineLike(Protocol):
 
     classifier: Any
 
-    def explain(self, raw: bytes, limit: int = 20) -> Any: ...
-    def train(self, raw: bytes, label: Label, source: str, user: bool = True) -> Any: ...
-    def untrain(self, raw: bytes, source: str) -> Any: ...
+    def explain(self, raw: bytes, limit: int = 20, user_name: str | None = None) -> Any: ...
+    def train(self, raw: bytes, label: Label, source: str, user: bool = True, user_name: str | None = None) -> Any: ...
+    def untrain(self, raw: bytes, source: str, user_name: str | None = None) -> Any: ...
 
 
 NOT_A_MESSAGE = "not_a_message"
@@ -127,11 +128,17 @@ def _messages(args: dict[str, Any]) -> list[bytes]:
     return value
 
 
+def _user(args: dict[str, Any]) -> str | None:
+    """The request's user (spamctl --user), checked; None: the shared model alone."""
+    value = args.get("user")
+    return None if value is None else check_user_name(value, "--user")
+
+
 def op_classify(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
     # Through the classifier, not Engine.classify: a question from spamctl is not mail
     # scored, and must not show up in the scored-by-verdict counters.
     classifier = engine.classifier
-    return score_fields(classifier.score(classifier.analyze(_raw(args))))
+    return score_fields(classifier.score(classifier.analyze(_raw(args)), _user(args)))
 
 
 def score_fields(score: Score) -> dict[str, Any]:
@@ -141,15 +148,15 @@ def score_fields(score: Score) -> dict[str, Any]:
 
 def op_classify_many(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
     """`op_classify` of each message of a batch (`spamctl classify` of many files), analyzed together."""
-    classifier = engine.classifier
-    return {"results": [score_fields(classifier.score(a)) for a in classifier.analyze_many(_messages(args))]}
+    classifier, user = engine.classifier, _user(args)
+    return {"results": [score_fields(classifier.score(a, user)) for a in classifier.analyze_many(_messages(args))]}
 
 
 def op_explain(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
     limit = args.get("limit", DEFAULT_EXPLAIN_LIMIT)
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         raise ControlError("request argument 'limit' must be a positive integer")
-    return explanation(engine, _raw(args), limit)
+    return explanation(engine, _raw(args), limit, _user(args))
 
 
 def _train_many(messages: list[bytes], apply: Callable[[bytes], Any]) -> dict[str, Any]:
@@ -172,11 +179,21 @@ def op_train(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
         label = Label.parse(str(args.get("label")))
     except KeyError:
         raise ControlError("request argument 'label' must be 'spam' or 'ham'") from None
-    return _train_many(_messages(args), lambda raw: engine.train(raw, label, TRAIN_SOURCE))
+    user = _user(args)
+    return _train_many(_messages(args), lambda raw: engine.train(raw, label, TRAIN_SOURCE, user_name=user))
 
 
 def op_untrain(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
-    return _train_many(_messages(args), lambda raw: engine.untrain(raw, TRAIN_SOURCE))
+    user = _user(args)
+    return _train_many(_messages(args), lambda raw: engine.untrain(raw, TRAIN_SOURCE, user_name=user))
+
+
+def op_users(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
+    """Each user with a layer: trainings, tokens, bytes (`spamctl users`); reads only."""
+    users = engine.users  # type: ignore[attr-defined]
+    if users is None:
+        return {"users": [], "per_user": False}
+    return {"users": users.summary(), "per_user": True, "expired": users.expired}
 
 
 def op_live_days(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
@@ -191,6 +208,7 @@ ENGINE_OPERATIONS: dict[str, Callable[[EngineLike, dict[str, Any]], dict[str, An
     "train": op_train,
     "untrain": op_untrain,
     "live_days": op_live_days,
+    "users": op_users,
 }
 
 
@@ -245,7 +263,7 @@ async def _socket_answers(path: Path) -> bool:
 
 
 # Requests too frequent or too small to deserve a log line each.
-_QUIET_COMMANDS = frozenset({"ping", "stats", "live_days", "export_chunk", "import_chunk"})
+_QUIET_COMMANDS = frozenset({"ping", "stats", "live_days", "users", "export_chunk", "import_chunk"})
 
 
 class ControlServer:

@@ -172,6 +172,16 @@ class SpamdCollector(Collector):
         yield GaugeMetricFamily("spamd_model_tokens", "Distinct token buckets in use.", value=int(model.distinct))
         yield GaugeMetricFamily("spamd_model_memory_bytes", "Memory of the model's count arrays.", value=model.memory_bytes)
         yield GaugeMetricFamily("spamd_ledger_entries", "Trained messages the ledger remembers.", value=len(engine.trainer.ledger))
+        if engine.users is not None:  # no label per user: a family per user count would grow without bound
+            yield GaugeMetricFamily("spamd_users_with_layer", "Users with a layer of their own (docs/users.md).", value=len(engine.users))
+            yield GaugeMetricFamily(
+                "spamd_users_memory_bytes", "Memory of every user's layer and of the scoring tables held.",
+                value=engine.users.memory_bytes + engine.users.table_bytes,
+            )  # fmt: skip
+            yield CounterMetricFamily(
+                "spamd_users_expired", "Layers dropped for [users] max_users (restarts at zero with spamd).",
+                value=engine.users.expired,
+            )  # fmt: skip
         yield GaugeMetricFamily(
             "spamd_recovery_problems",
             "Problems found loading the state at start (damaged snapshot, torn journal tail): see `spamctl stats`.",

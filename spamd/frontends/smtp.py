@@ -29,6 +29,7 @@ from spamd.frontends.maildir.deliver import deliver
 from spamd.frontends.maildir.mailbox import Mailbox, mailbox_for
 from spamd.model import Label, Verdict
 from spamd.scoring import Scored, Scorer
+from spamd.users import recipients_user
 
 log = structlog.get_logger()
 
@@ -267,6 +268,17 @@ class SmtpHandler:
         envelope.rcpt_options.extend(options)
         return "250 2.1.5 OK"
 
+    def _layer_user(self, config: Config, envelope: Envelope) -> str | None:
+        """Whose layer scores this message: the recipients' one user, or None (the shared model) for several.
+
+        Deliver mode: the Maildir user every recipient's mail goes to; relay: the
+        recipients' one local part (spamd.users.recipients_user).
+        """
+        if config.smtp.mode == "relay":
+            return self.scorer.engine.layer_user(recipients_user(list(envelope.rcpt_tos)))
+        users = {m.layer_user if m is not None else None for m in (self._mailbox_for(config, r) for r in envelope.rcpt_tos)}
+        return users.pop() if len(users) == 1 else None
+
     def _mailbox_for(self, config: Config, recipient: str) -> Mailbox | None:
         # One Maildir per user (under maildir.root, or several paths): the recipient must be one of them.
         return mailbox_for(recipient, self.mailboxes, per_user=bool(config.maildir.root) or len(self.mailboxes) > 1)
@@ -286,8 +298,9 @@ class SmtpHandler:
         config = self.config()
         raw = envelope.original_content or b""
         peer = session.peer[0] if isinstance(session.peer, tuple) else str(session.peer)
+        layer_user = self._layer_user(config, envelope)
         try:
-            scored = await self.scorer.score_beside_the_loop(raw)
+            scored = await self.scorer.score_beside_the_loop(raw, layer_user)
         except StoreUnavailableError as e:  # the shared model (Redis) is down: the sender retries
             log.error("smtp_scoring_failed", peer=peer, error=str(e))
             self.on_error("smtp_scoring_failed", error=str(e))
@@ -305,7 +318,7 @@ class SmtpHandler:
             if config.smtp.mode == "deliver" and config.maildir.autolearn and scored.score.verdict is not Verdict.UNSURE:
                 label = Label.SPAM if scored.score.verdict is Verdict.SPAM else Label.HAM
                 try:
-                    self.scorer.learn(raw, label, "autolearn", user=False, peer=peer)
+                    self.scorer.learn(raw, label, "autolearn", user=False, layer_user=layer_user, peer=peer)
                 except SpamdError as e:  # delivered already: a 451 now would deliver it twice
                     log.error("autolearn_failed", peer=peer, error=str(e))
                     self.on_error("autolearn_failed", error=str(e))

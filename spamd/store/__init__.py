@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from spamd.config import ModelConfig
     from spamd.model import Contribution, Features, Label, Score
     from spamd.training import Outcome
+    from spamd.users import UserLayers
 
 
 class ModelView(Protocol):
@@ -73,10 +74,13 @@ class TrainerLike(Protocol):
     ledger: LedgerView
     seq: int
     events: Counter[tuple[str, str]]
+    users: UserLayers | None  # per-user layers (spamd/users.py); None: the store keeps none
 
-    def train(self, analyzed: Analyzed, label: Label, source: str, user: bool = True) -> Outcome: ...
-    def untrain(self, analyzed: Analyzed, source: str) -> Outcome: ...
-    def label_of(self, key: bytes) -> Label | None: ...
+    def train(
+        self, analyzed: Analyzed, label: Label, source: str, user: bool = True, user_name: str | None = None
+    ) -> Outcome: ...
+    def untrain(self, analyzed: Analyzed, source: str, user_name: str | None = None) -> Outcome: ...
+    def label_of(self, key: bytes, user_name: str | None = None) -> Label | None: ...
 
 
 class StateStore(Protocol):

@@ -28,13 +28,14 @@ from typing import Any, BinaryIO
 
 import structlog
 
-from spamd.config import ModelConfig, StoreConfig
+from spamd.config import ModelConfig, StoreConfig, UsersConfig
 from spamd.errors import CorruptStateError, StateLockedError, StoreError
 from spamd.model import Label, MultinomialNB
 from spamd.store.durable import fsync_directory, remove_stale_temps, write_atomically
 from spamd.store.journal import JOURNAL_MAGIC, JournalScan, frame_record, scan_journal
 from spamd.store.records import Ledger, TrainingRecord, apply_record
 from spamd.store.snapshot import Snapshot, decode_snapshot
+from spamd.users import UserLayers
 
 log = structlog.get_logger()
 
@@ -66,6 +67,7 @@ class LoadedState:
     # The records replayed over the snapshot, without their features: (key, label,
     # previous, user, source, time), so live accuracy can re-derive what they meant.
     replayed: list[tuple[bytes, Label | None, Label | None, bool, str, float]] = field(default_factory=list)
+    users: UserLayers = field(default_factory=lambda: UserLayers(UsersConfig()))
 
 
 class Store:
@@ -73,8 +75,12 @@ class Store:
 
     keeps_snapshots = True  # (the Redis store keeps none: Redis holds the state)
 
-    def __init__(self, state_dir: Path, model_config: ModelConfig, config: StoreConfig, durable: bool = True):
+    def __init__(
+        self, state_dir: Path, model_config: ModelConfig, config: StoreConfig, durable: bool = True,
+        users_config: UsersConfig | None = None,
+    ):  # fmt: skip
         self.state_dir = Path(state_dir)
+        self.users_config = users_config or UsersConfig()
         self.model_config = model_config
         self.config = config
         self.durable = durable
@@ -137,7 +143,9 @@ class Store:
         snapshot: Snapshot | None = None
         for seq, path in reversed(snapshots):
             try:
-                snapshot = decode_snapshot(path.read_bytes(), self.model_config, self.config.ledger_max_entries, str(path))
+                snapshot = decode_snapshot(
+                    path.read_bytes(), self.model_config, self.config.ledger_max_entries, str(path), self.users_config
+                )
                 recovery.snapshot, recovery.snapshot_seq = str(path), snapshot.seq
                 break
             except CorruptStateError as e:
@@ -151,7 +159,10 @@ class Store:
                 + f". Restore {self.state_dir} from a backup (spamctl import), or move it aside to start empty"
             )
         if snapshot is None:
-            snapshot = Snapshot(0, 0.0, MultinomialNB(self.model_config), Ledger(self.config.ledger_max_entries))
+            snapshot = Snapshot(
+                0, 0.0, MultinomialNB(self.model_config), Ledger(self.config.ledger_max_entries),
+                users=UserLayers(self.users_config),
+            )  # fmt: skip
         seq = snapshot.seq
         replayed = []
         segments = self._files(_JOURNAL_RE)
@@ -180,7 +191,7 @@ class Store:
                         f"the config says {self.model_config.hash_bits}. Set it back, or move the state "
                         "directory aside and retrain"
                     )
-                apply_record(snapshot.model, snapshot.ledger, record)
+                apply_record(snapshot.model, snapshot.ledger, record, snapshot.users)
                 replayed.append((record.key, record.label, record.previous, record.user, record.source, record.time))
                 seq = record.seq
                 recovery.replayed += 1
@@ -188,7 +199,9 @@ class Store:
         self.last_snapshot_time = snapshot.created or None
         last_records = len(scan.records) if segments else 0
         self._open_segment(segments[-1][1] if segments else None, seq, last_records)
-        return LoadedState(snapshot.model, snapshot.ledger, seq, recovery, snapshot.counters, snapshot.live, replayed)
+        return LoadedState(
+            snapshot.model, snapshot.ledger, seq, recovery, snapshot.counters, snapshot.live, replayed, snapshot.users
+        )
 
     def _cut_torn_tail(self, path: Path, data: bytes, scan: JournalScan, recovery: Recovery) -> None:
         """Keep the torn bytes aside for inspection, then truncate the segment to its whole records."""

@@ -1,4 +1,4 @@
-"""What a training is (a journal record) and the ledger that keeps each message trained once; applying a record to model and ledger."""
+"""What a training is (a journal record) and the ledger that keeps each (user, message) trained once; applying a record to model, user layer and ledger."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import msgpack
 import numpy as np
 
 from spamd.model import Features, Label, MultinomialNB
+from spamd.users import UserLayers, check_user_name, user_ledger_key
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,8 +25,18 @@ class TrainingRecord:
     time: float
     # The bucket space the ids live in; replay into another one is refused.
     hash_bits: int
+    # Whose training (spamd/users.py): it teaches that user's layer as well as the
+    # shared model. None: the shared model alone, as before users existed.
+    user_name: str | None = None
+
+    @property
+    def ledger_key(self) -> bytes:
+        return user_ledger_key(self.user_name, self.key)
 
     def to_msgpack(self) -> bytes:
+        # A record without a user is written as before users existed, byte for byte;
+        # an older spamd reading one with a user ignores the key (and the user's layer).
+        extra = {} if self.user_name is None else {"user_name": self.user_name}
         return msgpack.packb(
             {
                 "seq": self.seq,
@@ -38,6 +49,7 @@ class TrainingRecord:
                 "counts": self.features.counts.astype("<u4").tobytes(),
                 "time": self.time,
                 "hash_bits": self.hash_bits,
+                **extra,
             },
             use_bin_type=True,
         )
@@ -59,6 +71,7 @@ class TrainingRecord:
             features=Features(ids, counts),
             time=float(d["time"]),
             hash_bits=int(d["hash_bits"]),
+            user_name=None if d.get("user_name") is None else check_user_name(d["user_name"], "journal record user"),
         )
 
 
@@ -97,9 +110,9 @@ class Ledger:
 
     def apply(self, record: TrainingRecord) -> None:
         if record.label is None:
-            self.remove(record.key)
+            self.remove(record.ledger_key)
         else:
-            self.set(record.key, record.label, record.user)
+            self.set(record.ledger_key, record.label, record.user)
 
     def counts(self) -> dict[str, int]:
         values = np.fromiter(self._entries.values(), dtype=np.uint8, count=len(self._entries))
@@ -132,10 +145,12 @@ class Ledger:
         return self._entries == other._entries
 
 
-def apply_record(model: MultinomialNB, ledger: Ledger, record: TrainingRecord) -> None:
-    """The one way a record changes the state, live and on replay alike."""
+def apply_record(model: MultinomialNB, ledger: Ledger, record: TrainingRecord, users: UserLayers | None = None) -> None:
+    """The one way a record changes the state, live and on replay alike: shared model, user's layer, ledger."""
     if record.previous is not None:
         model.unlearn_one(record.features, record.previous)
     if record.label is not None:
         model.learn_one(record.features, record.label)
+    if record.user_name is not None and users is not None:
+        users.apply(record.user_name, record.features, record.label, record.previous, record.seq)
     ledger.apply(record)

@@ -10,10 +10,11 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from spamd.config import ModelConfig
+from spamd.config import ModelConfig, UsersConfig
 from spamd.errors import CorruptStateError
 from spamd.model import Label, MultinomialNB
 from spamd.store.records import Ledger
+from spamd.users import UserLayers
 
 SNAPSHOT_FORMAT = "spamd-snapshot"
 
@@ -39,6 +40,7 @@ def encode_snapshot(
     seq: int,
     counters: dict[str, int] | None = None,
     live: dict[str, Any] | None = None,
+    users: UserLayers | None = None,
 ) -> bytes:
     """Model and ledger as snapshot bytes. Counts are stored sparse (ids + values per class).
 
@@ -46,7 +48,8 @@ def encode_snapshot(
     they ride along with the snapshot so they are written atomically with it, as does
     `live` (spamd/accuracy.py: remembered verdicts and per-day counts). Both are
     optional keys of the version-1 payload: older snapshots load without them, and an
-    older spamd reading this one ignores them.
+    older spamd reading this one ignores them. So are the per-user layers (`users`,
+    spamd/users.py), written only when there are any.
     """
     rows = {}
     for label in Label:
@@ -65,6 +68,7 @@ def encode_snapshot(
             "ledger": ledger.export(),
             "counters": {str(k): int(v) for k, v in (counters or {}).items()},
             "live": live or {},
+            **({"users": users.export()} if users else {}),
         },
         use_bin_type=True,
     )
@@ -89,9 +93,13 @@ class Snapshot:
     counters: dict[str, int] = field(default_factory=dict)
     # LiveAccuracy.export(); absent (empty) in snapshots written before it existed.
     live: dict[str, Any] = field(default_factory=dict)
+    # Per-user layers; none in snapshots written before them or without per-user training.
+    users: UserLayers = field(default_factory=lambda: UserLayers(UsersConfig()))
 
 
-def decode_snapshot(data: bytes, model_config: ModelConfig, ledger_max: int, where: str) -> Snapshot:
+def decode_snapshot(
+    data: bytes, model_config: ModelConfig, ledger_max: int, where: str, users_config: UsersConfig | None = None
+) -> Snapshot:
     """Parse and verify snapshot bytes; CorruptStateError says what is wrong with `where`."""
     try:
         outer = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
@@ -129,7 +137,8 @@ def decode_snapshot(data: bytes, model_config: ModelConfig, ledger_max: int, whe
         live = d.get("live") or {}
         if not isinstance(live, dict):
             raise ValueError("live accuracy section is not a map")
-        return Snapshot(int(d["seq"]), float(d["created"]), model, ledger, counters, live)
+        users = UserLayers.restore(d.get("users") or {}, users_config or UsersConfig(), model.n_buckets)
+        return Snapshot(int(d["seq"]), float(d["created"]), model, ledger, counters, live, users)
     except CorruptStateError:
         raise
     except (KeyError, ValueError, TypeError, AttributeError) as e:

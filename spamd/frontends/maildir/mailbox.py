@@ -36,6 +36,10 @@ class Mailbox:
         self.root = Path(root)
         self.config = config
         self.user = user
+        # The user whose layer (spamd/users.py) this Maildir's moves train and its mail is
+        # scored with: `user` when spamd serves one Maildir per user (maildir.root, or
+        # several paths); None for the one Maildir of a single-user install (the shared model).
+        self.layer_user: str | None = None
         self.index = index if index is not None else SeenIndex()
         # The root's, read by ensure_layout; None until then (nothing is created before it runs).
         self.ownership: Ownership | None = None

@@ -355,7 +355,7 @@ class Settler:
                 counts["inside_margin"] += 1
                 continue
             learn = functools.partial(
-                self.learn, raw, label, SETTLED, user=False,
+                self.learn, raw, label, SETTLED, user=False, layer_user=mailbox.layer_user,
                 user_name=mailbox.user, folder=loc.folder or "INBOX", how="left_in_place", age_s=round(now - since),
             )  # fmt: skip
             try:

@@ -339,7 +339,7 @@ class MaildirWatcher:
                     return
         await self._until_stored(
             lambda: self.learn(
-                raw, label, "maildir", user=True,
+                raw, label, "maildir", user=True, layer_user=mailbox.layer_user,
                 user_name=mailbox.user, folder=loc.folder or "INBOX", previous_folder=before, how=how, phase=context,
             ),
             maildir=str(mailbox.root), name=loc.name,
@@ -367,7 +367,7 @@ class MaildirWatcher:
     async def _file(self, mailbox: Mailbox, loc: Location, raw: bytes, key: bytes) -> None:
         """Score an unscored INBOX message and put the scored copy in INBOX or Junk."""
         started = time.perf_counter()
-        scored = await self._until_stored(lambda: self.score(raw), maildir=str(mailbox.root), name=loc.name)
+        scored = await self._until_stored(lambda: self.score(raw, mailbox.layer_user), maildir=str(mailbox.root), name=loc.name)
         spam = scored.score.verdict is Verdict.SPAM
         folder = mailbox.junk if spam else INBOX
         name = filed_base(loc.base, len(scored.data))
@@ -386,4 +386,4 @@ class MaildirWatcher:
             return
         self.delivered(scored, raw, started, way_in="maildir", user_name=mailbox.user, folder=folder or "INBOX", via="maildir")
         if self.config.autolearn and scored.score.verdict is not Verdict.UNSURE:
-            self.learn(raw, Label.SPAM if spam else Label.HAM, "autolearn", user=False, user_name=mailbox.user)
+            self.learn(raw, Label.SPAM if spam else Label.HAM, "autolearn", user=False, layer_user=mailbox.layer_user, user_name=mailbox.user)

@@ -275,12 +275,15 @@ class SpamcServer:
         if verb == "TELL":
             return self._tell(request, conn, config)
         raw = request.body
-        scored = await self.scorer.score_beside_the_loop(raw)
+        # spamc -u names the user (the User: header): scored with that user's layer if it is a valid name.
+        scored = await self.scorer.score_beside_the_loop(raw, self.scorer.engine.layer_user(request.user))
         model, spamc = config.model, config.spamc
         points, required = shown_score(scored.score, model.ham_threshold, model.spam_threshold, spamc.required_score)
         text = ""
         if verb in ("SYMBOLS", "REPORT") or (verb == "REPORT_IFSPAM" and scored.score.verdict is Verdict.SPAM):
-            explained = explanation(self.scorer.engine, raw, max(SYMBOL_TOKENS, REPORT_TOKENS))
+            explained = explanation(
+                self.scorer.engine, raw, max(SYMBOL_TOKENS, REPORT_TOKENS), self.scorer.engine.layer_user(request.user)
+            )
             text = symbols(scored.score, explained) if verb == "SYMBOLS" else report(scored.score, explained, points, required)
         reply = answer(request, scored.score, points, required, scored.data, text)
         self.scorer.scored(scored, raw, started, way_in="spamc", peer=conn.peer, via="spamc", command=verb, client_user=request.user,
@@ -304,11 +307,11 @@ class SpamcServer:
         try:
             if request.set_local:
                 assert request.message_class is not None
-                outcome = self.scorer.learn(raw, request.message_class, TELL_SOURCE, user=True, **context)
+                outcome = self.scorer.learn(raw, request.message_class, TELL_SOURCE, user=True, layer_user=request.user, **context)
                 if outcome in (Outcome.LEARNED, Outcome.CORRECTED):
                     headers += "DidSet: local\r\n"
             if request.remove_local:
-                if self.scorer.forget(raw, TELL_SOURCE, **context) is Outcome.UNLEARNED:
+                if self.scorer.forget(raw, TELL_SOURCE, layer_user=request.user, **context) is Outcome.UNLEARNED:
                     headers += "DidRemove: local\r\n"
         except SpamdError as e:  # the journal cannot be written (a full disk): nothing was learned
             log.error("spamc_training_failed", peer=conn.peer, message_id=message_id(raw), error=str(e))

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from spamd.classifier import Analyzed
+from spamd.errors import StoreError
 from spamd.model import Contribution, Features, Label, MultinomialNB, Score, explain_counts, featurize, score_counts, verdict_of
 from spamd.store.redis.state import RedisState
 from spamd.training import Outcome
@@ -98,14 +99,20 @@ class RedisTrainer:
         self.seq = 0  # the seq of this process's last committed training
         # (source, outcome) -> count since start, for `spamctl stats` (<p>outcomes has every daemon's).
         self.events: Counter[tuple[str, str]] = Counter()
+        self.users = None  # no per-user layers in Redis: every message is scored by the shared model
 
-    def train(self, analyzed: Analyzed, label: Label, source: str, user: bool = True) -> Outcome:
+    def train(
+        self, analyzed: Analyzed, label: Label, source: str, user: bool = True, user_name: str | None = None
+    ) -> Outcome:
+        _refuse_user(user_name)
         return self._run("train", analyzed, label, user, source)
 
-    def untrain(self, analyzed: Analyzed, source: str) -> Outcome:
+    def untrain(self, analyzed: Analyzed, source: str, user_name: str | None = None) -> Outcome:
+        _refuse_user(user_name)
         return self._run("untrain", analyzed, None, True, source)
 
-    def label_of(self, key: bytes) -> Label | None:
+    def label_of(self, key: bytes, user_name: str | None = None) -> Label | None:
+        _refuse_user(user_name)
         known = self.ledger.get(key)
         return None if known is None else known[0]
 
@@ -116,3 +123,11 @@ class RedisTrainer:
         self.events[(source, outcome)] += 1
         return Outcome(outcome)
 
+
+
+def _refuse_user(user_name: str | None) -> None:
+    if user_name is not None:
+        raise StoreError(
+            f"user {user_name!r}: per-user training is not available with the model in Redis ([redis] url); "
+            "train without a user (the shared model), or use the local store (docs/redis.md, docs/users.md)"
+        )

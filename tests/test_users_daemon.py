@@ -1,0 +1,159 @@
+"""Per-user layers through the real daemon: Maildir moves, Debian's spamc -u, restart and kill -9.
+
+spamd runs as a subprocess (tests/daemon_helpers.py); moves are renames as an IMAP
+server makes them; spamc is Debian's binary. Nothing of spamd's own is mocked.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import smtplib
+from pathlib import Path
+
+from spamd.model import Label
+from tests.daemon_helpers import (
+    DaemonProcess,
+    crlf,
+    folder_files,
+    imap_move,
+    make_message,
+    wait_until_sync,
+    write_config,
+)
+from tests.spamc_helpers import SpamcDaemon, needs_spamc, start_spamd
+
+JUNK = ".Junk"
+NEWS_WORDS = "release rpm package mirror update changelog kernel build repository version".split()
+
+
+def newsletter(n: int, to: str) -> bytes:
+    """One copy of the disputed kind: a list's own vocabulary and sender, a serial of its own."""
+    rng = random.Random(f"news-{n}-{to}")
+    body = " ".join(rng.choice(NEWS_WORDS) for _ in range(40))
+    return (
+        f"From: list@news.example.net\nTo: {to}\nSubject: digest {n}\nList-Id: <news.example.net>\n"
+        f"Message-ID: <news-{n}-{to}>\n\n{body}\nissue{n}\n"
+    ).encode()
+
+
+def users(spamctl) -> dict[str, dict]:
+    done = spamctl("users", "--json")
+    assert done.returncode == 0, done.stderr
+    return {row["user"]: row for row in done.json()["users"]}
+
+
+def personal_history(spamctl, work: Path, user: str) -> None:
+    """A few ordinary trainings of each class for `user` (a layer with one class has no log-odds of its own)."""
+    for label in (Label.SPAM, Label.HAM):
+        paths = []
+        for i in range(3):
+            path = work / f"{user}-{label}-{i}.eml"
+            path.write_bytes(make_message(label, i, seed=sum(map(ord, user))))
+            paths.append(path)
+        done = spamctl("train", f"--{label}", "--user", user, *paths)
+        assert done.returncode == 0, done.stderr
+
+
+def test_two_users_opposite_moves_on_one_kind_each_get_their_way(tmp_path):
+    root = tmp_path / "users"
+    maildirs = {user: root / user / "Maildir" for user in ("alice", "bob")}
+    for maildir in maildirs.values():
+        maildir.mkdir(parents=True)
+    config = write_config(tmp_path / "spamd.toml", f'[maildir]\nroot = "{root}"\nfsync = false\n')
+    data = tmp_path / "data"
+    process = DaemonProcess("--config", config, "--data-dir", data, "--smtp", "127.0.0.1:0")
+    try:
+        port = process.port
+        daemon = SpamcDaemon(process, 0, config, data)
+        general = tmp_path / "general"
+        general.mkdir()
+        for label in (Label.SPAM, Label.HAM):
+            paths = []
+            for i in range(20):
+                paths.append(general / f"{label}-{i}.eml")
+                paths[-1].write_bytes(make_message(label, i, seed=777))
+            assert daemon.spamctl("train", f"--{label}", *paths).returncode == 0
+        for user in maildirs:
+            personal_history(daemon.spamctl, general, user)
+        wants_junk = {"alice": True, "bob": False}  # alice left the list; bob reads it
+        their_way_in_a_row = {"alice": 0, "bob": 0}
+        for n in range(30):
+            for user, maildir in maildirs.items():
+                before = {p.name.split(":")[0] for p in folder_files(maildir) + folder_files(maildir, JUNK)}
+                with smtplib.SMTP("127.0.0.1", port, timeout=10) as client:
+                    client.sendmail("list@news.example.net", [f"{user}@example.com"], crlf(newsletter(n, f"{user}@example.com")))
+
+                def arrived() -> tuple[Path, bool] | None:
+                    for folder, junk in (("", False), (JUNK, True)):
+                        for p in folder_files(maildir, folder):
+                            if p.name.split(":")[0] not in before:
+                                return p, junk
+                    return None
+
+                path, in_junk = wait_until_sync(arrived)  # type: ignore[misc]
+                if in_junk == wants_junk[user]:
+                    their_way_in_a_row[user] += 1
+                    continue
+                their_way_in_a_row[user] = 0
+                trained = users(daemon.spamctl)[user]
+                imap_move(path, maildir, JUNK if wants_junk[user] else "")
+                key = "trained_spam" if wants_junk[user] else "trained_ham"
+                wait_until_sync(lambda: users(daemon.spamctl)[user][key] > trained[key])
+            if min(their_way_in_a_row.values()) >= 3:
+                break
+        assert min(their_way_in_a_row.values()) >= 3, their_way_in_a_row
+    finally:
+        process.kill()
+
+
+def restart(daemon: SpamcDaemon) -> SpamcDaemon:
+    process = DaemonProcess(
+        "--config", daemon.config, "--data-dir", daemon.data, "--smtp", "127.0.0.1:0", "--spamc", "127.0.0.1:0"
+    )
+    return SpamcDaemon(process, process.wait_for("daemon_started")["spamc_port"], daemon.config, daemon.data)
+
+
+def user_score(daemon: SpamcDaemon, user: str, raw: bytes) -> str:
+    """What Debian's spamc -c answers for `user`: 'score/threshold'."""
+    done = daemon.spamc("-u", user, "-c", input=raw)
+    return done.stdout.decode().strip()
+
+
+@needs_spamc
+def test_spamc_u_trains_and_scores_with_the_users_layer_and_restarts_keep_every_layer(tmp_path):
+    daemon = start_spamd(tmp_path / "d", "allow_tell = true\n")
+    try:
+        for user in ("alice", "bob"):
+            for i in range(3):  # an ordinary history of both classes, told through spamc
+                for label in (Label.SPAM, Label.HAM):
+                    raw = make_message(label, i, seed=len(user))
+                    assert daemon.spamc("-u", user, "-L", str(label), input=raw).returncode == 0
+        for n in range(6):  # alice tells the list's copies spam, bob ham
+            assert daemon.spamc("-u", "alice", "-L", "spam", input=newsletter(n, "alice@example.com")).returncode == 0
+            assert daemon.spamc("-u", "bob", "-L", "ham", input=newsletter(n, "bob@example.com")).returncode == 0
+        layers = users(daemon.spamctl)
+        assert layers["alice"]["trained_spam"] == 9 and layers["bob"]["trained_ham"] == 9
+        probe = newsletter(99, "list-readers@example.com")
+        alice, bob, nobody = (float(user_score(daemon, u, probe).split("/")[0]) for u in ("alice", "bob", "carol"))
+        assert alice > nobody > bob, (alice, nobody, bob)
+        scores = {u: user_score(daemon, u, probe) for u in ("alice", "bob", "carol")}
+
+        assert daemon.stop() == 0  # SIGTERM: a clean stop
+        daemon = restart(daemon)
+        assert users(daemon.spamctl) == layers
+        assert {u: user_score(daemon, u, probe) for u in scores} == scores
+
+        for n in range(6, 9):  # acknowledged, then killed before any snapshot
+            assert daemon.spamc("-u", "alice", "-L", "spam", input=newsletter(n, "alice@example.com")).returncode == 0
+            assert daemon.spamc("-u", "bob", "-L", "ham", input=newsletter(n, "bob@example.com")).returncode == 0
+        layers = users(daemon.spamctl)
+        scores = {u: user_score(daemon, u, probe) for u in scores}
+        daemon.process.signal(signal.SIGKILL)
+        daemon.process.wait(30)
+        daemon = restart(daemon)
+        assert users(daemon.spamctl) == layers
+        assert layers["alice"]["trained_spam"] == 12 and layers["bob"]["trained_ham"] == 12
+        assert {u: user_score(daemon, u, probe) for u in scores} == scores
+    finally:
+        daemon.process.kill()
