@@ -13,8 +13,7 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
-
+from spamd.addresses import parse_cluster_url, parse_host_port
 from spamd.errors import ConfigError
 
 DEFAULT_DATA_DIR = Path("~/.local/share/spamd")
@@ -552,68 +551,6 @@ def _apply(config: Config, raw: dict[str, Any], source: str) -> Config:
             updates[name] = _coerce(item, getattr(section, name), f"{source}: [{key}] {name}")
         changes[key] = replace(section, **updates)
     return replace(config, **changes)
-
-
-CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
-
-
-@dataclass(frozen=True)
-class ClusterURL:
-    """A `redis+cluster://` URL taken apart: the nodes to start from, the credentials, TLS."""
-
-    nodes: tuple[tuple[str, int], ...]
-    username: str | None
-    password: str | None
-    tls: bool
-
-
-def parse_cluster_url(url: str) -> ClusterURL:
-    """`redis+cluster://[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT...][/0]` -> ClusterURL, or ConfigError naming the part.
-
-    Any node of the cluster will do; more than one lets spamd start while one is down.
-    A cluster has database 0 only.
-    """
-    scheme, _, rest = url.partition("://")
-    credentials, at, location = rest.rpartition("@")
-    if not at:
-        credentials, location = "", rest
-    location, slash, path = location.partition("/")
-    where = f"redis.url {redact_url(url)!r}"
-    if slash and path not in ("", "0"):
-        raise ConfigError(f"{where}: a Redis Cluster has only database 0; drop the '/{path}'")
-    if "?" in location or "#" in location:
-        raise ConfigError(f"{where}: no query options are understood here; use [redis] timeout_s")
-    nodes = []
-    for part in location.split(","):
-        if not part:
-            raise ConfigError(f"{where}: expected HOST:PORT[,HOST:PORT...] after {scheme}://")
-        nodes.append(parse_host_port(part, where))
-    username, colon, password = credentials.partition(":")
-    return ClusterURL(
-        nodes=tuple(nodes),
-        username=unquote(username) if username else None,
-        password=unquote(password) if colon and password else None,
-        tls=scheme == "rediss+cluster",
-    )
-
-
-def redact_url(url: str) -> str:
-    """The URL without its password, for logs and messages."""
-    scheme, sep, rest = url.partition("://")
-    if "@" in rest:
-        rest = "***@" + rest.rsplit("@", 1)[1]
-    return f"{scheme}{sep}{rest}"
-
-
-def parse_host_port(text: str, where: str = "--smtp") -> tuple[str, int]:
-    """'127.0.0.1:2525' or '[::1]:2525' -> (host, port)."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
-        raise ConfigError(f"{where} {text!r}: expected HOST:PORT, e.g. 127.0.0.1:10025")
-    host = host.strip("[]")
-    if not host:
-        raise ConfigError(f"{where} {text!r}: missing host")
-    return host, int(port)
 
 
 def metrics_address(config: Config) -> tuple[str, int]:

@@ -26,7 +26,8 @@ from typing import Any
 import structlog
 
 from spamd.analyzers import AnalysisProcesses, default_processes
-from spamd.config import Config, load_config, metrics_address, parse_host_port, web_address
+from spamd.addresses import parse_host_port
+from spamd.config import Config, load_config, metrics_address, web_address
 from spamd.engine import Engine
 from spamd.errors import SpamdError, StoreUnavailableError
 from spamd.gc_tuning import tune_gc_for_message_streams

@@ -10,7 +10,8 @@ import dataclasses
 import pytest
 
 from spamd.classifier import Classifier
-from spamd.config import ModelConfig, StoreConfig, load_config, parse_cluster_url
+from spamd.addresses import parse_cluster_url
+from spamd.config import ModelConfig, StoreConfig, load_config
 from spamd.engine import Engine
 from spamd.errors import ConfigError, CorruptStateError, StoreError, StoreUnavailableError
 from spamd.model import Label

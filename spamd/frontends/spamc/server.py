@@ -13,7 +13,8 @@ from typing import Any
 
 import structlog
 
-from spamd.config import Config, parse_host_port
+from spamd.addresses import parse_host_port
+from spamd.config import Config
 from spamd.errors import SpamdError, StoreUnavailableError
 from spamd.frontends.spamc.answers import (
     REPORT_TOKENS,

@@ -14,7 +14,8 @@ import redis
 import structlog
 
 from spamd.classifier import Analyzed
-from spamd.config import Config, redact_url
+from spamd.addresses import redact_url
+from spamd.config import Config
 from spamd.errors import CorruptStateError, StoreError, StoreUnavailableError
 from spamd.model import Label, MultinomialNB
 from spamd.store.records import Ledger
