@@ -68,11 +68,11 @@ def build_indexes(index: Path, out: Path, disputed: str, seed: int) -> tuple[Pat
     return out / "agree.index", out / "disagree.index", n_disputed
 
 
-def run_eval(index: Path, user_layer: bool, config: Path | None) -> tuple[dict, list[tuple[str, bool]]]:
+def run_eval(index: Path, user_layer: bool, config: Path | None, feedback: str = "full") -> tuple[dict, list[tuple[str, bool]]]:
     """`spamctl eval --json` on `index`; the report and each message's (gold, judged spam) in index order."""
     with tempfile.NamedTemporaryFile(suffix=".results") as results:
         spamctl = Path(sys.executable).parent / "spamctl"  # the one installed beside this Python
-        command = [str(spamctl), "eval", str(index), "--json", "--results", results.name]
+        command = [str(spamctl), "eval", str(index), "--json", "--results", results.name, "--feedback", feedback]
         if config is not None:
             command[1:1] = ["--config", str(config)]
         if not user_layer:
@@ -151,6 +151,8 @@ def main() -> int:
     parser.add_argument("--disputed", default="rpm-zzzlist.freshrpms.net", help="List-Id of the list users disagree on")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--config", type=Path, help="a spamd.toml for spamctl eval (e.g. other [users] settings)")
+    parser.add_argument("--feedback", default="full", help="spamctl eval's protocol: full, errors or people (with errors and people,"
+                        " a user's layer starts as the corrections they make: often one class only)")
     parser.add_argument("--cost-messages", type=int, default=2000, help="messages trained, then as many scored, for the cost")
     args = parser.parse_args()
     agree, disagree, n_disputed = build_indexes(args.index, args.out, args.disputed, args.seed)
@@ -158,7 +160,7 @@ def main() -> int:
     summary: dict[str, object] = {}
     for name, index in (("agree", agree), ("disagree", disagree)):
         for user_layer in (False, True):
-            report, verdicts = run_eval(index, user_layer, args.config)
+            report, verdicts = run_eval(index, user_layer, args.config, args.feedback)
             how = "user layer" if user_layer else "shared only"
             per_user = {u: round(m["one_minus_roca_pct"], 4) for u, m in report["users"].items()}
             print(f"{name:8} {how:11}  (1-ROCA)% {report['one_minus_roca_pct']:.4f}  per user {per_user}")

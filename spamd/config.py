@@ -13,7 +13,7 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
-from spamd.addresses import parse_cluster_url, parse_host_port
+from spamd.addresses import CLUSTER_SCHEMES, parse_cluster_url, parse_host_port
 from spamd.errors import ConfigError
 
 DEFAULT_DATA_DIR = Path("~/.local/share/spamd")
