@@ -75,8 +75,7 @@ def run_eval(index: Path, user_layer: bool, config: Path | None, feedback: str =
         command = [str(spamctl), "eval", str(index), "--json", "--results", results.name, "--feedback", feedback]
         if config is not None:
             command[1:1] = ["--config", str(config)]
-        if not user_layer:
-            command.append("--no-user-layer")
+        command.append("--score-per-user" if user_layer else "--no-user-layer")
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
             raise SystemExit(f"{' '.join(command)}: exit {done.returncode}: {done.stderr.strip()[-500:]}")
@@ -119,13 +118,13 @@ def disputed_path(path: str, disputed: str) -> bool:
 
 def scoring_cost(index: Path, messages: int) -> tuple[float, float]:
     """Microseconds per message scored for its user and by the shared model alone, after training the stream."""
-    from spamd.config import Config
+    from spamd.config import Config, UsersConfig
     from spamd.engine import Engine
     from spamd.evaluation import index_messages, read_index
 
     entries = read_index(index)[: 2 * messages]
     with tempfile.TemporaryDirectory(prefix="spamd-users-cost-") as tmp:
-        engine = Engine.open(dataclasses.replace(Config(), data_dir=Path(tmp)), durable=False)
+        engine = Engine.open(dataclasses.replace(Config(users=UsersConfig(score_per_user=True)), data_dir=Path(tmp)), durable=False)
         try:
             pairs = [(entry, raw) for entry, raw in index_messages(entries)]
             analyzed = engine.classifier.analyze_many([raw for _, raw in pairs])

@@ -60,7 +60,7 @@ class Classifier:
 
     def score(self, analyzed: Analyzed, user_name: str | None = None) -> Score:
         """The shared model's score, or `user_name`'s (spamd/users.py: the shared one if they trained nothing of it)."""
-        if user_name is None or self.users is None:
+        if user_name is None or self.users is None or not self.config.users.score_per_user:
             return self.model.score(analyzed.features)
         layer, table = self.users.for_scoring(user_name, self.config.model)
         return score_for_user(self.model, layer, table, analyzed.features)

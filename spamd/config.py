@@ -222,6 +222,14 @@ class UsersConfig:
     # log-odds move towards the user's by n / (n + backoff), n the user's count of the
     # token (about 3 a message): measured in spamd/users.py.
     backoff: float = 15.0
+    # Score each user's mail with their layer joined. Layers are kept either way (every
+    # training names its user), so turning this on later uses what was learned. Off by
+    # default: where users agree and learn only from their corrections, the layers cost
+    # up to 1.45x the shared model's (1-ROCA)% for a user (spamassassin dealt to three
+    # users, errors-only: 0.042 / 0.067 / 0.041 -> 0.046 / 0.066 / 0.060); where they
+    # disagree they file the disputed list each user's way (8.8% -> 93.7% for the user who
+    # calls it spam). Measured by scripts/multi_user_stream.py; docs/users.md.
+    score_per_user: bool = False
 
 
 @dataclass(frozen=True)

@@ -117,7 +117,7 @@ class Engine:
 
     def explain(self, raw: bytes, limit: int = 20, user_name: str | None = None) -> tuple[Score, list[Contribution]]:
         tokens = self.classifier.tokens(raw)
-        if user_name is None or self.users is None:
+        if user_name is None or self.users is None or not self.config.users.score_per_user:
             return self.model.explain(tokens, limit)
         layer, table = self.users.for_scoring(user_name, self.config.model)
         return explain_for_user(self.model, layer, table, tokens, limit)

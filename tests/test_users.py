@@ -15,6 +15,7 @@ from spamd.evaluation import read_index
 from spamd.model import Features, Label, MultinomialNB
 from spamd.store import Ledger, Store, TrainingRecord
 from spamd.training import Outcome, Trainer
+from tests import core_helpers as h
 from spamd.users import UserLayers, UserNameError, check_user_name, recipients_user, score_for_user, user_ledger_key
 from spamd.classifier import Analyzed
 
@@ -171,3 +172,26 @@ def test_eval_reads_a_user_as_the_third_field(tmp_path):
     entries = read_index(tmp_path / "index")
     assert [e.user for e in entries] == ["alice", None]
     assert entries[0].path == tmp_path / "m1"
+
+
+def test_layers_score_only_when_score_per_user_is_on_and_are_kept_either_way(tmp_path):
+    """Off (the default): a user's mail scores as the shared model's, but the training still builds the layer."""
+    off = dataclasses.replace(Config(model=MODEL), data_dir=tmp_path / "off")
+    on = dataclasses.replace(Config(model=MODEL, users=UsersConfig(score_per_user=True)), data_dir=tmp_path / "on")
+    probe = h.numbered_message(0, "weekly offer from the shop")
+    scores = {}
+    for name, config in (("off", off), ("on", on)):
+        engine = Engine.open(config, durable=False)
+        try:
+            for i in range(1, 13):
+                engine.train(h.numbered_message(i, "weekly offer from the shop"), Label.HAM, "test")
+                engine.train(h.numbered_message(100 + i, "cheap pills online now"), Label.SPAM, "test")
+            for i in range(13, 19):
+                engine.train(h.numbered_message(i, "weekly offer from the shop"), Label.SPAM, "test", user_name="alice")
+                engine.train(h.numbered_message(200 + i, "minutes of the meeting"), Label.HAM, "test", user_name="alice")
+            assert engine.users.for_scoring("alice", config.model)[0] is not None  # the layer is there either way
+            scores[name] = (engine.classify(probe, user_name="alice").score, engine.classify(probe).score)
+        finally:
+            engine.close()
+    assert scores["off"][0] == scores["off"][1]  # off: alice scores as everyone
+    assert scores["on"][0].log_odds > scores["on"][1].log_odds  # on: her moves count for her

@@ -60,7 +60,7 @@ def test_two_users_opposite_moves_on_one_kind_each_get_their_way(tmp_path):
     maildirs = {user: root / user / "Maildir" for user in ("alice", "bob")}
     for maildir in maildirs.values():
         maildir.mkdir(parents=True)
-    config = write_config(tmp_path / "spamd.toml", f'[maildir]\nroot = "{root}"\nfsync = false\n')
+    config = write_config(tmp_path / "spamd.toml", f'[maildir]\nroot = "{root}"\nfsync = false\n[users]\nscore_per_user = true\n')
     data = tmp_path / "data"
     process = DaemonProcess("--config", config, "--data-dir", data, "--smtp", "127.0.0.1:0")
     try:
@@ -122,7 +122,7 @@ def user_score(daemon: SpamcDaemon, user: str, raw: bytes) -> str:
 
 @needs_spamc
 def test_spamc_u_trains_and_scores_with_the_users_layer_and_restarts_keep_every_layer(tmp_path):
-    daemon = start_spamd(tmp_path / "d", "allow_tell = true\n")
+    daemon = start_spamd(tmp_path / "d", "allow_tell = true\n[users]\nscore_per_user = true\n")
     try:
         for user in ("alice", "bob"):
             for i in range(3):  # an ordinary history of both classes, told through spamc

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -21,6 +22,10 @@ def add_eval_arguments(evaluate: argparse.ArgumentParser) -> None:
     evaluate.add_argument(
         "--no-user-layer", dest="user_layer", action="store_false",
         help="score every message with the shared model alone, though the index names users (third field)",
+    )  # fmt: skip
+    evaluate.add_argument(
+        "--score-per-user", action="store_true",
+        help="score each message with its user's layer joined, as [users] score_per_user = true does",
     )  # fmt: skip
     add_protocol_arguments(evaluate)
 
@@ -115,6 +120,8 @@ def cmd_eval(config: Config, args: argparse.Namespace) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise SpamdError(f"--jobs {args.jobs}: need at least 1 (1 = analyze in this process)")
     jobs = default_jobs() if args.jobs is None else (0 if args.jobs == 1 else args.jobs)
+    if args.score_per_user:
+        config = dataclasses.replace(config, users=dataclasses.replace(config.users, score_per_user=True))
     return eval_command(
         config,
         Path(args.index),
