@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import OrderedDict
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -67,13 +68,19 @@ def user_ledger_key(user_name: str | None, key: bytes) -> bytes:
     return hashlib.blake2b(user_name.encode("utf-8") + b"\0" + key, digest_size=16, person=b"spamd-user-key").digest()
 
 
-def recipients_user(recipients: list[str]) -> str | None:
+def recipient_name(recipient: str) -> str:
+    """The name an envelope recipient gives: its local part without a +extension (unchecked)."""
+    local = recipient.rpartition("@")[0] if "@" in recipient else recipient
+    return local.split("+", 1)[0]
+
+
+def recipients_user(recipients: Iterable[str]) -> str | None:
     """The one user all these envelope recipients name (the local part, without a +extension), or None.
 
     Several recipients of different users, or a local part that is no valid user name:
     None, and the message is scored with the shared model alone (one copy, one verdict).
     """
-    names = {r.rpartition("@")[0].split("+", 1)[0] if "@" in r else r.split("+", 1)[0] for r in recipients}
+    names = {recipient_name(r) for r in recipients}
     if len(names) != 1:
         return None
     [name] = names

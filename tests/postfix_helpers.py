@@ -373,6 +373,19 @@ class Spamd:
             if self.alive():
                 self._reload(self.base_text)
 
+    @contextlib.contextmanager
+    def restarted_with(self, text: str) -> Iterator[None]:
+        """spamd restarted with `text` added to its config (for settings a reload does not apply), put back after."""
+        self.stop()
+        write_config(self.config_path, self.base_text + text)
+        self.start()
+        try:
+            yield
+        finally:
+            self.stop()
+            write_config(self.config_path, self.base_text)
+            self.start()
+
     def _reload(self, text: str) -> None:
         assert self.proc is not None
         before = len(self.proc.events("config_reloaded"))

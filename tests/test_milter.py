@@ -28,8 +28,8 @@ from spamd.frontends.milter import (
     packet,
 )
 from spamd.model import Label
-from tests.attack_helpers import WellBehaved, tag_of
-from tests.daemon_helpers import crlf, wait_until_sync
+from tests.attack_helpers import WellBehaved, spamctl, tag_of
+from tests.daemon_helpers import crlf, make_message, wait_until_sync
 from tests.postfix_helpers import (
     Postfix,
     Sink,
@@ -421,3 +421,68 @@ def test_milter_traffic_is_counted_in_metrics(postfix: Postfix, sink: Sink, spam
     ) == 1
     assert value(after, "spamd_sessions_total", way_in="milter") > value(before, "spamd_sessions_total", way_in="milter")
     assert value(after, "spamd_messages_scored_total", way_in="smtp") == 0
+
+
+# ---------------------------------------------------------------- the recipients name the user
+
+
+LIST_WORDS = "release rpm package mirror update changelog kernel build repository version".split()
+
+
+def list_copy(n: int) -> bytes:
+    """One copy of a list's digest: its own vocabulary and sender, a serial of its own."""
+    rng = random.Random(f"list-{n}")
+    body = " ".join(rng.choice(LIST_WORDS) for _ in range(40))
+    return (
+        f"From: list@news.example.net\nTo: readers@example.com\nSubject: digest {n}\nList-Id: <news.example.net>\n"
+        f"Message-ID: <list-{n}@news.example.net>\n\n{body}\nissue{n}\n"
+    ).encode()
+
+
+def test_the_recipients_user_scores_with_their_layer(postfix: Postfix, sink: Sink, spamd: Spamd, tmp_path):
+    def train(user: str, label: Label, raws: list[bytes]) -> None:
+        paths = []
+        for raw in raws:
+            paths.append(tmp_path / f"{len(list(tmp_path.iterdir()))}.eml")
+            paths[-1].write_bytes(raw)
+        done = spamctl("--config", spamd.config_path, "--data-dir", spamd.data, "train", f"--{label}", "--user", user, *paths)
+        assert done.returncode == 0, done.stderr
+
+    for user, seed in (("alice", 31), ("bob", 32)):  # an ordinary history of both classes (a layer needs both)
+        for label in (Label.SPAM, Label.HAM):
+            train(user, label, [make_message(label, i, seed=seed) for i in range(3)])
+    train("alice", Label.SPAM, [list_copy(n) for n in range(8)])  # alice left the list
+    train("bob", Label.HAM, [list_copy(n) for n in range(8, 16)])  # bob reads it
+    probe = list_copy(99)
+
+    def log_odds_for(rcpts: list[str]) -> float:
+        """The probe through Postfix to `rcpts`: the log-odds of the X-Spam-Status the milter had added."""
+        before = len(sink.with_subject("issue99"))
+        with smtplib.SMTP("127.0.0.1", postfix.smtp_port, timeout=30) as client:
+            assert client.sendmail("list@news.example.net", rcpts, crlf(probe)) == {}
+        data = sink.wait_for("issue99", count=before + 1)[before]
+        [status] = named(data, "X-Spam-Status")
+        return float(re.search(rb"log_odds=(-?[0-9.]+)", status).group(1))  # type: ignore[union-attr]
+
+    def probes_named(count: int) -> list[str | None]:
+        """The user_name of this spamd process's `message_scored` lines for the probe, once there are `count`."""
+
+        def probes() -> list[dict]:
+            return [e for e in spamd.events("message_scored") if e.get("message_id") == "<list-99@news.example.net>"]
+
+        wait_until_sync(lambda: len(probes()) >= count, 10)
+        return [e.get("user_name") for e in probes()]
+
+    shared = log_odds_for(["alice@example.com"])  # score_per_user off (the default): the shared model
+    assert probes_named(1) == ["alice"]  # the user is named on the log line whether or not their layer scores
+    with spamd.restarted_with("[users]\nscore_per_user = true\n"):  # (a restart setting)
+        alice = log_odds_for(["alice@example.com"])
+        alice_extension = log_odds_for(["alice+lists@example.com", "alice@example.com"])  # one user
+        bob = log_odds_for(["bob@example.com"])
+        both = log_odds_for(["alice@example.com", "bob@example.com"])  # two users: one copy, one verdict
+        nobody = log_odds_for(["carol@example.com"])  # no layer
+        assert probes_named(5) == ["alice", "alice", "bob", None, "carol"]
+    assert alice > shared > bob, (alice, shared, bob)
+    assert alice > 0 > bob  # spam for alice, ham for bob
+    assert alice_extension == alice
+    assert both == nobody == shared

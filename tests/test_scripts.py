@@ -134,3 +134,11 @@ def test_a_script_given_an_unreadable_index_says_so_in_one_line(tmp_path: Path) 
     run = run_script("audit_text.py", str(tmp_path / "nope"), cwd=tmp_path)
     assert run.returncode == 1
     assert run.stderr.strip() == f"audit_text.py: {tmp_path / 'nope'}: cannot read index: No such file or directory"
+
+
+def test_users_cost_reports_memory_snapshot_and_start_up_and_leaves_nothing(tmp_path: Path) -> None:
+    run = run_script("users_cost.py", "--users", "6", "--trainings", "4", "--replay", "12", "--dir", str(tmp_path), cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "layers: 6 users" in run.stdout and "ledger: 24 entries" in run.stdout
+    assert "snapshot: " in run.stdout and "start-up with 12 journal records to replay" in run.stdout
+    assert list(tmp_path.iterdir()) == []  # the temporary state directory is removed

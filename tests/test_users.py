@@ -16,7 +16,7 @@ from spamd.model import Features, Label, MultinomialNB
 from spamd.store import Ledger, Store, TrainingRecord
 from spamd.training import Outcome, Trainer
 from tests import core_helpers as h
-from spamd.users import UserLayers, UserNameError, check_user_name, recipients_user, score_for_user, user_ledger_key
+from spamd.users import UserLayers, UserNameError, check_user_name, recipient_name, recipients_user, score_for_user, user_ledger_key
 from spamd.classifier import Analyzed
 
 MODEL = ModelConfig(hash_bits=12)
@@ -126,6 +126,9 @@ def test_user_names_are_checked_and_recipients_name_one_user_or_none():
             check_user_name(bad)
     assert recipients_user(["alice@example.org", "alice+lists@example.org"]) == "alice"
     assert recipients_user(["alice@example.org", "bob@example.org"]) is None
+    assert recipients_user(iter(["alice+a@example.org", "alice+b@example.org"])) == "alice"  # any iterable (the milter's)
+    assert recipients_user(["a b@example.org"]) is None  # no valid name: the shared model
+    assert recipient_name("alice+lists@example.org") == recipient_name("alice") == "alice"
 
 
 def test_layers_survive_snapshot_restart_and_journal_replay_and_old_records_load(tmp_path):

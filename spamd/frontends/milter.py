@@ -2,7 +2,8 @@
 
 Speaks the Sendmail milter protocol (version 6, as Postfix's src/milter/milter8.c does)
 on the daemon's event loop. At end of message it scores the reassembled message through
-the Scorer and answers with header changes (remove every X-Spam-* header the message
+the Scorer, for the one user the envelope recipients name (spamd.users.recipients_user;
+several users: the shared model alone), and answers with header changes (remove every X-Spam-* header the message
 arrived with, add spamd's own), a 554 5.7.1 refusal at `milter.reject_at`, or a
 451 4.7.1 tempfail for its own failures, so the MTA keeps the message and nothing is
 lost. It never re-injects or stores mail (the MTA does) and holds no model logic.
@@ -20,6 +21,7 @@ import structlog
 
 from spamd.config import Config
 from spamd.scoring import Scored, Scorer
+from spamd.users import recipient_name, recipients_user
 
 log = structlog.get_logger()
 
@@ -68,12 +70,13 @@ SMFIP_NR_DATA = 1 << 16
 SMFIP_NR_UNKN = 1 << 17
 SMFIP_NR_EOH = 1 << 18
 SMFIP_NR_BODY = 1 << 19
-# spamd needs only the headers and the body: everything else is skipped, and headers and
-# body chunks go unanswered (one round trip per message instead of one per header), where
-# the MTA offers it. Postfix 3.x offers all of these with milter_protocol = 6.
+# spamd needs only the recipients (whose layer scores the message), the headers and the
+# body: everything else is skipped, and recipients, headers and body chunks go unanswered
+# (one round trip per message instead of one per recipient and header), where the MTA
+# offers it. Postfix 3.x offers all of these with milter_protocol = 6.
 WANTED_PROTOCOL = (
-    SMFIP_NOCONNECT | SMFIP_NOHELO | SMFIP_NOMAIL | SMFIP_NORCPT | SMFIP_NOEOH | SMFIP_NOUNKNOWN
-    | SMFIP_NODATA | SMFIP_NR_HDR | SMFIP_NR_BODY
+    SMFIP_NOCONNECT | SMFIP_NOHELO | SMFIP_NOMAIL | SMFIP_NOEOH | SMFIP_NOUNKNOWN
+    | SMFIP_NODATA | SMFIP_NR_RCPT | SMFIP_NR_HDR | SMFIP_NR_BODY
 )  # fmt: skip
 NO_REPLY_FLAGS = {
     SMFIC_CONNECT: SMFIP_NR_CONN,
@@ -243,6 +246,9 @@ class MilterSession:
         self.no_reply: set[bytes] = set()
         self.macros: dict[str, str] = {}
         self.message: Message | None = None
+        # The envelope's recipients by the name each gives, two at most: a second name
+        # already means no one user (recipients_user), so a flood of RCPTs holds nothing.
+        self.recipients: dict[str, str] = {}
         self.deadline = 0.0
         sock = writer.get_extra_info("socket")
         self.quickack = sock if sock is not None and hasattr(socket, "TCP_QUICKACK") else None
@@ -317,6 +323,7 @@ class MilterSession:
         return self.message
 
     def end_message(self) -> None:
+        self.recipients.clear()
         if self.message is not None:
             self.message = None
             self.server.message_ended()
@@ -358,6 +365,8 @@ class MilterSession:
         elif command in (SMFIC_CONNECT, SMFIC_HELO, SMFIC_MAIL, SMFIC_RCPT, SMFIC_DATA, SMFIC_UNKNOWN):
             if command in (SMFIC_CONNECT, SMFIC_MAIL):  # a new envelope: nothing of an old message stays
                 self.end_message()
+            elif command == SMFIC_RCPT:
+                self._recipient(data)
             await self._continue(command)
         elif command == SMFIC_QUIT:
             return False
@@ -385,6 +394,21 @@ class MilterSession:
         log.debug("milter_negotiated", peer=self.peer, version=version, actions=hex(actions), offered=hex(protocol), chosen=hex(chosen))
         await self._send(packet(SMFIC_OPTNEG, struct.pack("!III", min(version, PROTOCOL_VERSION), ACTIONS, chosen)))
 
+    def _recipient(self, data: bytes) -> None:
+        # The first string is the address as the client gave it, "<alice@example.com>";
+        # ESMTP arguments follow. A message's recipients all come before its headers.
+        fields = _cstrings(data)
+        if not fields or len(self.recipients) >= 2:
+            return
+        address = fields[0][:512].decode("utf-8", "replace").strip().removeprefix("<").removesuffix(">")
+        self.recipients.setdefault(recipient_name(address), address)
+
+    def _layer_user(self) -> str | None:
+        """Whose layer scores the message: the recipients' one user, or None (several users, none, a bad name)."""
+        if not self.recipients:
+            return None
+        return self.server.scorer.engine.layer_user(recipients_user(self.recipients.values()))
+
     def _macros(self, data: bytes) -> None:
         # Only what the log line uses: the queue id ("i", sent with the end of message).
         fields = _cstrings(data[1:])
@@ -401,8 +425,11 @@ class MilterSession:
             await self._send(packet(SMFIR_REPLYCODE, TEMPFAIL_TOO_BIG.encode() + b"\0"))
             return
         raw = message.raw()
+        layer_user = self._layer_user()
+        if layer_user is not None:
+            ids["user_name"] = layer_user
         try:
-            scored = await self.server.scorer.score_beside_the_loop(raw)
+            scored = await self.server.scorer.score_beside_the_loop(raw, layer_user)
         except Exception as e:  # spamd's own failure: the MTA keeps the message and the sender retries
             log.error("milter_scoring_failed", peer=self.peer, error=f"{type(e).__name__}: {e}", exc_info=e, **ids)
             self.server.on_error("milter_scoring_failed", error=f"{type(e).__name__}: {e}")
