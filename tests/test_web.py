@@ -275,6 +275,25 @@ async def test_training_uploads_pastes_and_mboxes_answer_with_the_trainers_outco
 
 
 @pytest.mark.asyncio
+async def test_training_for_a_user_teaches_their_layer_and_a_bad_name_is_refused(daemon):
+    spam = make_message(Label.SPAM, 11).decode()
+    async with WebClient(port_of(daemon)) as web:
+        await web.login_with_token(daemon.config.data_dir)
+        page = await web.page("/train")
+        assert 'name="user"' in page
+        response = await web.post("/train", {"action": "spam", "message_text": spam, "user": "alice"}, 200)
+        assert re.findall(r'<td class="outcome">(\w+)</td>', await response.text()) == ["learned"]
+        layer = daemon.engine.users.get("alice")
+        assert layer is not None and int(layer.doc_totals[Label.SPAM]) == 1
+        # The same message for bob: his own ledger entry, so learned for him too.
+        response = await web.post("/train", {"action": "spam", "message_text": spam, "user": "bob"}, 200)
+        assert re.findall(r'<td class="outcome">(\w+)</td>', await response.text()) == ["learned"]
+        refused = await web.post("/train", {"action": "spam", "message_text": spam, "user": "../etc/passwd"}, 400)
+        assert "A user name is" in await refused.text()
+    assert daemon.engine.users.get("../etc/passwd") is None and len(daemon.engine.users) == 2
+
+
+@pytest.mark.asyncio
 async def test_an_oversized_upload_is_refused_and_the_console_goes_on(daemon):
     from spamd.web.app import MAX_UPLOAD_BYTES
 

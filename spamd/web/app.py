@@ -31,6 +31,7 @@ from aiohttp import web
 
 from spamd.errors import SpamdError
 from spamd.humanize import human_bytes, human_duration
+from spamd.users import USER_NAME_RULE, is_user_name
 from spamd.web import pages
 from spamd.web.auth import (
     LoginThrottle,
@@ -266,7 +267,9 @@ class Console:
             return self._error(request, 400, "Train as spam, as ham, or forget.")
         if entry.raw is None:
             return self._error(request, 410, "This message is no longer kept: train it from the Train page.")
-        taught = await teach(self.daemon.scorer, str(action), [(f"verdict {entry.id}", entry.raw)])
+        # For the user it was scored for, when it named one: as that user's own move would.
+        layer_user = entry.user if is_user_name(entry.user) else None
+        taught = await teach(self.daemon.scorer, str(action), [(f"verdict {entry.id}", entry.raw)], layer_user)
         if taught.error:
             return self._error(request, 503, f"Not trained: {taught.error}")
         raise web.HTTPSeeOther(f"/history/{entry.id}?taught={taught.results[0][1]}")
@@ -287,12 +290,17 @@ class Console:
         pasted = form.get("message_text")
         if isinstance(pasted, str) and pasted.strip():
             messages.append(("pasted message", pasted_message(pasted)))
+        user = str(form.get("user") or "").strip()
         problem = None
         if action not in ACTIONS:
             problem = "Choose spam, ham or forget."
         elif not messages:
             problem = "Upload a message file (.eml or mbox) or paste a message."
-        taught = None if problem else await teach(self.daemon.scorer, str(action), messages)
+        elif user and not is_user_name(user):
+            problem = f"A user name is {USER_NAME_RULE}."
+        elif user and self.daemon.engine.layer_user(user) is None:
+            problem = "This store keeps no per-user layers (the model is in Redis): leave the user empty."
+        taught = None if problem else await teach(self.daemon.scorer, str(action), messages, user or None)
         status = 400 if problem else (503 if taught and taught.error else 200)
         return self._render(request, "train.html", status=status, title="Train", taught=taught, model=self._model_counts(),
                             problem=problem, outcome_names=OUTCOME_NAMES, max_upload=MAX_UPLOAD_BYTES)  # fmt: skip

@@ -73,8 +73,8 @@ def pasted_message(text: str) -> bytes:
     return text.replace("\r\n", "\n").encode("utf-8", "surrogateescape")
 
 
-async def teach(scorer: Any, action: str, messages: list[tuple[str, bytes]]) -> Taught:
-    """Train (or forget) each message through the Scorer; a failure of the store stops the rest."""
+async def teach(scorer: Any, action: str, messages: list[tuple[str, bytes]], layer_user: str | None = None) -> Taught:
+    """Train (or forget) each message through the Scorer, for `layer_user`'s layer too; a failure of the store stops the rest."""
     taught = Taught(action)
     label = None if action == "forget" else Label.parse(action)
     for name, raw in messages:
@@ -83,9 +83,9 @@ async def teach(scorer: Any, action: str, messages: list[tuple[str, bytes]]) -> 
             continue
         try:
             if label is None:
-                outcome = scorer.forget(raw, SOURCE)
+                outcome = scorer.forget(raw, SOURCE, layer_user=layer_user)
             else:
-                outcome = scorer.learn(raw, label, SOURCE)
+                outcome = scorer.learn(raw, label, SOURCE, layer_user=layer_user)
         except SpamdError as e:  # the journal cannot be written, Redis is down: nothing more is learned
             taught.error = str(e)
             break
