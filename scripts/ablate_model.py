@@ -85,6 +85,11 @@ CANDIDATES = [
     Candidate("evidence6", model={"evidence_prior": 6.0}),
     Candidate("evidence9", model={"evidence_prior": 9.0}),
     Candidate("alpha0.1-evidence6", model={"alpha": 0.1, "evidence_prior": 6.0}),
+    # The table's size: more collisions in fewer buckets (the default is 22: 32 MiB).
+    Candidate("hash_bits16", model={"hash_bits": 16}),
+    Candidate("hash_bits18", model={"hash_bits": 18}),
+    Candidate("hash_bits20", model={"hash_bits": 20}),
+    Candidate("hash_bits24", model={"hash_bits": 24}),
 ]
 _BY_NAME = {c.name: c for c in CANDIDATES}
 _CONFIG = Config()
