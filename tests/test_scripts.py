@@ -142,3 +142,33 @@ def test_users_cost_reports_memory_snapshot_and_start_up_and_leaves_nothing(tmp_
     assert "layers: 6 users" in run.stdout and "ledger: 24 entries" in run.stdout
     assert "snapshot: " in run.stdout and "start-up with 12 journal records to replay" in run.stdout
     assert list(tmp_path.iterdir()) == []  # the temporary state directory is removed
+
+
+def test_ablate_model_skips_and_names_files_that_are_no_mail_message(index_with_junk: Path, tmp_path: Path) -> None:
+    done = run_script("ablate_model.py", "--candidates", "binary", "--feedback", "full", "--work", str(tmp_path / "w"),
+                      str(index_with_junk), cwd=tmp_path, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert_reported_each_junk_file(done.stderr, "ablate_model.py")
+    assert "| binary |" in done.stdout
+
+
+@pytest.mark.skipif(not (REPO.parent / "shared" / "corpora" / "trec07p-dev" / "full" / "index").is_file(), reason="corpus absent")
+def test_ablate_models_default_is_spamctl_evals_figure_under_each_protocol(tmp_path: Path) -> None:
+    """The script replays spamd's arithmetic itself: its default row must be `spamctl eval` to the last digit shown."""
+    corpus = REPO.parent / "shared" / "corpora" / "trec07p-dev" / "full" / "index"
+    lines = [line.split() for line in corpus.read_text().splitlines()[:600]]
+    index = tmp_path / "index"
+    index.write_text("".join(f"{label} {(corpus.parent / path).resolve()}\n" for label, path in lines))
+    done = run_script("ablate_model.py", "--candidates", "default", "--work", str(tmp_path / "w"), str(index),
+                      cwd=tmp_path, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    row = next(line for line in done.stdout.splitlines() if line.startswith("| default |"))
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    for place, protocol in enumerate(("full", "errors", "people")):
+        evaluated = subprocess.run(
+            [str(Path(sys.executable).parent / "spamctl"), "eval", str(index), "--json", "--feedback", protocol],
+            capture_output=True, text=True, timeout=300, cwd=tmp_path, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert evaluated.returncode == 0, evaluated.stderr
+        report = json.loads(evaluated.stdout.strip().splitlines()[-1])
+        assert cells[1 + 5 * place + 2] == f"{report['one_minus_roca_pct']:.4f}", (protocol, row)
