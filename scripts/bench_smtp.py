@@ -17,6 +17,7 @@ to 0.9 ms of kernel CPU per delivery and ran 20-30% slower.
     python scripts/bench_smtp.py --clients 4 --limit 2000
     python scripts/bench_smtp.py --processes 0 --processes 1 --rounds 3 --limit 4000   # helpers or not, interleaved
     python scripts/bench_smtp.py --web off --web on --rounds 3     # the web console idle beside SMTP, or not
+    python scripts/bench_smtp.py --users 20 --rounds 3            # 20 users' Maildirs, each scored with their layer
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def crlf(data: bytes) -> bytes:
     return data.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n")
 
 
-def pretrain(data_dir: Path, config_file: Path, rows: list[tuple[str, bytes]]) -> None:
+def pretrain(data_dir: Path, config_file: Path, rows: list[tuple[str, bytes]], users: int = 0) -> None:
     sys.path.insert(0, str(ROOT))
     from spamd.config import load_config
     from spamd.engine import Engine
@@ -63,8 +64,9 @@ def pretrain(data_dir: Path, config_file: Path, rows: list[tuple[str, bytes]]) -
 
     engine = Engine.open(load_config(config_file, data_dir=data_dir))
     try:
-        for label, raw in rows:
-            engine.train(raw, Label.SPAM if label == "spam" else Label.HAM, "bench")
+        for number, (label, raw) in enumerate(rows):
+            user_name = f"u{number % users}" if users else None  # each user's layer from their share
+            engine.train(raw, Label.SPAM if label == "spam" else Label.HAM, "bench", user_name=user_name)
         if engine.store.keeps_snapshots:  # (a model in Redis, scripts/bench_redis.py, keeps none)
             engine.snapshot()
     finally:
@@ -107,14 +109,14 @@ def wait_for_resting_file_system(where: Path, limit_s: float, resting_us: float)
         time.sleep(5)
 
 
-def client(port: int, messages: list[bytes], latencies: list[float], errors: list[str]) -> None:
+def client(port: int, messages: list[bytes], latencies: list[float], errors: list[str], recipients: list[str]) -> None:
     smtp = smtplib.SMTP("127.0.0.1", port, timeout=60)
     try:
         smtp.ehlo("bench")
-        for data in messages:
+        for number, data in enumerate(messages):
             started = time.perf_counter()
             try:
-                smtp.sendmail("bench@example.org", ["user@example.com"], data)
+                smtp.sendmail("bench@example.org", [recipients[number % len(recipients)]], data)
             except smtplib.SMTPException as e:
                 errors.append(f"{type(e).__name__}: {e}")
                 smtp.close()
@@ -149,6 +151,11 @@ def main() -> int:
         "--web", choices=["off", "on"], action="append",
         help="the web console off or listening (nobody looking); given twice, the runs alternate between them",
     )
+    parser.add_argument(
+        "--users", type=int, default=0,
+        help="deliver to this many users' Maildirs under [maildir] root, each scored with their layer "
+             "([users] score_per_user), the pretraining dealt among them; 0: one Maildir, the shared model",
+    )  # fmt: skip
     parser.add_argument(
         "--tree", type=Path, action="append",
         help="run the daemon from this checkout (default: this one); given twice or more, the runs alternate "
@@ -203,17 +210,29 @@ def run_once(
     parser_section = "" if processes is None else f"[parser]\nprocesses = {processes}\n"
     # The console listening (history kept, every verdict recorded) but nobody looking at it.
     web_section = '[web]\nlisten = "127.0.0.1:0"\n' if web else ""
-    config_file.write_text(f'[log]\nformat = "json"\n[maildir]\nfsync = {fsync}\n[smtp]\nmax_recipients = 10\n{parser_section}{web_section}')
+    maildirs = [work / "data" / "Maildir"]
+    users_section, root_line, recipients = "", "", ["user@example.com"]
+    if args.users:  # one Maildir per user under [maildir] root, each user's mail scored with their layer
+        root = work / "users"
+        maildirs = [root / f"u{k}" / "Maildir" for k in range(args.users)]
+        for maildir in maildirs:
+            for sub in ("cur", "new", "tmp", ".Junk/cur", ".Junk/new", ".Junk/tmp"):
+                (maildir / sub).mkdir(parents=True, exist_ok=True)
+        root_line = f'root = "{root}"\n'
+        users_section = "[users]\nscore_per_user = true\n"
+        recipients = [f"u{k}@example.com" for k in range(args.users)]
+    config_file.write_text(f'[log]\nformat = "json"\n[maildir]\nfsync = {fsync}\n{root_line}[smtp]\nmax_recipients = 10\n'
+                           f'{parser_section}{web_section}{users_section}')  # fmt: skip
     data_dir = work / "data"
     t = time.perf_counter()
-    pretrain(data_dir, config_file, rows[: args.train])
+    pretrain(data_dir, config_file, rows[: args.train], args.users)
     print(f"trained {args.train} messages in {time.perf_counter() - t:.1f} s")
     proc, port = start_daemon(data_dir, config_file, work / "spamd.log", args.profile, tree)
     try:
         shares = [replay[i :: args.clients] for i in range(args.clients)]
         latencies: list[float] = []
         errors: list[str] = []
-        threads = [threading.Thread(target=client, args=(port, share, latencies, errors)) for share in shares]
+        threads = [threading.Thread(target=client, args=(port, share, latencies, errors, recipients)) for share in shares]
         client_cpu = time.process_time()
         started = time.perf_counter()
         for thread in threads:
@@ -229,11 +248,12 @@ def run_once(
         proc.returncode = code
         cpu = usage.ru_utime + usage.ru_stime
         print(f"spamd user {usage.ru_utime:.1f} s, system {usage.ru_stime:.1f} s, voluntary switches {usage.ru_nvcsw}, involuntary {usage.ru_nivcsw}")
-    delivered = sum(len(os.listdir(data_dir / "Maildir" / d / "new")) for d in ("", ".Junk"))
+    delivered = sum(len(os.listdir(maildir / d / "new")) for maildir in maildirs for d in ("", ".Junk"))
     rate = len(latencies) / elapsed
     print(
         f"{len(latencies)} messages, {args.clients} clients, fsync {'off' if args.no_fsync else 'on'}, "
-        f"processes {'default' if processes is None else processes}, web console {'on' if web else 'off'}: "
+        f"processes {'default' if processes is None else processes}, web console {'on' if web else 'off'}"
+        f"{f', {args.users} users with layers' if args.users else ''}: "
         f"{rate:.0f} msgs/s, latency p50 {statistics.median(latencies):.1f} ms, "
         f"p99 {percentile(latencies, 0.99):.1f} ms, max {max(latencies):.1f} ms; "
         f"errors {len(errors)}; delivered {delivered}; spamd exit {code}, "
