@@ -62,6 +62,19 @@ def daemon_config(data_dir: Path, **sections: dict) -> Config:
     return dataclasses.replace(config, **changes)
 
 
+LIST_WORDS = "release rpm package mirror update changelog kernel build repository version".split()
+
+
+def list_digest(n: int, to: str = "readers@example.com") -> bytes:
+    """One copy of a mailing list's digest (the kind users disagree on): its own vocabulary and sender, serial `digest{n}`."""
+    rng = random.Random(f"digest-{n}-{to}")
+    body = " ".join(rng.choice(LIST_WORDS) for _ in range(40))
+    return (
+        f"From: list@news.example.net\nTo: {to}\nSubject: digest {n}\nList-Id: <news.example.net>\n"
+        f"Message-ID: <digest-{n}-{to}>\n\n{body}\ndigest{n}\n"
+    ).encode()
+
+
 def make_message(label: Label, n: int, seed: int = 0) -> bytes:
     """A distinct message (its own Message-ID and a unique token) in the label's vocabulary."""
     rng = random.Random(f"{label}-{n}-{seed}")

@@ -29,7 +29,7 @@ from spamd.frontends.milter import (
 )
 from spamd.model import Label
 from tests.attack_helpers import WellBehaved, spamctl, tag_of
-from tests.daemon_helpers import crlf, make_message, wait_until_sync
+from tests.daemon_helpers import crlf, list_digest, make_message, wait_until_sync
 from tests.postfix_helpers import (
     Postfix,
     Sink,
@@ -426,19 +426,6 @@ def test_milter_traffic_is_counted_in_metrics(postfix: Postfix, sink: Sink, spam
 # ---------------------------------------------------------------- the recipients name the user
 
 
-LIST_WORDS = "release rpm package mirror update changelog kernel build repository version".split()
-
-
-def list_copy(n: int) -> bytes:
-    """One copy of a list's digest: its own vocabulary and sender, a serial of its own."""
-    rng = random.Random(f"list-{n}")
-    body = " ".join(rng.choice(LIST_WORDS) for _ in range(40))
-    return (
-        f"From: list@news.example.net\nTo: readers@example.com\nSubject: digest {n}\nList-Id: <news.example.net>\n"
-        f"Message-ID: <list-{n}@news.example.net>\n\n{body}\nissue{n}\n"
-    ).encode()
-
-
 def test_the_recipients_user_scores_with_their_layer(postfix: Postfix, sink: Sink, spamd: Spamd, tmp_path):
     def train(user: str, label: Label, raws: list[bytes]) -> None:
         paths = []
@@ -451,16 +438,16 @@ def test_the_recipients_user_scores_with_their_layer(postfix: Postfix, sink: Sin
     for user, seed in (("alice", 31), ("bob", 32)):  # an ordinary history of both classes (a layer needs both)
         for label in (Label.SPAM, Label.HAM):
             train(user, label, [make_message(label, i, seed=seed) for i in range(3)])
-    train("alice", Label.SPAM, [list_copy(n) for n in range(8)])  # alice left the list
-    train("bob", Label.HAM, [list_copy(n) for n in range(8, 16)])  # bob reads it
-    probe = list_copy(99)
+    train("alice", Label.SPAM, [list_digest(n) for n in range(8)])  # alice left the list
+    train("bob", Label.HAM, [list_digest(n) for n in range(8, 16)])  # bob reads it
+    probe = list_digest(99)
 
     def log_odds_for(rcpts: list[str]) -> float:
         """The probe through Postfix to `rcpts`: the log-odds of the X-Spam-Status the milter had added."""
-        before = len(sink.with_subject("issue99"))
+        before = len(sink.with_subject("digest99"))
         with smtplib.SMTP("127.0.0.1", postfix.smtp_port, timeout=30) as client:
             assert client.sendmail("list@news.example.net", rcpts, crlf(probe)) == {}
-        data = sink.wait_for("issue99", count=before + 1)[before]
+        data = sink.wait_for("digest99", count=before + 1)[before]
         [status] = named(data, "X-Spam-Status")
         return float(re.search(rb"log_odds=(-?[0-9.]+)", status).group(1))  # type: ignore[union-attr]
 
@@ -468,7 +455,7 @@ def test_the_recipients_user_scores_with_their_layer(postfix: Postfix, sink: Sin
         """The user_name of this spamd process's `message_scored` lines for the probe, once there are `count`."""
 
         def probes() -> list[dict]:
-            return [e for e in spamd.events("message_scored") if e.get("message_id") == "<list-99@news.example.net>"]
+            return [e for e in spamd.events("message_scored") if e.get("message_id") == "<digest-99-readers@example.com>"]
 
         wait_until_sync(lambda: len(probes()) >= count, 10)
         return [e.get("user_name") for e in probes()]

@@ -6,7 +6,6 @@ server makes them; spamc is Debian's binary. Nothing of spamd's own is mocked.
 
 from __future__ import annotations
 
-import random
 import signal
 import smtplib
 from pathlib import Path
@@ -17,6 +16,7 @@ from tests.daemon_helpers import (
     crlf,
     folder_files,
     imap_move,
+    list_digest,
     make_message,
     wait_until_sync,
     write_config,
@@ -24,19 +24,6 @@ from tests.daemon_helpers import (
 from tests.spamc_helpers import SpamcDaemon, needs_spamc, start_spamd
 
 JUNK = ".Junk"
-NEWS_WORDS = "release rpm package mirror update changelog kernel build repository version".split()
-
-
-def newsletter(n: int, to: str) -> bytes:
-    """One copy of the disputed kind: a list's own vocabulary and sender, a serial of its own."""
-    rng = random.Random(f"news-{n}-{to}")
-    body = " ".join(rng.choice(NEWS_WORDS) for _ in range(40))
-    return (
-        f"From: list@news.example.net\nTo: {to}\nSubject: digest {n}\nList-Id: <news.example.net>\n"
-        f"Message-ID: <news-{n}-{to}>\n\n{body}\nissue{n}\n"
-    ).encode()
-
-
 def users(spamctl) -> dict[str, dict]:
     done = spamctl("users", "--json")
     assert done.returncode == 0, done.stderr
@@ -82,7 +69,7 @@ def test_two_users_opposite_moves_on_one_kind_each_get_their_way(tmp_path):
             for user, maildir in maildirs.items():
                 before = {p.name.split(":")[0] for p in folder_files(maildir) + folder_files(maildir, JUNK)}
                 with smtplib.SMTP("127.0.0.1", port, timeout=10) as client:
-                    client.sendmail("list@news.example.net", [f"{user}@example.com"], crlf(newsletter(n, f"{user}@example.com")))
+                    client.sendmail("list@news.example.net", [f"{user}@example.com"], crlf(list_digest(n, f"{user}@example.com")))
 
                 def arrived() -> tuple[Path, bool] | None:
                     for folder, junk in (("", False), (JUNK, True)):
@@ -130,11 +117,11 @@ def test_spamc_u_trains_and_scores_with_the_users_layer_and_restarts_keep_every_
                     raw = make_message(label, i, seed=len(user))
                     assert daemon.spamc("-u", user, "-L", str(label), input=raw).returncode == 0
         for n in range(6):  # alice tells the list's copies spam, bob ham
-            assert daemon.spamc("-u", "alice", "-L", "spam", input=newsletter(n, "alice@example.com")).returncode == 0
-            assert daemon.spamc("-u", "bob", "-L", "ham", input=newsletter(n, "bob@example.com")).returncode == 0
+            assert daemon.spamc("-u", "alice", "-L", "spam", input=list_digest(n, "alice@example.com")).returncode == 0
+            assert daemon.spamc("-u", "bob", "-L", "ham", input=list_digest(n, "bob@example.com")).returncode == 0
         layers = users(daemon.spamctl)
         assert layers["alice"]["trained_spam"] == 9 and layers["bob"]["trained_ham"] == 9
-        probe = newsletter(99, "list-readers@example.com")
+        probe = list_digest(99, "list-readers@example.com")
         alice, bob, nobody = (float(user_score(daemon, u, probe).split("/")[0]) for u in ("alice", "bob", "carol"))
         assert alice > nobody > bob, (alice, nobody, bob)
         scores = {u: user_score(daemon, u, probe) for u in ("alice", "bob", "carol")}
@@ -145,8 +132,8 @@ def test_spamc_u_trains_and_scores_with_the_users_layer_and_restarts_keep_every_
         assert {u: user_score(daemon, u, probe) for u in scores} == scores
 
         for n in range(6, 9):  # acknowledged, then killed before any snapshot
-            assert daemon.spamc("-u", "alice", "-L", "spam", input=newsletter(n, "alice@example.com")).returncode == 0
-            assert daemon.spamc("-u", "bob", "-L", "ham", input=newsletter(n, "bob@example.com")).returncode == 0
+            assert daemon.spamc("-u", "alice", "-L", "spam", input=list_digest(n, "alice@example.com")).returncode == 0
+            assert daemon.spamc("-u", "bob", "-L", "ham", input=list_digest(n, "bob@example.com")).returncode == 0
         layers = users(daemon.spamctl)
         scores = {u: user_score(daemon, u, probe) for u in scores}
         daemon.process.signal(signal.SIGKILL)
