@@ -11,12 +11,14 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import numpy as np
+
 from spamd.config import Config
 from spamd.gc_tuning import tune_gc_for_message_streams
 from spamd.message import parse_message, strip_own_headers, stripped_message_key
 from spamd.model import Features, MultinomialNB, Score, featurize
 from spamd.tokenize import tokenize
-from spamd.users import UserLayers, score_for_user
+from spamd.users import UserLayer, UserLayers, score_for_user
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,12 +60,18 @@ class Classifier:
             for message, tokens in zip(stripped, token_lists)
         ]
 
+    def scoring_layer(self, user_name: str | None) -> tuple[UserLayer | None, np.ndarray | None] | None:
+        """`user_name`'s layer and scoring table when mail is scored per user; None: the shared model alone."""
+        if user_name is None or self.users is None or not self.config.users.score_per_user:
+            return None
+        return self.users.for_scoring(user_name, self.config.model)
+
     def score(self, analyzed: Analyzed, user_name: str | None = None) -> Score:
         """The shared model's score, or `user_name`'s (spamd/users.py: the shared one if they trained nothing of it)."""
-        if user_name is None or self.users is None or not self.config.users.score_per_user:
+        layer = self.scoring_layer(user_name)
+        if layer is None:
             return self.model.score(analyzed.features)
-        layer, table = self.users.for_scoring(user_name, self.config.model)
-        return score_for_user(self.model, layer, table, analyzed.features)
+        return score_for_user(self.model, *layer, analyzed.features)
 
 
 # ---------------------------------------------------------------- analysis in worker processes

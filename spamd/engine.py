@@ -117,10 +117,10 @@ class Engine:
 
     def explain(self, raw: bytes, limit: int = 20, user_name: str | None = None) -> tuple[Score, list[Contribution]]:
         tokens = self.classifier.tokens(raw)
-        if user_name is None or self.users is None or not self.config.users.score_per_user:
+        layer = self.classifier.scoring_layer(user_name)
+        if layer is None:
             return self.model.explain(tokens, limit)
-        layer, table = self.users.for_scoring(user_name, self.config.model)
-        return explain_for_user(self.model, layer, table, tokens, limit)
+        return explain_for_user(self.model, *layer, tokens, limit)
 
     def train(self, raw: bytes, label: Label, source: str, user: bool = True, user_name: str | None = None) -> Outcome:
         """Train through the trainer; a person's label is also judged against spamd's remembered verdict."""
