@@ -16,7 +16,7 @@ from spamd.model import Features, Label, MultinomialNB
 from spamd.store import Ledger, Store, TrainingRecord
 from spamd.training import Outcome, Trainer
 from tests import core_helpers as h
-from spamd.users import UserLayers, UserNameError, check_user_name, recipient_name, recipients_user, score_for_user, user_ledger_key
+from spamd.users import TRIM_SLACK, UserLayer, UserLayers, UserNameError, check_user_name, recipient_name, recipients_user, score_for_user, user_ledger_key
 from spamd.classifier import Analyzed
 
 MODEL = ModelConfig(hash_bits=12)
@@ -198,3 +198,29 @@ def test_layers_score_only_when_score_per_user_is_on_and_are_kept_either_way(tmp
             engine.close()
     assert scores["off"][0] == scores["off"][1]  # off: alice scores as everyone
     assert scores["on"][0].log_odds > scores["on"][1].log_odds  # on: her moves count for her
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sets(st.integers(0, 200), min_size=1, max_size=30), st.integers(1, 5), st.sampled_from(list(Label))),
+        min_size=1,
+        max_size=25,
+    ),
+    st.integers(5, 60),
+)
+def test_a_layer_learns_and_trims_as_a_plain_table_of_counts_does(messages, max_tokens):
+    """Counts as a dict of id -> (ham, spam) would hold them; past the cap, the most counted stay (ties: larger id)."""
+    layer, reference = UserLayer(), {}
+    for ids, tf, label in ((sorted(i), tf, label) for i, tf, label in messages):
+        counts = np.full(len(ids), tf, dtype=np.uint32)
+        layer.learn(Features(np.array(ids, dtype=np.uint32), counts), label, max_tokens)
+        stored = int(MultinomialNB.stored_counts(counts)[0])
+        for i in ids:
+            reference.setdefault(i, [0, 0])[label] += stored
+        if len(reference) > max_tokens:
+            ranked = sorted(reference, key=lambda i: (sum(reference[i]), i), reverse=True)
+            reference = {i: reference[i] for i in ranked[: max_tokens - max_tokens // TRIM_SLACK]}
+        assert layer.ids.tolist() == sorted(reference)
+        assert layer.counts.T.tolist() == [reference[i] for i in sorted(reference)]
+        assert layer.token_totals.tolist() == [sum(c[k] for c in reference.values()) for k in (0, 1)]
