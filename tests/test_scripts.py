@@ -100,6 +100,21 @@ def test_compare_speed_skips_and_names_files_that_are_no_mail_message(index_with
         assert summary[key] > 0, summary
 
 
+def test_compare_speed_per_user_times_each_users_layer_and_refuses_an_index_without_users(
+    index_with_junk: Path, tmp_path: Path
+) -> None:
+    needs_bogofilter()
+    lines = index_with_junk.read_text().splitlines()
+    users = index_with_junk.with_name("users-index")
+    users.write_text("".join(f"{line} {('alice', 'bob')[n % 2]}\n" for n, line in enumerate(lines)))
+    run = run_script("compare_speed.py", str(users), "--per-user", "--rounds", "1", "--json", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(run.stdout.strip().splitlines()[-1])
+    assert summary["spamd_bulk_classify_per_user_msgs_per_s"] > 0 and summary["per_user_scoring_cost"] > 0, summary
+    refused = run_script("compare_speed.py", str(index_with_junk), "--per-user", "--rounds", "1", cwd=tmp_path)
+    assert refused.returncode == 2 and "names users" in refused.stderr
+
+
 def test_compare_bogofilter_skips_and_names_files_that_are_no_mail_message(index_with_junk: Path, tmp_path: Path) -> None:
     needs_bogofilter()
     work = tmp_path / "work"
