@@ -152,7 +152,7 @@ def main() -> int:
     parser.add_argument("--config", type=Path, help="a spamd.toml for spamctl eval (e.g. other [users] settings)")
     parser.add_argument("--feedback", default="full", help="spamctl eval's protocol: full, errors or people (with errors and people,"
                         " a user's layer starts as the corrections they make: often one class only)")
-    parser.add_argument("--cost-messages", type=int, default=2000, help="messages trained, then as many scored, for the cost")
+    parser.add_argument("--cost-messages", type=int, default=2000, help="messages trained, then as many scored, for the cost (0: no cost measured)")
     args = parser.parse_args()
     agree, disagree, n_disputed = build_indexes(args.index, args.out, args.disputed, args.seed)
     print(f"indexes: {agree}, {disagree} ({n_disputed} messages of {args.disputed} disputed)")
@@ -171,9 +171,10 @@ def main() -> int:
                           f"{min(wrong, CORRECTIONS)} corrections ({wrong} wrong of {copies})")  # fmt: skip
                 entry["disputed"] = shares
             summary[f"{name}/{how}"] = entry
-    user_us, shared_us = scoring_cost(agree, args.cost_messages)
-    print(f"scoring cost: {user_us:.1f} us/msg for a user, {shared_us:.1f} us/msg shared only ({user_us / shared_us:.2f}x)")
-    summary["cost_us"] = {"user": user_us, "shared": shared_us}
+    if args.cost_messages > 0:
+        user_us, shared_us = scoring_cost(agree, args.cost_messages)
+        print(f"scoring cost: {user_us:.1f} us/msg for a user, {shared_us:.1f} us/msg shared only ({user_us / shared_us:.2f}x)")
+        summary["cost_us"] = {"user": user_us, "shared": shared_us}
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
     return 0
 
