@@ -80,7 +80,7 @@ class Trainer:
     ) -> None:  # fmt: skip
         record = TrainingRecord(
             self.seq + 1, analyzed.key, label, previous, user, source, analyzed.features, time.time(),
-            self.model.config.hash_bits, user_name,
+            self.model.config.hash_bits, user_name, self.model.config.count_settings(),
         )
         if self.store is not None:
             self.store.append(record)  # raises StoreError and changes nothing if the disk refuses
