@@ -18,9 +18,9 @@ from spamd.classifier import Analyzed
 from spamd.addresses import redact_url
 from spamd.config import Config, ModelConfig
 from spamd.errors import CorruptStateError, StoreError, StoreUnavailableError
-from spamd.store.snapshot import check_count_settings
 from spamd.model import Label, MultinomialNB
 from spamd.store.records import Ledger
+from spamd.store.snapshot import check_count_settings
 from spamd.store.redis.connect import NOT_UNAVAILABLE, UNAVAILABLE, Script, connect, is_cluster, model_keys
 from spamd.store.redis.scripts import CLAIM_LUA, SCORE_LUA, TRAIN_LUA
 
