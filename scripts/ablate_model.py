@@ -51,7 +51,7 @@ import numpy as np
 
 from spamd.config import Config, ModelConfig
 from spamd.evaluation import IndexEntry, one_minus_roca, read_index, read_mail, say_skipped
-from spamd.families import families_of, join_families, message_sources
+from spamd.families import families_of, is_weighted, join_families, message_sources
 from spamd.message import parse_message, strip_own_headers
 from spamd.feedback import Event, Feedback, Protocol
 from spamd.model import Features, Label, MultinomialNB, Verdict, featurize
@@ -145,7 +145,7 @@ def features(config: ModelConfig, item: Analyzed, family_tables: bool) -> Featur
     return Features(
         np.concatenate([f.ids + np.uint32(place << config.hash_bits) for place, f in enumerate(parts)]),
         np.concatenate([f.counts for f in parts]),
-        np.concatenate([np.full(len(f), w) for f, w in zip(parts, weights)]) if config.weighted else None,
+        np.concatenate([np.full(len(f), w) for f, w in zip(parts, weights)]) if is_weighted(config) else None,
     )
 
 

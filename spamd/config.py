@@ -37,10 +37,8 @@ class ParserConfig:
     processes: int = -1
 
 
-# model.stored_counts: what a message adds to a token's count for tf occurrences.
-STORED_COUNTS = ("log", "binary", "log2")
-# model.ngram_chars at most: n-grams of a whole message would cost more than the rest of its analysis.
-MAX_NGRAM_CHARS = 100_000
+STORED_COUNTS = ("log", "binary", "log2")  # model.stored_counts
+MAX_NGRAM_CHARS = 100_000  # model.ngram_chars at most: n-grams of a whole message cost more than all else
 
 
 @dataclass(frozen=True)
@@ -90,12 +88,10 @@ class ModelConfig:
     # the ham in Junk, the costly error, for twice the Unsure mail.
     ham_threshold: float = 0.15
     spam_threshold: float = 0.85
-    # Feature families beside the tokenizer's (spamd/families.py), all off by default:
-    # none keeps full feedback where it is (docs/accuracy.md "Feature families and
-    # estimation"). Each changes what the counts mean, so a snapshot or Redis model
-    # built with other settings is refused (the weights only score, and may change).
-    # What a message adds to a token's count for tf occurrences: "log" round(4 log(1 + tf)),
-    # "binary" 1, "log2" round(2 log(1 + tf)).
+    # Feature families (spamd/families.py), all off: none keeps full feedback where it
+    # is (docs/accuracy.md). Each but the weights changes what the counts mean, so a
+    # model built with other settings is refused. What a message adds to a token's
+    # count for tf occurrences: "log" round(4 log(1 + tf)), "binary" 1, "log2" round(2 log(1 + tf)).
     stored_counts: str = "log"
     # The distinct character n-grams (n = 3, 4 or 5; 0: none) of the first ngram_chars
     # characters of the decoded headers and text, as tokens "g:<n-gram>".
@@ -109,19 +105,6 @@ class ModelConfig:
     ngram_weight: float = 1.0
     osb_weight: float = 1.0
 
-    def count_settings(self) -> dict[str, Any]:
-        """The settings that decide what the counts mean: kept with the model, checked at load (the weights are not)."""
-        return {
-            "stored_counts": self.stored_counts,
-            "char_ngrams": self.char_ngrams,
-            "ngram_chars": self.ngram_chars if self.char_ngrams else 0,
-            "osb": self.osb,
-        }
-
-    @property
-    def weighted(self) -> bool:
-        """Whether a family on weighs other than 1 (then features carry weights, else they need none)."""
-        return bool(self.char_ngrams and self.ngram_weight != 1.0) or (self.osb and self.osb_weight != 1.0)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from spamd.errors import SpamdError
+from spamd.families import is_weighted
 from spamd.feedback import SETTLED, Event, Feedback, Protocol
 from spamd.message import looks_like_message, read_message_file
 from spamd.model import Label, Verdict
@@ -273,7 +274,7 @@ def _read_and_analyze(classifier: "Classifier", paths: list[str]) -> AnalyzedChu
         np.concatenate([f.counts for f in features]) if features else np.zeros(0, np.uint32),
         np.array([len(f.ids) for f in features], dtype=np.int64),
         failed,
-        np.concatenate([f.weights for f in features]) if features and classifier.config.model.weighted else None,
+        np.concatenate([f.weights for f in features]) if features and is_weighted(classifier.config.model) else None,
     )
 
 

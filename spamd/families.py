@@ -36,6 +36,21 @@ OSB_TEXT_CHARS = 16_000
 Family = tuple[list[str], float]
 
 
+def count_settings(config: ModelConfig) -> dict[str, object]:
+    """The settings that decide what the counts mean: kept with the model and checked at load (the weights are not)."""
+    return {
+        "stored_counts": config.stored_counts,
+        "char_ngrams": config.char_ngrams,
+        "ngram_chars": config.ngram_chars if config.char_ngrams else 0,
+        "osb": config.osb,
+    }
+
+
+def is_weighted(config: ModelConfig) -> bool:
+    """Whether a family switched on weighs other than 1 (then features carry weights; else none are made)."""
+    return bool(config.char_ngrams and config.ngram_weight != 1.0) or (config.osb and config.osb_weight != 1.0)
+
+
 def osb_tokens(body_words: list[str], reach: int = OSB_REACH) -> list[str]:
     """Word pairs at distance 1..reach, the distance in the token: "osb2:free money" for "free cash money"."""
     tokens: list[str] = []
@@ -82,7 +97,7 @@ def with_families(tokens: list[str], msg: ParsedMessage, config: ModelConfig) ->
 def join_families(tokens: list[str], families: list[Family], config: ModelConfig) -> tuple[list[str], np.ndarray | None]:
     """`tokens` and the families' tokens as one list, with per-token weights when a weight is not 1."""
     joined = tokens + [t for family, _ in families for t in family]
-    if not config.weighted:
+    if not is_weighted(config):
         return joined, None
     weights = np.repeat([1.0, *[w for _, w in families]], [len(tokens), *[len(f) for f, _ in families]])
     return joined, weights
@@ -99,6 +114,6 @@ def token_weight(token: str, config: ModelConfig) -> float:
 
 def token_weights(tokens: list[str], config: ModelConfig) -> np.ndarray | None:
     """Per-token weights of a token list (for explain, which has only the tokens); None while every weight is 1."""
-    if not config.weighted:
+    if not is_weighted(config):
         return None
     return np.array([token_weight(t, config) for t in tokens], dtype=np.float64)

@@ -17,7 +17,7 @@ from spamd.classifier import Classifier
 from spamd.config import Config, ModelConfig, UsersConfig, load_config
 from spamd.engine import Engine
 from spamd.errors import ConfigError, CorruptStateError
-from spamd.families import char_ngram_tokens, families_of, join_families, osb_tokens, token_weights
+from spamd.families import char_ngram_tokens, families_of, is_weighted, join_families, osb_tokens, token_weights
 from spamd.model import Label, MultinomialNB, featurize, features_of
 from spamd.store import Ledger
 from spamd.store.snapshot import decode_snapshot, encode_snapshot
@@ -199,7 +199,7 @@ def test_family_keys_load():
     finally:
         path.unlink()
     assert (model.stored_counts, model.char_ngrams, model.ngram_chars, model.osb, model.osb_weight) == ("log2", 4, 2000, True, 0.3)
-    assert model.weighted and not ModelConfig(char_ngrams=4).weighted and not ModelConfig(ngram_weight=0.3).weighted
+    assert is_weighted(model) and not is_weighted(ModelConfig(char_ngrams=4)) and not is_weighted(ModelConfig(ngram_weight=0.3))
 
 
 # ---------------------------------------------------------------- snapshots and journal

@@ -9,6 +9,7 @@ import msgpack
 import numpy as np
 
 from spamd.config import ModelConfig
+from spamd.families import count_settings
 from spamd.model import Features, Label, MultinomialNB
 from spamd.users import UserLayers, check_user_name, user_ledger_key
 
@@ -89,7 +90,7 @@ class TrainingRecord:
         return _DEFAULT_COUNT_SETTINGS if self.count_settings is None else self.count_settings
 
 
-_DEFAULT_COUNT_SETTINGS = ModelConfig().count_settings()
+_DEFAULT_COUNT_SETTINGS = count_settings(ModelConfig())
 
 
 class Ledger:

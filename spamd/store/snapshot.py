@@ -12,6 +12,7 @@ import numpy as np
 
 from spamd.config import ModelConfig, UsersConfig
 from spamd.errors import CorruptStateError
+from spamd.families import count_settings
 from spamd.model import Label, MultinomialNB
 from spamd.store.records import Ledger
 from spamd.users import UserLayers
@@ -63,7 +64,7 @@ def encode_snapshot(
             "hash_bits": model.config.hash_bits,
             # What the counts mean ([model] stored_counts and the families): an older
             # snapshot without it was built with the defaults.
-            "count_settings": model.config.count_settings(),
+            "count_settings": count_settings(model.config),
             "rows": rows,
             "token_totals": _pack_array(model.token_totals),
             "doc_totals": _pack_array(model.doc_totals),
@@ -104,7 +105,7 @@ def check_count_settings(
     stored: object, model_config: ModelConfig, where: str, remedy: str = "move the state directory aside and retrain"
 ) -> None:
     """CorruptStateError unless the model at `where` was built with the config's [model] count settings."""
-    wanted = model_config.count_settings()
+    wanted = count_settings(model_config)
     if stored == wanted:
         return
     if not isinstance(stored, dict):
@@ -143,7 +144,7 @@ def decode_snapshot(
                 f"{where}: built with model.hash_bits = {d['hash_bits']}, the config says "
                 f"{model_config.hash_bits}; set it back, or move the state directory aside and retrain"
             )
-        check_count_settings(d.get("count_settings", ModelConfig().count_settings()), model_config, where)
+        check_count_settings(d.get("count_settings", count_settings(ModelConfig())), model_config, where)
         model = MultinomialNB(model_config)
         for label in Label:
             ids = _unpack_array(d["rows"][str(label)]["ids"]).astype(np.int64)

@@ -18,6 +18,7 @@ from spamd.classifier import Analyzed
 from spamd.addresses import redact_url
 from spamd.config import Config, ModelConfig
 from spamd.errors import CorruptStateError, StoreError, StoreUnavailableError
+from spamd.families import count_settings
 from spamd.model import Label, MultinomialNB
 from spamd.store.records import Ledger
 from spamd.store.snapshot import check_count_settings
@@ -92,7 +93,7 @@ class RedisState:
         """Claim the model's bucket space and count settings, or refuse one built with another `model.hash_bits` or families."""
         model = self.config.model
         bits = model.hash_bits
-        mine, defaults = (json.dumps(m.count_settings(), sort_keys=True) for m in (model, ModelConfig()))
+        mine, defaults = (json.dumps(count_settings(m), sort_keys=True) for m in (model, ModelConfig()))
         stored, settings = self.call("the start-up check", lambda: self._claim(keys=[self.totals], args=[bits, mine, defaults]))
         where = f"Redis at {self.url} (prefix {self.config.redis.prefix!r})"
         if int(stored) != bits:
@@ -187,7 +188,7 @@ class RedisState:
                 "tokens:0": int(model.token_totals[0]), "tokens:1": int(model.token_totals[1]),
                 "docs:0": int(model.doc_totals[0]), "docs:1": int(model.doc_totals[1]),
                 "distinct": int(model.distinct), "seq": seq, "hash_bits": model.config.hash_bits,
-                "count_settings": json.dumps(model.config.count_settings(), sort_keys=True),
+                "count_settings": json.dumps(count_settings(model.config), sort_keys=True),
             })  # fmt: skip
             items = list(ledger.as_dict().items())
             for start in range(0, len(items), chunk):
