@@ -21,6 +21,7 @@ from spamd.families import char_ngram_tokens, families_of, is_weighted, join_fam
 from spamd.model import Label, MultinomialNB, featurize, features_of
 from spamd.store import Ledger
 from spamd.store.snapshot import decode_snapshot, encode_snapshot
+from spamd.training import Trainer
 from spamd.users import UserLayers, _overrides, score_for_user
 from tests import core_helpers as h
 from tests.cli_helpers import HAM, SPAM, run_spamctl
@@ -329,3 +330,18 @@ def test_a_redis_model_trained_before_the_settings_were_kept_counts_as_the_defau
     with pytest.raises(CorruptStateError, match="model.char_ngrams = 0"):
         Engine.open(with_redis(dataclasses.replace(h.small_config(tmp_path / "b"), model=REDIS_FAMILIES), redis_url))
     Engine.open(with_redis(h.small_config(tmp_path / "c", hash_bits=16), redis_url)).close()
+
+
+def test_a_users_layer_stores_counts_as_the_shared_model_does():
+    """The layer's counts are compared with the shared model's (everyone else's = shared - hers): the same stored_counts."""
+    config = ModelConfig(hash_bits=12, stored_counts="binary", osb=True)
+    classifier = Classifier(Config(model=config), None)  # type: ignore[arg-type]
+    trainer = Trainer(MultinomialNB(config), Ledger(100), None, users=UserLayers(UsersConfig()))
+    analyzed = classifier.analyze(b"Subject: cash cash cash\n\nfree free money money money\n")
+    trainer.train(analyzed, Label.SPAM, "test", user_name="alice")
+    layer = trainer.users.layers["alice"]
+    assert np.array_equal(layer.ids, analyzed.features.ids)
+    assert np.array_equal(layer.counts[Label.SPAM], trainer.model.counts[Label.SPAM, analyzed.features.ids])
+    assert set(layer.counts[Label.SPAM].tolist()) == {1} and np.array_equal(layer.token_totals, trainer.model.token_totals)
+    trainer.untrain(analyzed, "test", user_name="alice")
+    assert "alice" not in trainer.users.layers and not trainer.model.counts.any()
