@@ -75,8 +75,9 @@ def featurize(tokens: list[str], hash_bits: int, weights: np.ndarray | None = No
     """Token strings -> unique bucket ids with counts (colliding tokens merge).
 
     With per-token `weights`, a bucket weighs as its heaviest token: a tokenizer token
-    that shares a bucket with an n-gram keeps its weight of 1 (unmeasured; with the
-    n-grams and pairs on, a message has about one such bucket in 2**22).
+    that shares a bucket with an n-gram keeps its weight of 1 (unmeasured: with the
+    n-grams and pairs on, about one pair of a message's ~2,400 tokens shares a bucket
+    of 2**22).
     """
     try:
         # map() keeps the per-token loop in C; hashing every token and counting the
