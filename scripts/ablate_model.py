@@ -1,16 +1,17 @@
 #!/usr/bin/env python3
 """Feature families and estimation choices of the naive Bayes, each measured on every stream under full and errors-only feedback.
 
-The candidates a top-tier TREC filter suggests, tried inside spamd's multinomial NB:
-binary (presence) or other stored counts instead of round(4 log(1 + tf)); hashed
-character n-grams of the first N characters of the decoded headers and text;
-orthogonal sparse bigrams (word pairs at distance 1-4, the gap in the feature) of
-the body; each family weighted; the smoothing and the evidence prior. The messages
-are parsed and tokenized by spamd's own code once per stream (cached under
---work); each candidate is then an online run of the same count arithmetic as
-spamd.model (featurize, token_log_odds, the verdict thresholds), with each extra
-family hashed into a table of its own beside the tokens' so that a weight can be
-given per family. The feedback is spamd.feedback's, as `spamctl eval --feedback`
+The candidates a top-tier TREC filter suggests, tried inside spamd's multinomial NB,
+each a set of [model] settings: binary (presence) or other stored counts instead of
+round(4 log(1 + tf)); hashed character n-grams of the first N characters of the
+decoded headers and text; orthogonal sparse bigrams (word pairs at distance 1-4, the
+gap in the feature) of the body; each family weighted (spamd/families.py); the
+smoothing and the evidence prior. The messages are parsed and tokenized by spamd's
+own code once per stream (cached under --work, with the decoded headers and text the
+families read); each candidate is then an online run of spamd.model's MultinomialNB
+(learn_one, score) on the families of spamd.families, hashed into the one table as
+spamd hashes them, or with --family-tables each family into a table of its own (what
+the collisions between families cost). The feedback is spamd.feedback's, as `spamctl eval --feedback`
 gives it: `full`, every message trained with its gold label after it is scored
 (TREC); `errors`, only the messages whose verdict was wrong or Unsure; `people`, the
 simulated mailbox owner (seed 1), who corrects some mistakes late and sorts half of
@@ -26,6 +27,9 @@ rewritten into spamd.variants' derived streams (what the defaults are chosen on)
         ../shared/corpora/trec07p-dev/full/index ../shared/corpora/spamassassin/index
     python scripts/ablate_model.py --candidates binary,cng4-w0.3 ~/mail/index
 
+The n-grams are read from at most 8,000 characters of headers and 16,000 of text
+(what the cache keeps): the same as spamd for ngram_chars up to 8,000.
+
 Files of an index that are no mail message (empty, binary) or cannot be read are
 named on stderr and left out. Takes 2-3 minutes a candidate for both corpora and
 their 18 derived streams on 2 cores, once the streams are cached.
@@ -39,7 +43,7 @@ import math
 import pickle
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing import Pool
 from pathlib import Path
 
@@ -47,10 +51,11 @@ import numpy as np
 
 from spamd.config import Config, ModelConfig
 from spamd.evaluation import IndexEntry, one_minus_roca, read_index, read_mail, say_skipped
+from spamd.families import families_of, is_weighted, join_families, message_sources
 from spamd.message import parse_message, strip_own_headers
 from spamd.feedback import Event, Feedback, Protocol
-from spamd.model import Label, MultinomialNB, Verdict, featurize, token_log_odds, verdict_of
-from spamd.tokenize import tokenize, words
+from spamd.model import Features, Label, MultinomialNB, Verdict, featurize
+from spamd.tokenize import tokenize
 from spamd.variants import VARIANTS, write_variant
 
 # What an analyzed message keeps for every candidate: its tokens, and the decoded
@@ -61,35 +66,31 @@ Analyzed = tuple[list[str], str, str]
 @dataclass(frozen=True)
 class Candidate:
     name: str
-    stored: str = "log"  # log: round(4 log(1 + tf)); binary: 1; log2: round(2 log(1 + tf))
-    char_ngrams: int = 0  # n of the character n-grams (0: none)
-    ngram_chars: int = 3000  # ... over the first this many characters of headers + text
-    osb: bool = False  # orthogonal sparse bigrams of the body's words
-    ngram_weight: float = 1.0
-    osb_weight: float = 1.0
-    model: dict[str, float] = field(default_factory=dict)  # ModelConfig overrides
+    model: dict[str, object] = field(default_factory=dict)  # ModelConfig overrides
 
 
 CANDIDATES = [
     Candidate("default"),
-    Candidate("binary", stored="binary"),
-    Candidate("log2", stored="log2"),
-    Candidate("osb", osb=True),
-    Candidate("osb-w0.3", osb=True, osb_weight=0.3),
-    Candidate("cng4", char_ngrams=4),
-    Candidate("cng4-w0.3", char_ngrams=4, ngram_weight=0.3),
-    Candidate("cng3-w0.3", char_ngrams=3, ngram_weight=0.3),
-    Candidate("cng5-w0.3", char_ngrams=5, ngram_weight=0.3),
-    Candidate("osb+cng4-w0.3", osb=True, osb_weight=0.3, char_ngrams=4, ngram_weight=0.3),
-    Candidate("alpha0.1", model={"alpha": 0.1}),
-    Candidate("evidence6", model={"evidence_prior": 6.0}),
-    Candidate("evidence9", model={"evidence_prior": 9.0}),
-    Candidate("alpha0.1-evidence6", model={"alpha": 0.1, "evidence_prior": 6.0}),
+    Candidate("binary", {"stored_counts": "binary"}),
+    Candidate("log2", {"stored_counts": "log2"}),
+    Candidate("osb", {"osb": True}),
+    Candidate("osb-w0.3", {"osb": True, "osb_weight": 0.3}),
+    Candidate("cng4", {"char_ngrams": 4}),
+    Candidate("cng4-w0.3", {"char_ngrams": 4, "ngram_weight": 0.3}),
+    Candidate("cng3-w0.3", {"char_ngrams": 3, "ngram_weight": 0.3}),
+    Candidate("cng5-w0.3", {"char_ngrams": 5, "ngram_weight": 0.3}),
+    Candidate("osb+cng4-w0.3", {"osb": True, "osb_weight": 0.3, "char_ngrams": 4, "ngram_weight": 0.3}),
+    # The same in four times the buckets: the families' collisions with the tokens, thinned.
+    Candidate("osb+cng4-w0.3-bits24", {"osb": True, "osb_weight": 0.3, "char_ngrams": 4, "ngram_weight": 0.3, "hash_bits": 24}),
+    Candidate("alpha0.1", {"alpha": 0.1}),
+    Candidate("evidence6", {"evidence_prior": 6.0}),
+    Candidate("evidence9", {"evidence_prior": 9.0}),
+    Candidate("alpha0.1-evidence6", {"alpha": 0.1, "evidence_prior": 6.0}),
     # The table's size: more collisions in fewer buckets (the default is 22: 32 MiB).
-    Candidate("hash_bits16", model={"hash_bits": 16}),
-    Candidate("hash_bits18", model={"hash_bits": 18}),
-    Candidate("hash_bits20", model={"hash_bits": 20}),
-    Candidate("hash_bits24", model={"hash_bits": 24}),
+    Candidate("hash_bits16", {"hash_bits": 16}),
+    Candidate("hash_bits18", {"hash_bits": 18}),
+    Candidate("hash_bits20", {"hash_bits": 20}),
+    Candidate("hash_bits24", {"hash_bits": 24}),
 ]
 _BY_NAME = {c.name: c for c in CANDIDATES}
 _CONFIG = Config()
@@ -100,8 +101,8 @@ def analyze(path: str) -> Analyzed | str:
     if raw is None:
         return why
     msg = parse_message(strip_own_headers(raw), _CONFIG.parser)
-    head = "\n".join(f"{name}: {value}" for name, value in msg.headers)
-    return tokenize(msg), head[:8000], "\n".join(msg.texts)[:16000]
+    head, text = message_sources(msg)
+    return tokenize(msg), head[:8000], text[:16000]
 
 
 def cached_stream(index: Path, work: Path) -> tuple[Path, int]:
@@ -132,84 +133,59 @@ def stream_name(index: Path) -> str:
     return parts[-1] if index.name == "index" else index.name
 
 
-def osb_tokens(body_words: list[str], reach: int = 4) -> list[str]:
-    """Word pairs at distance 1..reach, the distance in the feature (CRM114's OSB)."""
-    return [f"osb{d}:{a} {body_words[i + d]}" for i, a in enumerate(body_words) for d in range(1, reach + 1) if i + d < len(body_words)]
-
-
-def families(candidate: Candidate, item: Analyzed) -> list[tuple[list[str], float]]:
+def features(config: ModelConfig, item: Analyzed, family_tables: bool) -> Features:
+    """The message's features under `config`'s families: in the one table as spamd makes them, or a table per family."""
     tokens, head, text = item
-    found = [(tokens, 1.0)]
-    if candidate.osb:
-        found.append((osb_tokens(words(text)[:500]), candidate.osb_weight))
-    if candidate.char_ngrams:
-        source, n = (head + "\n" + text)[: candidate.ngram_chars], candidate.char_ngrams
-        found.append((["g:" + g for g in {source[i : i + n] for i in range(len(source) - n + 1)}], candidate.ngram_weight))
-    return found
+    families = families_of(head, text, config)
+    if not family_tables or not families:
+        joined, weights = join_families(tokens, families, config)
+        return featurize(joined, config.hash_bits, weights)
+    parts = [featurize(tokens, config.hash_bits), *(featurize(found, config.hash_bits) for found, _ in families)]
+    weights = [1.0, *(weight for _, weight in families)]
+    return Features(
+        np.concatenate([f.ids + np.uint32(place << config.hash_bits) for place, f in enumerate(parts)]),
+        np.concatenate([f.counts for f in parts]),
+        np.concatenate([np.full(len(f), w) for f, w in zip(parts, weights)]) if is_weighted(config) else None,
+    )
 
 
-def stored_counts(candidate: Candidate, counts: np.ndarray) -> np.ndarray:
-    if candidate.stored == "binary":
-        return np.ones_like(counts)
-    if candidate.stored == "log2":
-        return np.maximum(1, np.rint(2 * np.log1p(counts))).astype(np.uint32)
-    return MultinomialNB.stored_counts(counts)
-
-
-def run(candidate: Candidate, stream: list[tuple[bool, Analyzed]], protocol: str) -> tuple[float, int]:
+def run(candidate: Candidate, stream: list[tuple[bool, Analyzed]], protocol: str, family_tables: bool = False) -> tuple[float, int, float]:
     """One online run under `protocol` (spamd.feedback's full, errors or people, seed 1): (1-ROCA)%, trained, Unsure%."""
-    config = ModelConfig(**candidate.model)
-    bits = config.hash_bits
-    n_families = 1 + candidate.osb + bool(candidate.char_ngrams)
-    counts = np.zeros((2, n_families << bits), np.uint32)  # one table per family, side by side
-    token_totals, doc_totals, distinct = np.zeros(2, np.int64), np.zeros(2, np.int64), 0
+    config = ModelConfig(**candidate.model)  # type: ignore[arg-type]
+    tables = 1 + config.osb + bool(config.char_ngrams) if family_tables else 1
+    # A table per family, side by side: 2 more bits of buckets hold up to four.
+    model = MultinomialNB(replace(config, hash_bits=config.hash_bits + 2) if tables > 1 else config)
     scores, labels = np.empty(len(stream)), np.empty(len(stream), bool)
     trained = unsure = 0
     feedback = Feedback(Protocol(feedback=protocol))
-    waiting: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    waiting: dict[int, Features] = {}
 
     def learn(event: Event) -> None:
-        nonlocal distinct, trained
-        ids, message_counts = waiting[event.message]
+        nonlocal trained
+        message = waiting[event.message]
         if not feedback.waits_for(event.message):
             del waiting[event.message]
-        label = int(event.label)
-        added = stored_counts(candidate, message_counts)
-        both = counts.take(ids, axis=1)
-        distinct += len(ids) - int(np.count_nonzero(both[0] | both[1]))
-        counts[label][ids] = both[label] + added
-        token_totals[label] += int(added.sum())
-        doc_totals[label] += 1
+        model.learn_one(message, Label(int(event.label)))
         trained += 1
 
     for number, (is_spam, item) in enumerate(stream):
         for event in feedback.due(number):  # each message is labelled at most once here: no ledger needed
             learn(event)
-        ids_parts, count_parts, weight_parts = [], [], []
-        for place, (tokens, weight) in enumerate(families(candidate, item)):
-            features = featurize(tokens, bits)
-            ids_parts.append(features.ids.astype(np.int64) + (place << bits))
-            count_parts.append(features.counts)
-            weight_parts.append(np.full(len(features.ids), weight))
-        ids, weights = np.concatenate(ids_parts), np.concatenate(weight_parts)
-        score = 0.0
-        if len(ids) and doc_totals.all():
-            log_odds = token_log_odds(config, counts.take(ids, axis=1), token_totals, distinct)
-            score = float((log_odds * weights).sum()) / (weights.sum() + config.neutral_tokens)
-        scores[number], labels[number] = score, is_spam
-        verdict = verdict_of(config, score).verdict
-        unsure += verdict is Verdict.UNSURE
-        waiting[number] = (ids, np.concatenate(count_parts))
-        for event in feedback.observe(number, Label(int(is_spam)), verdict, score):
+        message = features(config, item, tables > 1)
+        score = model.score(message)
+        scores[number], labels[number] = score.log_odds, is_spam
+        unsure += score.verdict is Verdict.UNSURE
+        waiting[number] = message
+        for event in feedback.observe(number, Label(int(is_spam)), score.verdict, score.log_odds):
             learn(event)
         if not feedback.waits_for(number):
             waiting.pop(number, None)
     return one_minus_roca(scores, labels), trained, 100.0 * unsure / max(1, len(stream))
 
 
-def _job(task: tuple[Candidate, str, Path, str]) -> tuple[str, str, str, float, int, float]:
-    candidate, protocol, cache, name = task
-    return (candidate.name, protocol, name, *run(candidate, pickle.loads(cache.read_bytes()), protocol))
+def _job(task: tuple[Candidate, str, Path, str, bool]) -> tuple[str, str, str, float, int, float]:
+    candidate, protocol, cache, name, family_tables = task
+    return (candidate.name, protocol, name, *run(candidate, pickle.loads(cache.read_bytes()), protocol, family_tables))
 
 
 def main() -> int:
@@ -218,6 +194,8 @@ def main() -> int:
     parser.add_argument("--variants", default="original", help="comma-separated names from spamd.variants, or 'all'")
     parser.add_argument("--candidates", default="all", help="comma-separated candidate names (the default is always run)")
     parser.add_argument("--feedback", default="full,errors,people", help="comma-separated: full, errors, people (seed 1)")
+    parser.add_argument("--family-tables", action="store_true",
+                        help="hash each family into a table of its own (spamd hashes them all into one)")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "spamd-ablate-model")
     args = parser.parse_args()
     names = list(_BY_NAME) if args.candidates == "all" else ["default", *[n for n in args.candidates.split(",") if n != "default"]]
@@ -239,7 +217,7 @@ def main() -> int:
             name = stream_name(index) + ("" if variant == "original" else f", {variant}")
             caches.append((name, cache))
             print(f"analyzed {name}: {size} messages", file=sys.stderr)
-    tasks = [(_BY_NAME[n], p, cache, name) for n in names for p in protocols for name, cache in caches]
+    tasks = [(_BY_NAME[n], p, cache, name, args.family_tables) for n in names for p in protocols for name, cache in caches]
     results: dict[tuple[str, str, str], tuple[float, int, float]] = {}
     with Pool(2) as pool:
         for candidate, protocol, name, roca, trained, unsure in pool.imap_unordered(_job, tasks):

@@ -14,8 +14,9 @@ interpreter (no fork of a threaded daemon) that exits when the daemon's end of
 its socket closes, SIGKILL of the daemon included.
 
 The frames are spamd.helper_processes'. The configuration is pickle((ParserConfig,
-hash_bits)); work is the message's bytes; an answer is b"A" + key length (2 bytes) +
-key + ids + counts (uint32 each), or b"E" + the error's text.
+ModelConfig)); work is the message's bytes; an answer is b"A" + key length (2 bytes) +
+key + ids + counts (uint32 each), b"W" the same + the ids' family weights (float64,
+when a [model] family weighs other than 1), or b"E" + the error's text.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import sys
 import numpy as np
 
 from spamd.classifier import Analyzed, Classifier, usable_cores
-from spamd.config import Config, ModelConfig
+from spamd.config import Config
 from spamd.gc_tuning import tune_gc_for_message_streams
 from spamd.helper_processes import HelperProcesses, HelperUnavailable, frame, frames, ignore_stop_signals
 from spamd.model import Features
@@ -62,10 +63,10 @@ class AnalysisProcesses(HelperProcesses[Analyzed]):
         self.config = config
 
     def configuration(self) -> bytes:
-        return pickle.dumps((self.config.parser, self.config.model.hash_bits))
+        return pickle.dumps((self.config.parser, self.config.model))
 
     def reconfigure(self, config: Config) -> None:
-        """New parser caps for the helpers (hash_bits never changes while running)."""
+        """New parser caps and family weights for the helpers (hash_bits and the families never change while running)."""
         self.config = config
         self.send_configuration()
 
@@ -74,32 +75,37 @@ class AnalysisProcesses(HelperProcesses[Analyzed]):
         return await self.request(raw)
 
     def decode(self, kind: bytes, payload: bytes) -> Analyzed | BaseException:
-        if kind == b"A":
-            return _decode_analyzed(payload)
+        if kind in (b"A", b"W"):
+            return _decode_analyzed(payload, weighted=kind == b"W")
         return AnalysisUnavailable(payload.decode("utf-8", "replace"))
 
 
-def _encode_analyzed(analyzed: Analyzed) -> bytes:
+def _encode_answer(ident: int, analyzed: Analyzed) -> tuple[bytes, int, bytes]:
+    """The answer's frame: kind (b"A", or b"W" with weights), id and payload."""
     features = analyzed.features
-    return b"".join(
-        (
-            _KEY_LENGTH.pack(len(analyzed.key)),
-            analyzed.key,
-            features.ids.astype(np.uint32, copy=False).tobytes(),
-            features.counts.astype(np.uint32, copy=False).tobytes(),
-        )
-    )
+    parts = [
+        _KEY_LENGTH.pack(len(analyzed.key)),
+        analyzed.key,
+        features.ids.astype(np.uint32, copy=False).tobytes(),
+        features.counts.astype(np.uint32, copy=False).tobytes(),
+    ]
+    if features.weights is None:
+        return b"A", ident, b"".join(parts)
+    # float64, as the loop's own analysis holds them: the same score either way, to the bit.
+    return b"W", ident, b"".join([*parts, features.weights.astype(np.float64, copy=False).tobytes()])
 
 
-def _decode_analyzed(payload: bytes) -> Analyzed:
+def _decode_analyzed(payload: bytes, weighted: bool = False) -> Analyzed:
     (key_length,) = _KEY_LENGTH.unpack_from(payload)
     start = _KEY_LENGTH.size + key_length
     key = payload[_KEY_LENGTH.size : start]
     arrays = np.frombuffer(payload, dtype=np.uint32, offset=start)
-    if len(arrays) % 2:
-        raise ValueError("an analysis answer of odd length")
-    half = len(arrays) // 2
-    return Analyzed(key, Features(arrays[:half], arrays[half:]))
+    words = 4 if weighted else 2  # uint32 words per id: id, count (and a float64 weight)
+    if len(arrays) % words:
+        raise ValueError("an analysis answer of the wrong length")
+    n = len(arrays) // words
+    weights = np.frombuffer(payload, dtype=np.float64, offset=start + 8 * n) if weighted else None
+    return Analyzed(key, Features(arrays[:n], arrays[n : 2 * n], weights))
 
 
 # ---------------------------------------------------------------- the helper's side
@@ -119,13 +125,13 @@ def serve(sock: socket.socket) -> None:
         answers: list[bytes] = []
         for kind, ident, payload in batch:
             if kind == b"C":
-                parser, hash_bits = pickle.loads(payload)  # from the daemon that started us, over a private socket
-                classifier = Classifier(Config(parser=parser, model=ModelConfig(hash_bits=hash_bits)), None)  # type: ignore[arg-type]
+                parser, model = pickle.loads(payload)  # from the daemon that started us, over a private socket
+                classifier = Classifier(Config(parser=parser, model=model), None)  # type: ignore[arg-type]
                 answers.append(frame(b"R", 0))
                 continue
             try:
                 assert classifier is not None, "a message before the configuration"
-                answers.append(frame(b"A", ident, _encode_analyzed(classifier.analyze(payload))))
+                answers.append(frame(*_encode_answer(ident, classifier.analyze(payload))))
             except Exception as e:  # the loop analyzes it again and reports what happens there
                 answers.append(frame(b"E", ident, f"{type(e).__name__}: {e}".encode()))
         try:

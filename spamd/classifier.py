@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from spamd.config import Config
+from spamd.families import with_families
 from spamd.gc_tuning import tune_gc_for_message_streams
 from spamd.message import parse_message, strip_own_headers, stripped_message_key
 from spamd.model import Features, MultinomialNB, Score, featurize
@@ -36,7 +37,9 @@ class Classifier:
         self.users = users  # per-user layers (None: the store keeps none, as Redis)
 
     def tokens(self, raw: bytes) -> list[str]:
-        return tokenize(parse_message(strip_own_headers(raw), self.config.parser))
+        """The message's tokens, the families' ([model] char_ngrams, osb) after the tokenizer's."""
+        message = parse_message(strip_own_headers(raw), self.config.parser)
+        return with_families(tokenize(message), message, self.config.model)[0]
 
     def analyze(self, raw: bytes) -> Analyzed:
         return self.analyze_many([raw])[0]
@@ -53,11 +56,11 @@ class Classifier:
         """
         stripped = [strip_own_headers(raw) for raw in raws]  # once: for the key and for the tokens
         parsed = [parse_message(message, self.config.parser) for message in stripped]
-        token_lists = [tokenize(message) for message in parsed]
-        hash_bits = self.config.model.hash_bits
+        model = self.config.model
+        token_lists = [with_families(tokenize(message), message, model) for message in parsed]
         return [
-            Analyzed(stripped_message_key(message), featurize(tokens, hash_bits))
-            for message, tokens in zip(stripped, token_lists)
+            Analyzed(stripped_message_key(message), featurize(tokens, model.hash_bits, weights))
+            for message, (tokens, weights) in zip(stripped, token_lists)
         ]
 
     def scoring_layer(self, user_name: str | None) -> tuple[UserLayer | None, np.ndarray | None] | None:

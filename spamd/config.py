@@ -37,6 +37,10 @@ class ParserConfig:
     processes: int = -1
 
 
+STORED_COUNTS = ("log", "binary", "log2")  # model.stored_counts
+MAX_NGRAM_CHARS = 100_000  # model.ngram_chars at most: n-grams of a whole message cost more than all else
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """The naive Bayes model and its verdict thresholds."""
@@ -84,6 +88,23 @@ class ModelConfig:
     # the ham in Junk, the costly error, for twice the Unsure mail.
     ham_threshold: float = 0.15
     spam_threshold: float = 0.85
+    # Feature families (spamd/families.py), all off: none keeps full feedback where it
+    # is (docs/accuracy.md). Each but the weights changes what the counts mean, so a
+    # model built with other settings is refused. What a message adds to a token's
+    # count for tf occurrences: "log" round(4 log(1 + tf)), "binary" 1, "log2" round(2 log(1 + tf)).
+    stored_counts: str = "log"
+    # The distinct character n-grams (n = 3, 4 or 5; 0: none) of the first ngram_chars
+    # characters of the decoded headers and text, as tokens "g:<n-gram>".
+    char_ngrams: int = 0
+    ngram_chars: int = 3000
+    # Orthogonal sparse bigrams of the body's first 500 words: pairs at distance 1-4,
+    # the distance in the token ("osb2:free money").
+    osb: bool = False
+    # How much each family's log-odds weigh in the message's mean (and in its
+    # denominator); the tokenizer's own tokens weigh 1.
+    ngram_weight: float = 1.0
+    osb_weight: float = 1.0
+
 
 
 @dataclass(frozen=True)
@@ -399,6 +420,16 @@ def _validate(config: Config, source: str) -> None:
         problems.append("model.neutral_tokens must be >= 0")
     if not 0.0 <= m.ham_threshold <= m.spam_threshold <= 1.0:
         problems.append("need 0 <= model.ham_threshold <= model.spam_threshold <= 1")
+    if m.stored_counts not in STORED_COUNTS:
+        problems.append(f"model.stored_counts must be one of {', '.join(STORED_COUNTS)}, got {m.stored_counts!r}")
+    if m.char_ngrams not in (0, 3, 4, 5):
+        problems.append(f"model.char_ngrams must be 0 (off), 3, 4 or 5, got {m.char_ngrams}")
+    if not 1 <= m.ngram_chars <= MAX_NGRAM_CHARS:
+        problems.append(f"model.ngram_chars must be between 1 and {MAX_NGRAM_CHARS}, got {m.ngram_chars}")
+    for name in ("ngram_weight", "osb_weight"):
+        weight = getattr(m, name)
+        if not (math.isfinite(weight) and 0 < weight <= 10):
+            problems.append(f"model.{name} must be above 0 and at most 10, got {weight}")
     if min(p.max_bytes, p.max_parts, p.max_depth, p.max_text_chars) < 1:
         problems.append("parser limits must be >= 1")
     if not -1 <= p.processes <= 64:

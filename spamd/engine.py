@@ -85,8 +85,9 @@ class Engine:
     def reconfigure(self, config: Config) -> None:
         """Apply a reloaded config's live settings: thresholds, smoothing, parser caps, snapshot policy.
 
-        Does not resize the model or move the state: the caller keeps `hash_bits`,
-        `data_dir` and the store settings unchanged (they need a restart).
+        Does not resize the model or move the state: the caller keeps `hash_bits`, the
+        families' count settings (spamd/families.py), `data_dir` and the store settings
+        unchanged (they need a restart); the families' weights apply at once.
         """
         self.config = config
         self.classifier.config = config

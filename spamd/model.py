@@ -16,6 +16,7 @@ import numpy as np
 import xxhash
 
 from spamd.config import ModelConfig
+from spamd.families import token_weights
 
 
 class Label(IntEnum):
@@ -38,10 +39,12 @@ class Verdict(str, Enum):
 
 @dataclass(frozen=True, slots=True)
 class Features:
-    """A message as unique bucket ids (sorted) with their token counts."""
+    """A message as unique bucket ids (sorted) with their token counts, and their family weights if any is not 1."""
 
     ids: np.ndarray  # uint32, sorted, unique
     counts: np.ndarray  # uint32, >= 1
+    # float64 per id (spamd/families.py); None: every id weighs 1, the default and the fast path.
+    weights: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -68,8 +71,14 @@ def token_id(token: str, mask: int) -> int:
     return xxhash.xxh3_64_intdigest(token.encode("utf-8", "surrogatepass")) & mask
 
 
-def featurize(tokens: list[str], hash_bits: int) -> Features:
-    """Token strings -> unique bucket ids with counts (colliding tokens merge)."""
+def featurize(tokens: list[str], hash_bits: int, weights: np.ndarray | None = None) -> Features:
+    """Token strings -> unique bucket ids with counts (colliding tokens merge).
+
+    With per-token `weights`, a bucket weighs as its heaviest token: a tokenizer token
+    that shares a bucket with an n-gram keeps its weight of 1 (unmeasured: with the
+    n-grams and pairs on, about one pair of a message's ~2,400 tokens shares a bucket
+    of 2**22).
+    """
     try:
         # map() keeps the per-token loop in C; hashing every token and counting the
         # sorted ids beats counting strings first (57 -> 52 us/msg).
@@ -78,9 +87,13 @@ def featurize(tokens: list[str], hash_bits: int) -> Features:
         hashes = np.array([xxhash.xxh3_64_intdigest(t.encode("utf-8", "surrogatepass")) for t in tokens], np.uint64)
     hashes &= np.uint64((1 << hash_bits) - 1)
     ids = hashes.astype(np.uint32)
-    ids.sort()
+    if weights is not None:
+        order = np.argsort(ids, kind="stable")
+        ids, weights = ids[order], np.asarray(weights, dtype=np.float64)[order]
+    else:
+        ids.sort()
     if len(ids) == 0:
-        return Features(ids, np.zeros(0, dtype=np.uint32))
+        return Features(ids, np.zeros(0, dtype=np.uint32), None if weights is None else np.zeros(0))
     # What np.unique(return_counts=True) computes, without its Python-level
     # overhead: featurize 94 -> 78 us/msg on trec07p-dev (same features).
     starts = np.empty(len(ids), dtype=bool)
@@ -90,11 +103,23 @@ def featurize(tokens: list[str], hash_bits: int) -> Features:
     counts = np.empty(len(first), dtype=np.uint32)
     np.subtract(first[1:], first[:-1], out=counts[:-1], casting="unsafe")
     counts[-1] = len(ids) - first[-1]
+    if weights is not None:
+        return Features(ids[first], counts, np.maximum.reduceat(weights, first))
     return Features(ids[first], counts)
 
 
-# round(4 * log(1 + tf)) for tf up to 1,023; larger tf share the last value (28).
-_STORED_COUNTS = np.maximum(1, np.rint(4 * np.log1p(np.arange(1024)))).astype(np.uint32)
+def features_of(tokens: list[str], config: ModelConfig) -> Features:
+    """`featurize` with the family weights the tokens' prefixes tell (explain has only the tokens)."""
+    return featurize(tokens, config.hash_bits, token_weights(tokens, config))
+
+
+# What a message adds for tf occurrences (ModelConfig.stored_counts), for tf up to
+# 1,023; larger tf share the last value (28 for log, 14 for log2).
+_STORED_COUNTS = {
+    "log": np.maximum(1, np.rint(4 * np.log1p(np.arange(1024)))).astype(np.uint32),
+    "log2": np.maximum(1, np.rint(2 * np.log1p(np.arange(1024)))).astype(np.uint32),
+    "binary": np.ones(1024, dtype=np.uint32),
+}
 
 
 class MultinomialNB:
@@ -115,17 +140,18 @@ class MultinomialNB:
     # ------------------------------------------------------------ learning
 
     @staticmethod
-    def stored_counts(counts: np.ndarray) -> np.ndarray:
-        """What a message adds to the count arrays: round(4 * log(1 + tf)), at least 1.
+    def stored_counts(counts: np.ndarray, mode: str = "log") -> np.ndarray:
+        """What a message adds to the count arrays: round(4 * log(1 + tf)), at least 1 (`mode` "log").
 
         Sublinear in tf, and still integers so that unlearning is exact. Against raw tf (same protocol, trec / sa):
         (1-ROCA)% 0.0169 / 0.0650 -> 0.0166 / 0.0647, hm% at sm%=0.1
-        1.83 / 5.69 -> 1.63 / 4.39. (Binary presence: 0.0171 / 0.0680.)
+        1.83 / 5.69 -> 1.63 / 4.39. (Binary presence: 0.0171 / 0.0680.) "binary" and
+        "log2" (round(2 * log(1 + tf))) are ModelConfig.stored_counts' other choices.
         """
-        return _STORED_COUNTS.take(counts, mode="clip")
+        return _STORED_COUNTS[mode].take(counts, mode="clip")
 
     def learn_one(self, features: Features, label: Label) -> None:
-        ids, counts = features.ids, self.stored_counts(features.counts)
+        ids, counts = features.ids, self.stored_counts(features.counts, self.config.stored_counts)
         # take() rather than fancy indexing: one gather for both classes at a quarter
         # of the cost (score + learn 90 -> 50 us/msg on trec07p-dev).
         both = self.counts.take(ids, axis=1)
@@ -136,7 +162,7 @@ class MultinomialNB:
 
     def unlearn_one(self, features: Features, label: Label) -> bool:
         """Undo a learn_one. Returns False (and clamps at zero) if the counts were not there."""
-        ids, counts = features.ids, self.stored_counts(features.counts)
+        ids, counts = features.ids, self.stored_counts(features.counts, self.config.stored_counts)
         row = self.counts[label]
         present = row[ids]
         exact = bool(np.all(present >= counts)) and bool(self.doc_totals[label] > 0)
@@ -170,11 +196,13 @@ class MultinomialNB:
         """
         if len(features) == 0 or not (self.doc_totals[0] and self.doc_totals[1]):
             return verdict_of(self.config, 0.0)
-        return score_counts(self.config, self.counts.take(features.ids, axis=1), self.token_totals, self.distinct)
+        return score_counts(
+            self.config, self.counts.take(features.ids, axis=1), self.token_totals, self.distinct, features.weights
+        )
 
     def explain(self, tokens: list[str], limit: int = 20) -> tuple[Score, list[Contribution]]:
         """The score and the tokens that moved it most, strongest first (both directions)."""
-        features = featurize(tokens, self.config.hash_bits)
+        features = features_of(tokens, self.config)
         counts = self.counts.take(features.ids, axis=1)
         return explain_counts(self.config, tokens, features, counts, self.token_totals, self.doc_totals, self.distinct, limit)
 
@@ -222,21 +250,30 @@ def token_log_odds(config: ModelConfig, counts: np.ndarray, token_totals: np.nda
     return log_odds
 
 
-def denominator(config: ModelConfig, n_features: int) -> float:
-    """The message's distinct tokens plus `neutral_tokens` that count 0.
+def denominator(config: ModelConfig, n_features: int, weights: np.ndarray | None = None) -> float:
+    """The message's distinct tokens (the sum of their weights, if weighted) plus `neutral_tokens` that count 0.
 
     A message of a handful of tokens is then scored less confidently than a long
     one with the same evidence per token: a three-word Subject with one strong
     word was as sure as a page of them (measurements at ModelConfig.neutral_tokens).
     """
+    if weights is not None:
+        return float(np.add.reduce(weights)) + config.neutral_tokens
     return n_features + config.neutral_tokens
 
 
-def score_counts(config: ModelConfig, counts: np.ndarray, token_totals: np.ndarray, distinct: int) -> Score:
+def weighted(log_odds: np.ndarray, weights: np.ndarray | None) -> np.ndarray:
+    """Per-bucket log-odds times their family weights (the same array when there are none)."""
+    return log_odds if weights is None else log_odds * weights
+
+
+def score_counts(
+    config: ModelConfig, counts: np.ndarray, token_totals: np.ndarray, distinct: int, weights: np.ndarray | None = None
+) -> Score:
     """MultinomialNB.score for a message with at least one token, in a model that holds both classes."""
     # The sum over the count rather than ndarray.mean(): the same number, without mean's overhead.
-    log_odds = token_log_odds(config, counts, token_totals, distinct)
-    return verdict_of(config, float(np.add.reduce(log_odds)) / denominator(config, counts.shape[1]))
+    log_odds = weighted(token_log_odds(config, counts, token_totals, distinct), weights)
+    return verdict_of(config, float(np.add.reduce(log_odds)) / denominator(config, counts.shape[1], weights))
 
 
 def explain_counts(
@@ -253,8 +290,10 @@ def explain_log_odds(
     config: ModelConfig, tokens: list[str], features: Features, log_odds: np.ndarray, limit: int
 ) -> tuple[Score, list[Contribution]]:
     """The score of per-bucket log-odds (a message with tokens) and the tokens that moved it most."""
-    score = verdict_of(config, float(np.add.reduce(log_odds)) / denominator(config, len(features)))
-    bucket_shares = log_odds / denominator(config, len(features))
+    log_odds = weighted(log_odds, features.weights)
+    total = denominator(config, len(features), features.weights)
+    score = verdict_of(config, float(np.add.reduce(log_odds)) / total)
+    bucket_shares = log_odds / total
     # Tokens that share a bucket (a hash collision) split its share by their counts.
     counter = Counter(tokens)
     mask = (1 << config.hash_bits) - 1

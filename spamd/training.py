@@ -19,6 +19,7 @@ from enum import Enum
 
 from spamd.classifier import Analyzed
 from spamd.config import UsersConfig
+from spamd.families import count_settings
 from spamd.model import Label, MultinomialNB
 from spamd.store import Ledger, Store, TrainingRecord, apply_record
 from spamd.users import UserLayers, user_ledger_key
@@ -80,7 +81,7 @@ class Trainer:
     ) -> None:  # fmt: skip
         record = TrainingRecord(
             self.seq + 1, analyzed.key, label, previous, user, source, analyzed.features, time.time(),
-            self.model.config.hash_bits, user_name,
+            self.model.config.hash_bits, user_name, count_settings(self.model.config),
         )
         if self.store is not None:
             self.store.append(record)  # raises StoreError and changes nothing if the disk refuses

@@ -31,7 +31,7 @@ from spamd.model import (
     Score,
     denominator,
     explain_log_odds,
-    featurize,
+    features_of,
     token_log_odds,
     verdict_of,
 )
@@ -125,9 +125,9 @@ class UserLayer:
         found[found] = self.ids[pos[found]] == ids[found]
         return pos, found
 
-    def learn(self, features: Features, label: Label, max_tokens: int) -> None:
+    def learn(self, features: Features, label: Label, max_tokens: int, stored_counts: str = "log") -> None:
         self.table = None
-        stored = MultinomialNB.stored_counts(features.counts)
+        stored = MultinomialNB.stored_counts(features.counts, stored_counts)
         pos, found = self.lookup(features.ids)
         self.counts[label, pos[found]] += stored[found]
         new = ~found
@@ -142,10 +142,10 @@ class UserLayer:
         if len(self.ids) > max_tokens:
             self._trim(max_tokens - max_tokens // TRIM_SLACK)
 
-    def unlearn(self, features: Features, label: Label) -> bool:
+    def unlearn(self, features: Features, label: Label, stored_counts: str = "log") -> bool:
         """Undo a learn; False (clamped at zero) if the counts were not all there (trimmed, expired)."""
         self.table = None
-        stored = MultinomialNB.stored_counts(features.counts)
+        stored = MultinomialNB.stored_counts(features.counts, stored_counts)
         pos, found = self.lookup(features.ids)
         present = np.zeros(len(stored), dtype=np.uint32)
         present[found] = self.counts[label, pos[found]]
@@ -217,8 +217,13 @@ class UserLayers:
             layer.table.nbytes for name in self.tabled if (layer := self.layers.get(name)) is not None and layer.table is not None
         )
 
-    def apply(self, user_name: str, features: Features, label: Label | None, previous: Label | None, seq: int) -> bool:
-        """A record's change to its user's layer: unlearn `previous`, learn `label`. False if the unlearn clamped."""
+    def apply(
+        self, user_name: str, features: Features, label: Label | None, previous: Label | None, seq: int, stored_counts: str = "log"
+    ) -> bool:
+        """A record's change to its user's layer: unlearn `previous`, learn `label`. False if the unlearn clamped.
+
+        `stored_counts` is the shared model's (ModelConfig.stored_counts): the layer's counts are compared with its.
+        """
         layer = self.layers.get(user_name)
         exact = True
         if layer is None:
@@ -226,9 +231,9 @@ class UserLayers:
                 return previous is None  # the layer expired: nothing left to unlearn from
             layer = self.layers[user_name] = UserLayer()
         if previous is not None:
-            exact = layer.unlearn(features, previous)
+            exact = layer.unlearn(features, previous, stored_counts)
         if label is not None:
-            layer.learn(features, label, self.config.max_tokens)
+            layer.learn(features, label, self.config.max_tokens, stored_counts)
         layer.last_seq = seq
         if not len(layer) and not layer.doc_totals.any():
             del self.layers[user_name]  # nothing trained any more: no layer, scored as the shared model
@@ -392,16 +397,20 @@ def score_for_user(model: MultinomialNB, layer: UserLayer | None, table: np.ndar
         return model.score(features)
     counts = model.counts.take(features.ids, axis=1)
     shared = token_log_odds(model.config, counts, model.token_totals, model.distinct)
-    moved = float(np.add.reduce(_overrides(model, layer, table, features.ids, counts, shared)))
+    overrides = _overrides(model, layer, table, features.ids, counts, shared)
+    if features.weights is not None:  # a family's overrides weigh as its log-odds do
+        shared, overrides = shared * features.weights, overrides * features.weights
+    moved = float(np.add.reduce(overrides))
     # The shared sum as MultinomialNB.score takes it, plus 0.0 where nothing moved: bit-identical.
-    return verdict_of(model.config, (float(np.add.reduce(shared)) + moved) / denominator(model.config, len(features)))
+    total = denominator(model.config, len(features), features.weights)
+    return verdict_of(model.config, (float(np.add.reduce(shared)) + moved) / total)
 
 
 def explain_for_user(
     model: MultinomialNB, layer: UserLayer | None, table: np.ndarray | None, tokens: list[str], limit: int = 20
 ) -> tuple[Score, list[Contribution]]:
     """`MultinomialNB.explain` with the user's evidence joined as `score_for_user` joins it."""
-    features = featurize(tokens, model.config.hash_bits)
+    features = features_of(tokens, model.config)
     if layer is None or table is None or len(features) == 0 or not (model.doc_totals[0] and model.doc_totals[1]):
         return model.explain(tokens, limit)
     counts = model.counts.take(features.ids, axis=1)

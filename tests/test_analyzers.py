@@ -16,7 +16,7 @@ import pytest
 
 from spamd.analyzers import AnalysisProcesses, AnalysisUnavailable
 from spamd.classifier import Analyzed, Classifier
-from spamd.config import Config, ParserConfig
+from spamd.config import Config, ModelConfig, ParserConfig
 from spamd.model import Label
 from tests import fuzz_helpers as fh
 from tests.core_helpers import PLAIN, TREC_INDEX, corpus_sample
@@ -44,15 +44,22 @@ async def ready(processes: AnalysisProcesses, count: int = 1) -> None:
     await wait_until(lambda: sum(h.alive and h.ready for h in processes.helpers) >= count, timeout=30)
 
 
-async def test_a_helper_finds_the_features_the_loop_finds() -> None:
-    helpers = AnalysisProcesses(CONFIG, 2)
+# Weighted families ([model]): the helpers make the same family tokens, and the weights cross the socket.
+FAMILIES = dataclasses.replace(CONFIG, model=ModelConfig(char_ngrams=4, ngram_weight=0.3, osb=True, osb_weight=0.5))
+
+
+@pytest.mark.parametrize("config", [CONFIG, FAMILIES], ids=["default", "families"])
+async def test_a_helper_finds_the_features_the_loop_finds(config: Config) -> None:
+    helpers = AnalysisProcesses(config, 2)
     await helpers.start()
     try:
         await ready(helpers, 2)
         raws = messages()
         answers = await asyncio.gather(*(helpers.analyze(raw) for raw in raws))
-        loop_side = Classifier(CONFIG, None)  # type: ignore[arg-type]
+        loop_side = Classifier(config, None)  # type: ignore[arg-type]
         assert all(same(a, loop_side.analyze(raw)) for a, raw in zip(answers, raws))
+        weights = [(a.features.weights, loop_side.analyze(raw).features.weights) for a, raw in zip(answers, raws)]
+        assert all((h is None and l is None) if config is CONFIG else h.tolist() == l.tolist() for h, l in weights)
         assert {len(h.pending) for h in helpers.helpers} == {0}
     finally:
         await helpers.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 
 from spamd import evaluation
 from spamd.classifier import Classifier
-from spamd.config import Config
+from spamd.config import Config, ModelConfig
 from spamd.engine import Engine
 from spamd.errors import SpamdError
 from spamd.evaluation import evaluate_index, hm_at_sm, lam, one_minus_roca, read_index, roc_points
@@ -207,9 +208,14 @@ def test_analyze_many_equals_analyze_one_at_a_time():
         assert np.array_equal(batched.features.counts, single.features.counts)
 
 
+@pytest.mark.parametrize("model", [ModelConfig(), ModelConfig(char_ngrams=4, ngram_weight=0.3, osb=True)], ids=["default", "families"])
 @pytest.mark.parametrize("jobs", [0, 2], ids=["in-process", "two-workers"])
-def test_batched_evaluation_scores_each_message_with_the_model_of_the_messages_before_it(tmp_path, monkeypatch, jobs):
-    """Analysis runs ahead in batches (here or in worker processes); scoring and training stay in index order."""
+def test_batched_evaluation_scores_each_message_with_the_model_of_the_messages_before_it(tmp_path, monkeypatch, jobs, model):
+    """Analysis runs ahead in batches (here or in worker processes); scoring and training stay in index order.
+
+    With weighted families the weights travel from the workers with the features.
+    """
+    config = Config(model=model)
     monkeypatch.setattr(evaluation, "BATCH_MESSAGES", 16)  # 150 messages span ten batches
     messages = _varied_messages(150)
     (tmp_path / "data").mkdir()
@@ -221,13 +227,13 @@ def test_batched_evaluation_scores_each_message_with_the_model_of_the_messages_b
     index = tmp_path / "index"
     index.write_text("\n".join(lines) + "\n")
     skipped = []
-    batched, report = evaluate_index(Config(), index, on_skip=lambda e, why: skipped.append((e.name, why)), jobs=jobs)
+    batched, report = evaluate_index(config, index, on_skip=lambda e, why: skipped.append((e.name, why)), jobs=jobs)
     # The missing file and the binary blob (no mail message: `spamctl train` refuses it) are skipped, with the reason.
     assert report.messages == 149 and report.skipped == 2
     assert skipped == [("data/missing", "unreadable: No such file or directory"), ("data/m90", evaluation.NOT_A_MESSAGE)]
 
     # The reference: one message at a time, as the daemon does it (it learns no non-mail either).
-    engine = Engine.open(Config(data_dir=tmp_path / "reference"), durable=False)
+    engine = Engine.open(dataclasses.replace(config, data_dir=tmp_path / "reference"), durable=False)
     try:
         expected = []
         for raw, label in messages:

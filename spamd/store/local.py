@@ -34,7 +34,7 @@ from spamd.model import Label, MultinomialNB
 from spamd.store.durable import fsync_directory, remove_stale_temps, write_atomically
 from spamd.store.journal import JOURNAL_MAGIC, JournalScan, frame_record, scan_journal
 from spamd.store.records import Ledger, TrainingRecord, apply_record
-from spamd.store.snapshot import Snapshot, decode_snapshot
+from spamd.store.snapshot import Snapshot, check_count_settings, decode_snapshot
 from spamd.users import UserLayers
 
 log = structlog.get_logger()
@@ -191,6 +191,7 @@ class Store:
                         f"the config says {self.model_config.hash_bits}. Set it back, or move the state "
                         "directory aside and retrain"
                     )
+                check_count_settings(record.counts_built_with, self.model_config, f"{path}: record {record.seq}")
                 apply_record(snapshot.model, snapshot.ledger, record, snapshot.users)
                 replayed.append((record.key, record.label, record.previous, record.user, record.source, record.time))
                 seq = record.seq

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import msgpack
 import numpy as np
 
+from spamd.config import ModelConfig
+from spamd.families import count_settings
 from spamd.model import Features, Label, MultinomialNB
 from spamd.users import UserLayers, check_user_name, user_ledger_key
 
@@ -28,6 +31,9 @@ class TrainingRecord:
     # Whose training (spamd/users.py): it teaches that user's layer as well as the
     # shared model. None: the shared model alone, as before users existed.
     user_name: str | None = None
+    # What the counts mean (ModelConfig.count_settings): replay under other [model]
+    # families is refused. None: the defaults (records written before they were kept).
+    count_settings: dict[str, Any] | None = None
 
     @property
     def ledger_key(self) -> bytes:
@@ -36,7 +42,10 @@ class TrainingRecord:
     def to_msgpack(self) -> bytes:
         # A record without a user is written as before users existed, byte for byte;
         # an older spamd reading one with a user ignores the key (and the user's layer).
-        extra = {} if self.user_name is None else {"user_name": self.user_name}
+        extra: dict[str, Any] = {} if self.user_name is None else {"user_name": self.user_name}
+        # Likewise the count settings, written only when they are not the defaults.
+        if self.count_settings is not None and self.count_settings != _DEFAULT_COUNT_SETTINGS:
+            extra["count_settings"] = self.count_settings
         return msgpack.packb(
             {
                 "seq": self.seq,
@@ -72,7 +81,16 @@ class TrainingRecord:
             time=float(d["time"]),
             hash_bits=int(d["hash_bits"]),
             user_name=None if d.get("user_name") is None else check_user_name(d["user_name"], "journal record user"),
+            count_settings=d.get("count_settings"),
         )
+
+    @property
+    def counts_built_with(self) -> Any:
+        """The count settings the record was made under (the defaults when it does not say)."""
+        return _DEFAULT_COUNT_SETTINGS if self.count_settings is None else self.count_settings
+
+
+_DEFAULT_COUNT_SETTINGS = count_settings(ModelConfig())
 
 
 class Ledger:
@@ -152,5 +170,5 @@ def apply_record(model: MultinomialNB, ledger: Ledger, record: TrainingRecord, u
     if record.label is not None:
         model.learn_one(record.features, record.label)
     if record.user_name is not None and users is not None:
-        users.apply(record.user_name, record.features, record.label, record.previous, record.seq)
+        users.apply(record.user_name, record.features, record.label, record.previous, record.seq, model.config.stored_counts)
     ledger.apply(record)

@@ -12,6 +12,7 @@ import numpy as np
 
 from spamd.config import ModelConfig, UsersConfig
 from spamd.errors import CorruptStateError
+from spamd.families import count_settings
 from spamd.model import Label, MultinomialNB
 from spamd.store.records import Ledger
 from spamd.users import UserLayers
@@ -61,6 +62,9 @@ def encode_snapshot(
             "seq": seq,
             "created": time.time(),
             "hash_bits": model.config.hash_bits,
+            # What the counts mean ([model] stored_counts and the families): an older
+            # snapshot without it was built with the defaults.
+            "count_settings": count_settings(model.config),
             "rows": rows,
             "token_totals": _pack_array(model.token_totals),
             "doc_totals": _pack_array(model.doc_totals),
@@ -97,6 +101,24 @@ class Snapshot:
     users: UserLayers = field(default_factory=lambda: UserLayers(UsersConfig()))
 
 
+def check_count_settings(
+    stored: object, model_config: ModelConfig, where: str, remedy: str = "move the state directory aside and retrain"
+) -> None:
+    """CorruptStateError unless the model at `where` was built with the config's [model] count settings."""
+    wanted = count_settings(model_config)
+    if stored == wanted:
+        return
+    if not isinstance(stored, dict):
+        raise CorruptStateError(f"{where}: the count settings are not a map ({stored!r})")
+    differ = ", ".join(
+        f"model.{key} = {stored.get(key)!r} (the config says {value!r})" for key, value in wanted.items() if stored.get(key) != value
+    )
+    raise CorruptStateError(
+        f"{where}: built with {differ}: the counts mean something else under these settings; "
+        f"set them back, or {remedy}"
+    )
+
+
 def decode_snapshot(
     data: bytes, model_config: ModelConfig, ledger_max: int, where: str, users_config: UsersConfig | None = None
 ) -> Snapshot:
@@ -122,6 +144,7 @@ def decode_snapshot(
                 f"{where}: built with model.hash_bits = {d['hash_bits']}, the config says "
                 f"{model_config.hash_bits}; set it back, or move the state directory aside and retrain"
             )
+        check_count_settings(d.get("count_settings", count_settings(ModelConfig())), model_config, where)
         model = MultinomialNB(model_config)
         for label in Label:
             ids = _unpack_array(d["rows"][str(label)]["ids"]).astype(np.int64)

@@ -7,7 +7,8 @@ all, so every script runs on one slot: spamd.store.redis.connect):
 
     <p>ham, <p>spam     hashes bucket id -> stored count (the embedded model's rows;
                         a bucket at 0 is deleted, so each holds at most 2**hash_bits fields)
-    <p>totals           hash: tokens:0/1, docs:0/1, distinct, seq, hash_bits
+    <p>totals           hash: tokens:0/1, docs:0/1, distinct, seq, hash_bits, and
+                        count_settings (JSON: [model] stored_counts and families)
     <p>ledger           hash message key (16 bytes) -> label | 2 if a person decided
     <p>ledger:order     sorted set message key -> seq of its last change (oldest trimmed
                         past store.ledger_max_entries, in the training script itself)

@@ -130,3 +130,21 @@ local totals = redis.call('HMGET', KEYS[3], 'tokens:0', 'tokens:1', 'docs:0', 'd
 for i = 1, 5 do out[#out + 1] = totals[i] or '0' end
 return table.concat(out, ' ')
 """
+
+
+# KEYS: totals. ARGV: model.hash_bits, the config's count settings (JSON), the defaults'.
+# Claims the bucket space and what the counts mean for a new model; a model trained
+# before the settings were kept (a seq, no count_settings) was built with the defaults.
+# Returns {hash_bits, count_settings} as the model holds them.
+CLAIM_LUA = """
+local totals = KEYS[1]
+redis.call('HSETNX', totals, 'hash_bits', ARGV[1])
+if redis.call('HEXISTS', totals, 'count_settings') == 0 then
+  if redis.call('HEXISTS', totals, 'seq') == 1 then
+    redis.call('HSET', totals, 'count_settings', ARGV[3])
+  else
+    redis.call('HSET', totals, 'count_settings', ARGV[2])
+  end
+end
+return redis.call('HMGET', totals, 'hash_bits', 'count_settings')
+"""

@@ -6,6 +6,7 @@ Knows the keys and the scripts' calling conventions, not the Engine's interfaces
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any, Callable, TypeVar
 
@@ -15,12 +16,14 @@ import structlog
 
 from spamd.classifier import Analyzed
 from spamd.addresses import redact_url
-from spamd.config import Config
+from spamd.config import Config, ModelConfig
 from spamd.errors import CorruptStateError, StoreError, StoreUnavailableError
+from spamd.families import count_settings
 from spamd.model import Label, MultinomialNB
 from spamd.store.records import Ledger
+from spamd.store.snapshot import check_count_settings
 from spamd.store.redis.connect import NOT_UNAVAILABLE, UNAVAILABLE, Script, connect, is_cluster, model_keys
-from spamd.store.redis.scripts import SCORE_LUA, TRAIN_LUA
+from spamd.store.redis.scripts import CLAIM_LUA, SCORE_LUA, TRAIN_LUA
 
 log = structlog.get_logger()
 
@@ -51,6 +54,7 @@ class RedisState:
         self.client = connect(r, self.url)
         self._train = Script(self.client, TRAIN_LUA)
         self._score = Script(self.client, SCORE_LUA)
+        self._claim = Script(self.client, CLAIM_LUA)
         self._failures = 0
         self._retry_at = 0.0
         self._down_since = 0.0
@@ -86,21 +90,18 @@ class RedisState:
         return result
 
     def check_hash_bits(self) -> None:
-        """Claim the model's bucket space, or refuse one built with another `model.hash_bits`."""
-        bits = self.config.model.hash_bits
-
-        def claim() -> Any:
-            pipe = self.client.pipeline(transaction=True)
-            pipe.hsetnx(self.totals, "hash_bits", bits)
-            pipe.hget(self.totals, "hash_bits")
-            return pipe.execute()[1]
-
-        stored = int(self.call("the start-up check", claim))
-        if stored != bits:
+        """Claim the model's bucket space and count settings, or refuse one built with another `model.hash_bits` or families."""
+        model = self.config.model
+        bits = model.hash_bits
+        mine, defaults = (json.dumps(count_settings(m), sort_keys=True) for m in (model, ModelConfig()))
+        stored, settings = self.call("the start-up check", lambda: self._claim(keys=[self.totals], args=[bits, mine, defaults]))
+        where = f"Redis at {self.url} (prefix {self.config.redis.prefix!r})"
+        if int(stored) != bits:
             raise CorruptStateError(
-                f"Redis at {self.url} (prefix {self.config.redis.prefix!r}) holds a model with model.hash_bits = "
-                f"{stored}, the config says {bits}; set it back, or use another [redis] prefix"
+                f"{where} holds a model with model.hash_bits = {stored.decode()}, the config says {bits}; "
+                "set it back, or use another [redis] prefix"
             )
+        check_count_settings(json.loads(settings), model, where, "use another [redis] prefix")
 
     def close(self) -> None:
         self.client.close()
@@ -130,7 +131,7 @@ class RedisState:
     def train(self, op: str, analyzed: Analyzed, label: Label | None, user: bool, source: str) -> tuple[str, int]:
         """Run the training script; (outcome, seq). Acknowledged only once Redis has applied it."""
         features = analyzed.features
-        stored = MultinomialNB.stored_counts(features.counts)
+        stored = MultinomialNB.stored_counts(features.counts, self.config.model.stored_counts)
         args = [
             op, analyzed.key, 0 if label is None else int(label), int(user), source, repr(time.time()),
             self.config.store.ledger_max_entries, self.config.redis.events_max,
@@ -159,7 +160,7 @@ class RedisState:
             if row:
                 ids = np.fromiter((int(k) for k in row), dtype=np.int64, count=len(row))
                 model.counts[label, ids] = np.fromiter((int(v) for v in row.values()), dtype=np.uint32, count=len(row))
-        t = {k.decode(): int(v) for k, v in totals.items()}
+        t = {k.decode(): int(v) for k, v in totals.items() if k != b"count_settings"}  # checked at start
         model.token_totals[:] = [t.get("tokens:0", 0), t.get("tokens:1", 0)]
         model.doc_totals[:] = [t.get("docs:0", 0), t.get("docs:1", 0)]
         model.distinct = t.get("distinct", 0)
@@ -187,6 +188,7 @@ class RedisState:
                 "tokens:0": int(model.token_totals[0]), "tokens:1": int(model.token_totals[1]),
                 "docs:0": int(model.doc_totals[0]), "docs:1": int(model.doc_totals[1]),
                 "distinct": int(model.distinct), "seq": seq, "hash_bits": model.config.hash_bits,
+                "count_settings": json.dumps(count_settings(model.config), sort_keys=True),
             })  # fmt: skip
             items = list(ledger.as_dict().items())
             for start in range(0, len(items), chunk):

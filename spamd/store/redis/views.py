@@ -12,7 +12,7 @@ import numpy as np
 
 from spamd.classifier import Analyzed
 from spamd.errors import StoreError
-from spamd.model import Contribution, Features, Label, MultinomialNB, Score, explain_counts, featurize, score_counts, verdict_of
+from spamd.model import Contribution, Features, Label, MultinomialNB, Score, explain_counts, features_of, score_counts, verdict_of
 from spamd.store.redis.state import RedisState
 from spamd.training import Outcome
 
@@ -34,10 +34,10 @@ class RedisModel:
         counts, token_totals, doc_totals, distinct = self.state.fetch(features.ids)
         if not (doc_totals[0] and doc_totals[1]):
             return verdict_of(self.config, 0.0)
-        return score_counts(self.config, counts, token_totals, distinct)
+        return score_counts(self.config, counts, token_totals, distinct, features.weights)
 
     def explain(self, tokens: list[str], limit: int = 20) -> tuple[Score, list[Contribution]]:
-        features = featurize(tokens, self.config.hash_bits)
+        features = features_of(tokens, self.config)
         counts, token_totals, doc_totals, distinct = self.state.fetch(features.ids)
         return explain_counts(self.config, tokens, features, counts, token_totals, doc_totals, distinct, limit)
 

@@ -1,0 +1,119 @@
+"""Feature families beside the tokenizer's tokens, switched in [model]: character n-grams and orthogonal sparse bigrams.
+
+Each family is more tokens with a prefix of its own (`g:abcd`, `osb2:free money`),
+hashed into the same count table as the tokenizer's, so `explain` names them by
+their text and the stores keep them as they keep any token. A family's weight
+multiplies its log-odds in the message's mean and counts in its denominator.
+Pure functions: no model, no I/O. All off by default (ModelConfig).
+
+One table for all, rather than a table per family: the families crowd the tokens'
+buckets. (1-ROCA)% trec07p-dev / spamassassin, a table per family (2**22 buckets
+each) -> the one table of 2**22 (scripts/ablate_model.py, with and without
+--family-tables), full feedback: osb-w0.3 0.0249 / 0.0739 -> 0.0276 / 0.0815,
+cng4-w0.3 0.0183 / 0.0901 -> 0.0186 / 0.0908, osb+cng4-w0.3 0.0170 / 0.0773 ->
+0.0188 / 0.0826 (in one table of 2**24: 0.0161 / 0.0787); errors-only feedback,
+which trains far fewer messages, no cost: osb+cng4-w0.3 0.0234 / 0.0452 -> 0.0230 /
+0.0457. Kept to one table so that every store, snapshot and explain handles a family
+token as any token; with the bigrams on, a larger hash_bits buys the loss back.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from spamd.config import ModelConfig
+from spamd.message import ParsedMessage
+from spamd.tokenize import words
+
+NGRAM_PREFIX = "g:"
+# Pairs of the body's words at distance 1..OSB_REACH (CRM114's OSB), among its first
+# OSB_WORDS words, read from at most OSB_TEXT_CHARS characters of its text (the
+# cap bounds the work on a long message; 500 words fit in it but for odd text).
+OSB_REACH = 4
+OSB_WORDS = 500
+OSB_TEXT_CHARS = 16_000
+# Each family: its tokens, and the weight of their log-odds.
+Family = tuple[list[str], float]
+
+
+def count_settings(config: ModelConfig) -> dict[str, object]:
+    """The settings that decide what the counts mean: kept with the model and checked at load (the weights are not)."""
+    return {
+        "stored_counts": config.stored_counts,
+        "char_ngrams": config.char_ngrams,
+        "ngram_chars": config.ngram_chars if config.char_ngrams else 0,
+        "osb": config.osb,
+    }
+
+
+def is_weighted(config: ModelConfig) -> bool:
+    """Whether a family switched on weighs other than 1 (then features carry weights; else none are made)."""
+    return bool(config.char_ngrams and config.ngram_weight != 1.0) or (config.osb and config.osb_weight != 1.0)
+
+
+def osb_tokens(body_words: list[str], reach: int = OSB_REACH) -> list[str]:
+    """Word pairs at distance 1..reach, the distance in the token: "osb2:free money" for "free cash money"."""
+    tokens: list[str] = []
+    for d in range(1, reach + 1):
+        prefix = f"osb{d}:"
+        tokens += [prefix + a + " " + b for a, b in zip(body_words, body_words[d:])]
+    return tokens
+
+
+def char_ngram_tokens(source: str, n: int) -> list[str]:
+    """The distinct character n-grams of `source`, case and whitespace kept (each once: presence, not frequency)."""
+    return [NGRAM_PREFIX + g for g in dict.fromkeys([source[i : i + n] for i in range(len(source) - n + 1)])]
+
+
+def message_sources(msg: ParsedMessage) -> tuple[str, str]:
+    """What the families read: the decoded headers as "name: value" lines, and the text parts joined."""
+    return "\n".join(f"{name}: {value}" for name, value in msg.headers), "\n".join(msg.texts)
+
+
+def families_of(head: str, text: str, config: ModelConfig) -> list[Family]:
+    """The families switched on in `config`, each its tokens and weight; [] with the defaults."""
+    found: list[Family] = []
+    if config.osb:
+        found.append((osb_tokens(words(text[:OSB_TEXT_CHARS])[:OSB_WORDS]), config.osb_weight))
+    if config.char_ngrams:
+        source = head[: config.ngram_chars]
+        if len(source) < config.ngram_chars:
+            source = (source + "\n" + text)[: config.ngram_chars]
+        found.append((char_ngram_tokens(source, config.char_ngrams), config.ngram_weight))
+    return found
+
+
+def with_families(tokens: list[str], msg: ParsedMessage, config: ModelConfig) -> tuple[list[str], np.ndarray | None]:
+    """The tokenizer's tokens with the families' after them, and a weight per token (None while every weight is 1).
+
+    The defaults return `tokens` itself: no work, the same features to the bit.
+    """
+    if not (config.osb or config.char_ngrams):
+        return tokens, None
+    families = families_of(*message_sources(msg), config)
+    return join_families(tokens, families, config)
+
+
+def join_families(tokens: list[str], families: list[Family], config: ModelConfig) -> tuple[list[str], np.ndarray | None]:
+    """`tokens` and the families' tokens as one list, with per-token weights when a weight is not 1."""
+    joined = tokens + [t for family, _ in families for t in family]
+    if not is_weighted(config):
+        return joined, None
+    weights = np.repeat([1.0, *[w for _, w in families]], [len(tokens), *[len(f) for f, _ in families]])
+    return joined, weights
+
+
+def token_weight(token: str, config: ModelConfig) -> float:
+    """A token's family weight, told by its prefix (no tokenizer token has "g:" or "osbN:" in front)."""
+    if token.startswith(NGRAM_PREFIX):
+        return config.ngram_weight if config.char_ngrams else 1.0
+    if token.startswith("osb") and token[3:4].isdigit() and token[4:5] == ":":
+        return config.osb_weight if config.osb else 1.0
+    return 1.0
+
+
+def token_weights(tokens: list[str], config: ModelConfig) -> np.ndarray | None:
+    """Per-token weights of a token list (for explain, which has only the tokens); None while every weight is 1."""
+    if not is_weighted(config):
+        return None
+    return np.array([token_weight(t, config) for t in tokens], dtype=np.float64)
