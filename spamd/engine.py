@@ -311,6 +311,8 @@ class Engine:
             "tokens": totals["distinct"],
             "token_totals": {"ham": totals["tokens:0"], "spam": totals["tokens:1"]},
             "ledger_entries": len(self.trainer.ledger),
+            "users": len(self.users),
+            "users_expired": self.users.expired,
             "journal_seq": totals["seq"],
             "uptime_s": time.time() - self.started,
             "recovery_problems": [],
