@@ -154,7 +154,9 @@ def test_export_and_import_carry_the_users_layers_between_the_stores(tmp_path, r
     try:
         for i in range(12):
             local.train(message(i), Label.SPAM if i % 3 else Label.HAM, "test", user_name=["alice", "bob", None][i % 3])
+        shared.train(message(30), Label.SPAM, "test", user_name="zed")  # replaced by the import: zed's layer goes
         shared.import_snapshot(local.export_snapshot(), "local export")
+        assert not any(shared.store.state.client.exists(key) for key in user_keys("spamd:", "zed"))
         assert shared.users.load().equals(local.users) and shared.users.names() == ["alice", "bob"]
         for i in range(12):
             for user in ("alice", "bob"):

@@ -53,9 +53,10 @@ class RedisStore:
         except CorruptStateError as e:
             raise StoreError(f"import refused, nothing changed: {e}") from None
         seq = self.state.totals_now()["seq"] + 1
+        before = self.users.names() if self.users is not None else []
         self.state.replace(imported.model, imported.ledger, seq)
         if self.users is not None:
-            self.users.replace(imported.users)  # each on its own slot, after the model (spamd.store.redis.users)
+            self.users.replace(imported.users, before)  # each on its own slot, after the model (spamd.store.redis.users)
         return {
             "redis": self.state.url,
             "seq": seq,

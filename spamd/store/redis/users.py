@@ -208,15 +208,15 @@ class RedisUsers:
             users.layers[name] = layer
         return users
 
-    def replace(self, imported: UserLayers) -> None:
+    def replace(self, imported: UserLayers, before: list[str]) -> None:
         """Make Redis hold exactly these layers: every user's keys written on their own slot, then `<p>users`.
 
         Not one transaction across slots: a failure midway leaves some users imported
-        (the import then fails with StoreUnavailableError; run it again). The layers'
-        own ledgers are empty afterwards: the (user, message) entries of the model's
+        (the import then fails with StoreUnavailableError; run it again). `before`: the
+        users listed before, whose keys go unless imported. The layers' own ledgers are empty afterwards: the (user, message) entries of the model's
         ledger say what was trained, and a correction unlearns from there.
         """
-        for name in self.names():
+        for name in before:  # the users listed before the import (the model's step emptied the list)
             if name not in imported.layers:
                 self._call(name, "deleting the layer", lambda name=name: self.state.client.delete(*self.keys(name)))
         for name, layer in imported.layers.items():
