@@ -94,6 +94,7 @@ def test_each_user_and_message_counts_once_and_a_correction_moves_shared_and_use
         assert shared.train(raw, Label.SPAM, "test", user_name="alice") == "skipped_repeat"
         assert list(shared.model.doc_totals) == [0, 1]
         assert user_counts(shared, "alice")["docs:1"] == 1
+        assert not shared.store.state.client.exists(user_keys("spamd:", "alice")[3])  # no :rank below max_tokens
         assert shared.train(raw, Label.HAM, "test", user_name="alice") == "corrected"
         assert shared.train(raw, Label.HAM, "test", user_name="alice") == "skipped_repeat"
         assert list(shared.model.doc_totals) == [1, 0]

@@ -204,25 +204,33 @@ return table.concat(out, ' ')
 # serves only where the layer has no entry: after an import or an expiry).
 # `rank` (a sorted set: total count -> the bucket id as 10 digits, so that equal counts
 # sort by id) makes UserLayer._trim's rule exact: past max_tokens the tokens with the
-# smallest counts go, the smaller id first among equals.
+# smallest counts go, the smaller id first among equals. It is built the first time the
+# layer passes max_tokens and kept from then on: below the cap a layer needs none, and
+# it is two thirds of a layer's memory (docs/redis.md).
 # Returns "applied", "unchanged" (nothing to do) or "gone" (nothing left: keys deleted).
 USER_LUA = """
 local ham, spam, totals, rank, ledger = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local mkey, target, from, max_tokens, now = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local n = (#ARGV - 5) / 2
 local rows = {[0] = ham, [1] = spam}
+local ranked = redis.call('EXISTS', rank) == 1
+local distinct = tonumber(redis.call('HGET', totals, 'distinct') or '0')
+
+local function member(id) return string.format('%010d', tonumber(id)) end
 
 local function rerank(id)
+  if not ranked then return end
   local total = tonumber(redis.call('HGET', ham, id) or '0') + tonumber(redis.call('HGET', spam, id) or '0')
-  local member = string.format('%010d', tonumber(id))
-  if total == 0 then redis.call('ZREM', rank, member) else redis.call('ZADD', rank, total, member) end
+  if total == 0 then redis.call('ZREM', rank, member(id)) else redis.call('ZADD', rank, total, member(id)) end
 end
 
 local function learn(cls)
   local added = 0
   for i = 1, n do
     local id, c = ARGV[5 + i], tonumber(ARGV[5 + n + i])
-    redis.call('HINCRBY', rows[cls], id, c)
+    if redis.call('HINCRBY', rows[cls], id, c) == c and redis.call('HEXISTS', rows[1 - cls], id) == 0 then
+      distinct = distinct + 1
+    end
     rerank(id)
     added = added + c
   end
@@ -237,7 +245,12 @@ local function unlearn(cls)
     local present = tonumber(redis.call('HGET', rows[cls], id) or '0')
     local removed = math.min(present, c)
     if present > 0 then
-      if present == removed then redis.call('HDEL', rows[cls], id) else redis.call('HINCRBY', rows[cls], id, 0 - removed) end
+      if present == removed then
+        redis.call('HDEL', rows[cls], id)
+        if redis.call('HEXISTS', rows[1 - cls], id) == 0 then distinct = distinct - 1 end
+      else
+        redis.call('HINCRBY', rows[cls], id, 0 - removed)
+      end
       rerank(id)
     end
     removed_total = removed_total + removed
@@ -248,12 +261,29 @@ local function unlearn(cls)
   end
 end
 
+local function build_rank()
+  local total = {}
+  for cls = 0, 1 do
+    local flat = redis.call('HGETALL', rows[cls])
+    for i = 1, #flat, 2 do total[flat[i]] = (total[flat[i]] or 0) + tonumber(flat[i + 1]) end
+  end
+  local args = {}
+  for id, t in pairs(total) do
+    args[#args + 1] = t
+    args[#args + 1] = member(id)
+    if #args >= 2000 then redis.call('ZADD', rank, unpack(args)); args = {} end  -- unpack() has a stack limit
+  end
+  if #args > 0 then redis.call('ZADD', rank, unpack(args)) end
+  ranked = true
+end
+
 local function trim()
-  local excess = redis.call('ZCARD', rank) - max_tokens
+  local excess = distinct - max_tokens
   if excess <= 0 then return end
+  if not ranked then build_rank() end
   local dropped = {[0] = 0, [1] = 0}
-  for _, member in ipairs(redis.call('ZRANGE', rank, 0, excess - 1)) do
-    local id = tostring(tonumber(member))
+  for _, m in ipairs(redis.call('ZRANGE', rank, 0, excess - 1)) do
+    local id = tostring(tonumber(m))
     for cls = 0, 1 do
       local c = tonumber(redis.call('HGET', rows[cls], id) or '0')
       if c > 0 then
@@ -263,6 +293,7 @@ local function trim()
     end
   end
   redis.call('ZREMRANGEBYRANK', rank, 0, excess - 1)
+  distinct = distinct - excess
   redis.call('HINCRBY', totals, 'tokens:0', 0 - dropped[0])
   redis.call('HINCRBY', totals, 'tokens:1', 0 - dropped[1])
 end
@@ -281,7 +312,6 @@ else
   trim()
   redis.call('HSET', ledger, mkey, t)
 end
-local distinct = redis.call('ZCARD', rank)
 redis.call('HSET', totals, 'distinct', distinct, 'trained_at', now)
 local docs = redis.call('HMGET', totals, 'docs:0', 'docs:1')
 if distinct == 0 and tonumber(docs[1] or '0') == 0 and tonumber(docs[2] or '0') == 0 then

@@ -5,7 +5,7 @@ nodes of a cluster):
 
     <prefix>{u:NAME}:ham, :spam   hashes bucket id -> the user's stored count (sparse)
     <prefix>{u:NAME}:totals       hash: tokens:0/1, docs:0/1, distinct, trained_at
-    <prefix>{u:NAME}:rank         sorted set: each bucket's total count (for max_tokens)
+    <prefix>{u:NAME}:rank         sorted set: each bucket's total count (for max_tokens; from the cap on)
     <prefix>{u:NAME}:ledger       hash message key -> the label this layer holds
 
 and, on the model's slot, `<p>users`: a sorted set user -> seq of their last change,
@@ -234,10 +234,7 @@ class RedisUsers:
                     "tokens:0": int(layer.token_totals[0]), "tokens:1": int(layer.token_totals[1]),
                     "docs:0": int(layer.doc_totals[0]), "docs:1": int(layer.doc_totals[1]), "distinct": len(layer),
                 })  # fmt: skip
-                if ids:
-                    totals = (layer.counts[0].astype(np.int64) + layer.counts[1]).tolist()
-                    pipe.zadd(keys[3], {f"{i:010d}": t for i, t in zip(ids, totals)})
-                pipe.execute()
+                pipe.execute()  # (no :rank: the layer's script builds it when the layer passes max_tokens)
 
             self._call(name, "importing the layer", write)
         # Their recency as exported, below any seq a training will write from now on.
