@@ -115,7 +115,8 @@ local function commit(new_label, previous, outcome)
     end
   end
   if uname ~= '' and changed then
-    redis.call('ZADD', users, seq, uname)
+    -- An untraining only refreshes a listed user: one whose layer expired gets none back (as UserLayers.apply).
+    if new_label == nil then redis.call('ZADD', users, 'XX', seq, uname) else redis.call('ZADD', users, seq, uname) end
     local excess = redis.call('ZCARD', users) - max_users
     if excess > 0 then
       expired = redis.call('ZRANGE', users, 0, excess - 1)
