@@ -278,6 +278,28 @@ def test_cluster_user_node_down_fails_that_users_requests_only_and_the_retried_t
         assert shared.users.load().equals(local.users)
         for user in (victim, other):
             assert abs(shared.classify(probe, user_name=user).score.probability - local.classify(probe, user_name=user).score.probability) <= 1e-9
+
+        # An untraining whose layer step fails: the model forgets at once, the layer on the retry.
+        victim_node.kill()
+        with pytest.raises(StoreUnavailableError):
+            shared.untrain(message(0), "test", user_name=victim)
+        assert shared.trainer.label_of(shared.classifier.analyze(message(0)).key, victim) is None
+        victim_node.start()
+        servers.wait_ok()
+
+        def untrained() -> bool:
+            try:
+                return shared.untrain(message(0), "test", user_name=victim) == "not_trained"
+            except StoreUnavailableError:
+                return False
+
+        wait_until_sync(untrained, timeout=30, interval=0.5)
+        local.untrain(message(0), "test", user_name=victim)
+        assert shared.model.state_equals(local.model)
+        assert shared.users.load().equals(local.users)
+        assert shared.trainer.ledger.as_dict() == local.trainer.ledger.as_dict()
+        state = shared.store.state
+        assert all(int(v) < 4 for v in state.client.hvals(state.ledger))  # nothing left pending
     finally:
         for engine in (local, shared):
             if engine is not None:
