@@ -116,12 +116,10 @@ class RedisTrainer:
 
     def _run(self, op: str, analyzed: Analyzed, label: Label | None, user: bool, source: str, user_name: str | None) -> Outcome:
         """The shared script, then with a user their layer's (spamd.store.redis.users: the order and why)."""
-        if user_name is None:
-            shared = self.state.train(op, analyzed, label, user, source)
-        else:
-            check_user_name(user_name)
-            key = user_ledger_key(user_name, analyzed.key)
-            shared = self.state.train(op, analyzed, label, user, source, key, user_name)
+        if user_name is not None:
+            check_user_name(user_name)  # it names Redis keys
+        key = user_ledger_key(user_name, analyzed.key)
+        shared = self.state.train(op, analyzed, label, user, source, key, user_name)
         if shared.seq:
             self.seq = shared.seq
         if user_name is not None:
