@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import numpy as np
 
 from spamd.config import Config
 from spamd.families import with_families
@@ -19,7 +18,7 @@ from spamd.gc_tuning import tune_gc_for_message_streams
 from spamd.message import parse_message, strip_own_headers, stripped_message_key
 from spamd.model import Features, MultinomialNB, Score, featurize
 from spamd.tokenize import tokenize
-from spamd.users import UserLayer, UserLayers, score_for_user
+from spamd.users import LayerScorer
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,10 +30,10 @@ class Analyzed:
 
 
 class Classifier:
-    def __init__(self, config: Config, model: MultinomialNB, users: UserLayers | None = None):
+    def __init__(self, config: Config, model: MultinomialNB, users: LayerScorer | None = None):
         self.config = config
         self.model = model
-        self.users = users  # per-user layers (None: the store keeps none, as Redis)
+        self.users = users  # per-user layers (None: none kept, as in analysis workers)
 
     def tokens(self, raw: bytes) -> list[str]:
         """The message's tokens, the families' ([model] char_ngrams, osb) after the tokenizer's."""
@@ -63,18 +62,19 @@ class Classifier:
             for message, (tokens, weights) in zip(stripped, token_lists)
         ]
 
-    def scoring_layer(self, user_name: str | None) -> tuple[UserLayer | None, np.ndarray | None] | None:
-        """`user_name`'s layer and scoring table when mail is scored per user; None: the shared model alone."""
+    def scoring_layer(self, user_name: str | None) -> LayerScorer | None:
+        """The layers that score `user_name`'s mail when mail is scored per user; None: the shared model alone."""
         if user_name is None or self.users is None or not self.config.users.score_per_user:
             return None
-        return self.users.for_scoring(user_name, self.config.model)
+        return self.users
 
     def score(self, analyzed: Analyzed, user_name: str | None = None) -> Score:
         """The shared model's score, or `user_name`'s (spamd/users.py: the shared one if they trained nothing of it)."""
-        layer = self.scoring_layer(user_name)
-        if layer is None:
+        layers = self.scoring_layer(user_name)
+        if layers is None:
             return self.model.score(analyzed.features)
-        return score_for_user(self.model, *layer, analyzed.features)
+        assert user_name is not None
+        return layers.score_for(self.model, user_name, analyzed.features)
 
 
 # ---------------------------------------------------------------- analysis in worker processes

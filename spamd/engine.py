@@ -19,7 +19,7 @@ from spamd.errors import CorruptStateError, StoreError
 from spamd.model import Contribution, Label, Score, Verdict
 from spamd.store import LoadedState, Recovery, StateStore, Store, TrainerLike, decode_snapshot, encode_snapshot
 from spamd.training import Outcome, Trainer
-from spamd.users import explain_for_user, is_user_name
+from spamd.users import is_user_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +42,7 @@ class Engine:
         self.store = store
         self.trainer = trainer
         self.model = trainer.model
-        self.users = trainer.users  # per-user layers, None with the model in Redis
+        self.users = trainer.users  # per-user layers: UserLayers, or RedisUsers with the model in Redis
         self.classifier = Classifier(config, trainer.model, self.users)
         self.recovery = recovery
         self.started = time.time()
@@ -98,7 +98,7 @@ class Engine:
     # ------------------------------------------------------------ per message
 
     def layer_user(self, user_name: str | None) -> str | None:
-        """The user a way in names, if this store keeps per-user layers (not Redis) and the name is valid; else None.
+        """The user a way in names, if the name is valid; else None.
 
         For the ways in (Maildir, SMTP, milter, spamc), whose mail is then scored and
         trained with the shared model alone; spamctl's --user is checked, not dropped.
@@ -118,10 +118,11 @@ class Engine:
 
     def explain(self, raw: bytes, limit: int = 20, user_name: str | None = None) -> tuple[Score, list[Contribution]]:
         tokens = self.classifier.tokens(raw)
-        layer = self.classifier.scoring_layer(user_name)
-        if layer is None:
+        layers = self.classifier.scoring_layer(user_name)
+        if layers is None:
             return self.model.explain(tokens, limit)
-        return explain_for_user(self.model, *layer, tokens, limit)
+        assert user_name is not None
+        return layers.explain_for(self.model, user_name, tokens, limit)
 
     def train(self, raw: bytes, label: Label, source: str, user: bool = True, user_name: str | None = None) -> Outcome:
         """Train through the trainer; a person's label is also judged against spamd's remembered verdict."""
@@ -311,6 +312,8 @@ class Engine:
             "tokens": totals["distinct"],
             "token_totals": {"ham": totals["tokens:0"], "spam": totals["tokens:1"]},
             "ledger_entries": len(self.trainer.ledger),
+            "users": len(self.users),
+            "users_expired": self.users.expired,
             "journal_seq": totals["seq"],
             "uptime_s": time.time() - self.started,
             "recovery_problems": [],

@@ -17,7 +17,8 @@ import hashlib
 import re
 from collections import OrderedDict
 from collections.abc import Iterable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -30,8 +31,10 @@ from spamd.model import (
     MultinomialNB,
     Score,
     denominator,
+    explain_counts,
     explain_log_odds,
     features_of,
+    score_counts,
     token_log_odds,
     verdict_of,
 )
@@ -179,6 +182,17 @@ class UserLayer:
         )
 
 
+class LayerScorer(Protocol):
+    """What the Classifier asks of a store's users' layers: a user's score and explanation of a message.
+
+    UserLayers (the embedded store) and spamd.store.redis.users.RedisUsers implement it.
+    """
+
+    def score_for(self, model: Any, user_name: str, features: Features) -> Score: ...
+
+    def explain_for(self, model: Any, user_name: str, tokens: list[str], limit: int) -> tuple[Score, list[Contribution]]: ...
+
+
 class UserLayers:
     """Every user's layer, bounded by [users] max_users (the least recently trained go) and max_tokens."""
 
@@ -209,6 +223,13 @@ class UserLayers:
             if coldest in self.layers:
                 self.layers[coldest].table = None
         return layer, layer.table
+
+    def score_for(self, model: MultinomialNB, user_name: str, features: Features) -> Score:
+        """`user_name`'s score of a message: `score_for_user` with their layer and its kept table."""
+        return score_for_user(model, *self.for_scoring(user_name, model.config), features)
+
+    def explain_for(self, model: MultinomialNB, user_name: str, tokens: list[str], limit: int) -> tuple[Score, list[Contribution]]:
+        return explain_for_user(model, *self.for_scoring(user_name, model.config), tokens, limit)
 
     @property
     def table_bytes(self) -> int:
@@ -321,13 +342,17 @@ class UserLayers:
 SCORING_TABLES = 256
 
 
-def scoring_table(layer: UserLayer, model_config: ModelConfig, backoff: float) -> np.ndarray | None:
+def scoring_table(
+    layer: UserLayer, model_config: ModelConfig, backoff: float, distinct: int | None = None
+) -> np.ndarray | None:
     """Per token of the layer, (n_ham, n_spam, w, w * user log-odds) as float32; None if it lacks a class.
 
     w = n / (n + backoff), n the user's count of the token in both classes. Depends on
     the layer alone (the user's log-odds are smoothed over the layer's own tokens), so
     it is kept until the user trains again. A layer that holds one class only (a user
     who only ever moved spam into Junk) has no log-odds of its own: shared model alone.
+    `distinct`: the tokens of the whole layer when `layer` holds only some of them (the
+    Redis store reads a user's counts of one message's tokens), so each row is the same.
     """
     if not (len(layer) and layer.doc_totals[0] and layer.doc_totals[1]):
         return None
@@ -336,12 +361,31 @@ def scoring_table(layer: UserLayer, model_config: ModelConfig, backoff: float) -
     w = n / (n + backoff)
     table = np.empty((len(layer), 4), dtype=np.float32)
     table[:, 0], table[:, 1], table[:, 2] = mine[0], mine[1], w
-    table[:, 3] = w * token_log_odds(model_config, mine, layer.token_totals, len(layer))
+    table[:, 3] = w * token_log_odds(model_config, mine, layer.token_totals, len(layer) if distinct is None else distinct)
     return table
 
 
+@dataclass(frozen=True, slots=True)
+class SharedCounts:
+    """What scoring for a user reads of the shared model: its counts of one message's buckets and its totals.
+
+    From the embedded model (`of_model`) or fetched from Redis, so both stores score a
+    user's mail with the same code.
+    """
+
+    config: ModelConfig
+    counts: np.ndarray  # (2, n): the shared counts of the message's ids, ham row, spam row
+    token_totals: np.ndarray
+    doc_totals: np.ndarray
+    distinct: int
+
+    @classmethod
+    def of_model(cls, model: MultinomialNB, features: Features) -> "SharedCounts":
+        return cls(model.config, model.counts.take(features.ids, axis=1), model.token_totals, model.doc_totals, model.distinct)
+
+
 def _overrides(
-    model: MultinomialNB, layer: UserLayer, table: np.ndarray, ids: np.ndarray, counts: np.ndarray, shared: np.ndarray
+    model: SharedCounts, layer: UserLayer, table: np.ndarray, ids: np.ndarray, counts: np.ndarray, shared: np.ndarray
 ) -> np.ndarray:
     """Per token of the message: what the user's evidence adds to the shared log-odds (0 where it agrees).
 
@@ -395,15 +439,24 @@ def score_for_user(model: MultinomialNB, layer: UserLayer | None, table: np.ndar
     """
     if layer is None or table is None or len(features) == 0 or not (model.doc_totals[0] and model.doc_totals[1]):
         return model.score(features)
-    counts = model.counts.take(features.ids, axis=1)
-    shared = token_log_odds(model.config, counts, model.token_totals, model.distinct)
-    overrides = _overrides(model, layer, table, features.ids, counts, shared)
+    return score_counts_for_user(SharedCounts.of_model(model, features), layer, table, features)
+
+
+def score_counts_for_user(shared: SharedCounts, layer: UserLayer | None, table: np.ndarray | None, features: Features) -> Score:
+    """`score_for_user` over the shared counts of the message's buckets (`shared.counts` is for `features.ids`)."""
+    config = shared.config
+    if len(features) == 0 or not (shared.doc_totals[0] and shared.doc_totals[1]):
+        return verdict_of(config, 0.0)
+    if layer is None or table is None:
+        return score_counts(config, shared.counts, shared.token_totals, shared.distinct, features.weights)
+    log_odds = token_log_odds(config, shared.counts, shared.token_totals, shared.distinct)
+    overrides = _overrides(shared, layer, table, features.ids, shared.counts, log_odds)
     if features.weights is not None:  # a family's overrides weigh as its log-odds do
-        shared, overrides = shared * features.weights, overrides * features.weights
+        log_odds, overrides = log_odds * features.weights, overrides * features.weights
     moved = float(np.add.reduce(overrides))
     # The shared sum as MultinomialNB.score takes it, plus 0.0 where nothing moved: bit-identical.
-    total = denominator(model.config, len(features), features.weights)
-    return verdict_of(model.config, (float(np.add.reduce(shared)) + moved) / total)
+    total = denominator(config, len(features), features.weights)
+    return verdict_of(config, (float(np.add.reduce(log_odds)) + moved) / total)
 
 
 def explain_for_user(
@@ -411,9 +464,16 @@ def explain_for_user(
 ) -> tuple[Score, list[Contribution]]:
     """`MultinomialNB.explain` with the user's evidence joined as `score_for_user` joins it."""
     features = features_of(tokens, model.config)
-    if layer is None or table is None or len(features) == 0 or not (model.doc_totals[0] and model.doc_totals[1]):
-        return model.explain(tokens, limit)
-    counts = model.counts.take(features.ids, axis=1)
-    log_odds = token_log_odds(model.config, counts, model.token_totals, model.distinct)
-    log_odds = log_odds + _overrides(model, layer, table, features.ids, counts, log_odds)
-    return explain_log_odds(model.config, tokens, features, log_odds, limit)
+    return explain_counts_for_user(SharedCounts.of_model(model, features), layer, table, tokens, features, limit)
+
+
+def explain_counts_for_user(
+    shared: SharedCounts, layer: UserLayer | None, table: np.ndarray | None, tokens: list[str], features: Features, limit: int
+) -> tuple[Score, list[Contribution]]:
+    """`explain_for_user` over the shared counts of the message's buckets."""
+    config = shared.config
+    if layer is None or table is None or len(features) == 0 or not (shared.doc_totals[0] and shared.doc_totals[1]):
+        return explain_counts(config, tokens, features, shared.counts, shared.token_totals, shared.doc_totals, shared.distinct, limit)
+    log_odds = token_log_odds(config, shared.counts, shared.token_totals, shared.distinct)
+    log_odds = log_odds + _overrides(shared, layer, table, features.ids, shared.counts, log_odds)
+    return explain_log_odds(config, tokens, features, log_odds, limit)

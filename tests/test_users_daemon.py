@@ -10,6 +10,8 @@ import signal
 import smtplib
 from pathlib import Path
 
+import pytest
+
 from spamd.model import Label
 from tests.daemon_helpers import (
     DaemonProcess,
@@ -21,6 +23,7 @@ from tests.daemon_helpers import (
     wait_until_sync,
     write_config,
 )
+from tests.redis_helpers import redis_plain_url, redis_server  # noqa: F401 (fixtures)
 from tests.spamc_helpers import SpamcDaemon, needs_spamc, start_spamd
 
 JUNK = ".Junk"
@@ -42,12 +45,15 @@ def personal_history(spamctl, work: Path, user: str) -> None:
         assert done.returncode == 0, done.stderr
 
 
-def test_two_users_opposite_moves_on_one_kind_each_get_their_way(tmp_path):
+@pytest.mark.parametrize("store", ["local", "redis"])
+def test_two_users_opposite_moves_on_one_kind_each_get_their_way(tmp_path, store, request):
+    """With the embedded store, and with the model and the layers in a real Redis."""
     root = tmp_path / "users"
     maildirs = {user: root / user / "Maildir" for user in ("alice", "bob")}
     for maildir in maildirs.values():
         maildir.mkdir(parents=True)
-    config = write_config(tmp_path / "spamd.toml", f'[maildir]\nroot = "{root}"\nfsync = false\n[users]\nscore_per_user = true\n')
+    redis = f'[redis]\nurl = "{request.getfixturevalue("redis_plain_url")}"\n' if store == "redis" else ""
+    config = write_config(tmp_path / "spamd.toml", f'[maildir]\nroot = "{root}"\nfsync = false\n[users]\nscore_per_user = true\n{redis}')
     data = tmp_path / "data"
     process = DaemonProcess("--config", config, "--data-dir", data, "--smtp", "127.0.0.1:0")
     try:
@@ -142,5 +148,26 @@ def test_spamc_u_trains_and_scores_with_the_users_layer_and_restarts_keep_every_
         assert users(daemon.spamctl) == layers
         assert layers["alice"]["trained_spam"] == 12 and layers["bob"]["trained_ham"] == 12
         assert {u: user_score(daemon, u, probe) for u in scores} == scores
+    finally:
+        daemon.process.kill()
+
+
+@needs_spamc
+def test_spamc_u_trains_and_scores_with_the_users_layer_in_redis(tmp_path, redis_plain_url):
+    redis = f'[redis]\nurl = "{redis_plain_url}"\n'
+    daemon = start_spamd(tmp_path / "d", f"allow_tell = true\n[users]\nscore_per_user = true\n{redis}")
+    try:
+        for user in ("alice", "bob"):
+            for i in range(3):
+                for label in (Label.SPAM, Label.HAM):
+                    assert daemon.spamc("-u", user, "-L", str(label), input=make_message(label, i, seed=len(user))).returncode == 0
+        for n in range(6):
+            assert daemon.spamc("-u", "alice", "-L", "spam", input=list_digest(n, "alice@example.com")).returncode == 0
+            assert daemon.spamc("-u", "bob", "-L", "ham", input=list_digest(n, "bob@example.com")).returncode == 0
+        layers = users(daemon.spamctl)
+        assert layers["alice"]["trained_spam"] == 9 and layers["bob"]["trained_ham"] == 9
+        probe = list_digest(99, "list-readers@example.com")
+        alice, bob, nobody = (float(user_score(daemon, u, probe).split("/")[0]) for u in ("alice", "bob", "carol"))
+        assert alice > nobody > bob, (alice, nobody, bob)
     finally:
         daemon.process.kill()

@@ -44,7 +44,7 @@ def cmd_users(config: Config, args: argparse.Namespace) -> int:
         emit_json(result)
         return 0
     if not result["per_user"]:
-        print("no per-user layers: the model is in Redis, which keeps the shared model alone (docs/users.md)")
+        print("no per-user layers in this store (docs/users.md)")
         return 0
     rows: list[tuple[str, ...]] = [("user", "trained ham", "trained spam", "tokens", "bytes")]
     rows += [(r["user"], str(r["trained_ham"]), str(r["trained_spam"]), str(r["tokens"]), human_bytes(r["bytes"]))

@@ -173,11 +173,13 @@ class SpamdCollector(Collector):
         yield GaugeMetricFamily("spamd_model_memory_bytes", "Memory of the model's count arrays.", value=model.memory_bytes)
         yield GaugeMetricFamily("spamd_ledger_entries", "Trained messages the ledger remembers.", value=len(engine.trainer.ledger))
         if engine.users is not None:  # no label per user: a family per user count would grow without bound
+            # With Redis: the users in <p>users, every daemon's; their memory is Redis's (INFO memory).
             yield GaugeMetricFamily("spamd_users_with_layer", "Users with a layer of their own (docs/users.md).", value=len(engine.users))
-            yield GaugeMetricFamily(
-                "spamd_users_memory_bytes", "Memory of every user's layer and of the scoring tables held.",
-                value=engine.users.memory_bytes + engine.users.table_bytes,
-            )  # fmt: skip
+            if engine.users.memory_bytes is not None:
+                yield GaugeMetricFamily(
+                    "spamd_users_memory_bytes", "Memory of every user's layer and of the scoring tables held.",
+                    value=engine.users.memory_bytes + engine.users.table_bytes,
+                )  # fmt: skip
             yield CounterMetricFamily(
                 "spamd_users_expired", "Layers dropped for [users] max_users (restarts at zero with spamd).",
                 value=engine.users.expired,

@@ -298,8 +298,6 @@ class Console:
             problem = "Upload a message file (.eml or mbox) or paste a message."
         elif user and not is_user_name(user):
             problem = f"A user name is {USER_NAME_RULE}."
-        elif user and self.daemon.engine.layer_user(user) is None:
-            problem = "This store keeps no per-user layers (the model is in Redis): leave the user empty."
         taught = None if problem else await teach(self.daemon.scorer, str(action), messages, user or None)
         status = 400 if problem else (503 if taught and taught.error else 200)
         return self._render(request, "train.html", status=status, title="Train", taught=taught, model=self._model_counts(),

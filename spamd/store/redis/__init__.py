@@ -9,15 +9,21 @@ all, so every script runs on one slot: spamd.store.redis.connect):
                         a bucket at 0 is deleted, so each holds at most 2**hash_bits fields)
     <p>totals           hash: tokens:0/1, docs:0/1, distinct, seq, hash_bits, and
                         count_settings (JSON: [model] stored_counts and families)
-    <p>ledger           hash message key (16 bytes) -> label | 2 if a person decided
+    <p>ledger           hash message key (16 bytes; per (user, message) for a user's
+                        training) -> label | 2 if a person decided (| 4.. while the
+                        user's layer has yet to apply it: spamd.store.redis.scripts)
     <p>ledger:order     sorted set message key -> seq of its last change (oldest trimmed
                         past store.ledger_max_entries, in the training script itself)
     <p>events           stream of training events, trimmed to about redis.events_max
     <p>outcomes         hash "source:outcome" -> count, across every daemon
+    <p>users            sorted set user -> seq of their layer's last change ([users] max_users)
+
+and each user's layer on that user's own slot, `<prefix>{u:NAME}:ham`... (spamd.store.redis.users).
 
 A training is one Lua script (EVALSHA): the ledger check, the count changes, the
 ledger entry and the event happen atomically, so a message trained through two
-daemons counts once and a correction moves it once, whichever daemon sees it. A
+daemons counts once and a correction moves it once, whichever daemon sees it (a
+training that names a user then runs its layer's script: spamd.store.redis.users). A
 score is one round trip (a read-only script: HMGETs of both rows and the totals). Nothing here
 scans keys; `export` and `import` read and write whole hashes (admin operations).
 This module does not know where a message came from beyond a `source` tag, and

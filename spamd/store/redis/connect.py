@@ -2,8 +2,8 @@
 
 Plain Redis keeps the key names it always had (`<prefix>ham`); on a cluster every key
 of the shared model carries one hash tag, the prefix in braces (`{spamd:}ham`), so each
-multi-key script runs on one slot. Hash tags `{u:NAME}` are kept for per-user keys
-(`<prefix>{u:NAME}...`, one slot per user, users spread over the nodes); a prefix
+multi-key script runs on one slot. Each user's layer has its own hash tag `{u:NAME}`
+(`<prefix>{u:NAME}:ham`..., one slot per user, users spread over the nodes); a prefix
 starting with `u:` is refused on a cluster (spamd.config). This module runs no
 command of its own beyond a script's EVALSHA / EVAL.
 """
@@ -30,8 +30,10 @@ from spamd.addresses import CLUSTER_SCHEMES, parse_cluster_url
 from spamd.config import RedisConfig
 from spamd.errors import StoreError, StoreUnavailableError
 
-# The model's keys, in the order the training script takes them (KEYS[1..7]).
-MODEL_KEY_NAMES = ("ham", "spam", "totals", "ledger", "ledger:order", "events", "outcomes")
+# The model's keys, in the order the training script takes them (KEYS[1..8]).
+MODEL_KEY_NAMES = ("ham", "spam", "totals", "ledger", "ledger:order", "events", "outcomes", "users")
+# One user's keys, in the order the user-layer script takes them.
+USER_KEY_NAMES = ("ham", "spam", "totals", "rank", "ledger")
 
 # What a Redis going away, restarting or a cluster node being down looks like to
 # redis-py: the store answers temporary failures for these (451, tempfail, 75).
@@ -55,8 +57,14 @@ def model_keys(prefix: str, cluster: bool) -> list[str]:
 
 
 def user_hash_tag(name: str) -> str:
-    """The hash tag kept for one user's keys (not used yet): `{u:NAME}`, so that users spread over the nodes."""
+    """The hash tag of one user's keys, `{u:NAME}`: all of a user's keys in one slot, the users spread over the nodes."""
     return f"{{u:{name}}}"
+
+
+def user_keys(prefix: str, name: str) -> list[str]:
+    """One user's keys, `<prefix>{u:NAME}:ham`..., on plain Redis and on a cluster alike (`name` checked before)."""
+    head = prefix + user_hash_tag(name) + ":"
+    return [head + key for key in USER_KEY_NAMES]
 
 
 def connect(r: RedisConfig, where: str) -> Any:

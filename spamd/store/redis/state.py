@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
 import numpy as np
@@ -36,6 +37,37 @@ BACKOFF_MAX_S = 5.0
 
 _TOTAL_FIELDS = ("tokens:0", "tokens:1", "docs:0", "docs:1", "distinct")
 
+# A ledger value at or above this is an untraining whose user's layer is not yet told
+# (spamd.store.redis.scripts TRAIN_LUA): the message is not held.
+UNTRAINED = 32
+
+
+@dataclass(frozen=True, slots=True)
+class SharedTraining:
+    """The training script's reply: the outcome, its seq, and what a user's layer has yet to apply."""
+
+    outcome: str
+    seq: int  # 0: nothing committed
+    apply: bool  # the user's layer has this change to apply (new, or left by an attempt that failed)
+    previous: Label | None  # the label the layer held before, as the model's ledger knows it
+    ledger_value: str  # to acknowledge the layer's change with (ACK_LUA)
+    expired: list[str]  # users past [users] max_users: their keys go
+
+
+class _Backoff:
+    """After a failure, every call to that place fails at once until `retry_at`; doubling up to BACKOFF_MAX_S."""
+
+    def __init__(self, now: float):
+        self.down_since = now
+        self.failures = 0
+        self.retry_at = now
+        self.last_error = ""
+
+    def failed(self, now: float, error: str) -> None:
+        self.failures += 1
+        self.retry_at = now + min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (self.failures - 1))
+        self.last_error = error
+
 
 class RedisState:
     """One Redis connection pool and the keys of one model; every call fails as StoreUnavailableError when Redis does.
@@ -50,44 +82,51 @@ class RedisState:
         self.url = redact_url(r.url)
         self.cluster = is_cluster(r.url)
         self.keys = model_keys(r.prefix, self.cluster)
-        self.ham, self.spam, self.totals, self.ledger, self.order, self.events, self.outcomes = self.keys
+        self.ham, self.spam, self.totals, self.ledger, self.order, self.events, self.outcomes, self.users = self.keys
         self.client = connect(r, self.url)
         self._train = Script(self.client, TRAIN_LUA)
         self._score = Script(self.client, SCORE_LUA)
         self._claim = Script(self.client, CLAIM_LUA)
-        self._failures = 0
-        self._retry_at = 0.0
-        self._down_since = 0.0
-        self._last_error = ""
+        # Backoff per place that failed: "model" (the model's slot; on plain Redis,
+        # everything), or on a cluster the node of a user's slot, so that one node down
+        # stops only the users it holds.
+        self._backoffs: dict[str, _Backoff] = {}
 
     # ---------------------------------------------------------- connection
 
-    def call(self, what: str, fn: Callable[[], T]) -> T:
-        """Run one Redis exchange; on failure back off (bounded) and raise StoreUnavailableError."""
+    def call(self, what: str, fn: Callable[[], T], where: str = "model") -> T:
+        """Run one Redis exchange; on failure back off (bounded, per `where`) and raise StoreUnavailableError."""
         now = time.monotonic()
-        if now < self._retry_at:
-            raise StoreUnavailableError(
-                f"Redis at {self.url} is unreachable ({self._last_error}); {what} not done, retrying by itself"
-            )
+        backoff = self._backoffs.get(where)
+        place = self.url if where == "model" else f"{self.url} (node {where})"
+        if backoff is not None and now < backoff.retry_at:
+            raise StoreUnavailableError(f"Redis at {place} is unreachable ({backoff.last_error}); {what} not done, retrying by itself")
         try:
             result = fn()
         except NOT_UNAVAILABLE:
             raise  # keys in two slots: a bug, not an outage
         except UNAVAILABLE as e:
-            self._failures += 1
-            self._retry_at = now + min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (self._failures - 1))
-            self._last_error = f"{type(e).__name__}: {e}"
-            if self._failures == 1:
-                self._down_since = now
-                log.error("redis_unreachable", url=self.url, error=self._last_error, action="answering temporary failures; retrying")
-            raise StoreUnavailableError(f"Redis at {self.url} is unreachable ({self._last_error}); {what} not done, retrying by itself") from None
+            if backoff is None:
+                backoff = self._backoffs[where] = _Backoff(now)
+                log.error("redis_unreachable", url=self.url, node=where, error=f"{type(e).__name__}: {e}",
+                          action="answering temporary failures; retrying")  # fmt: skip
+            backoff.failed(now, f"{type(e).__name__}: {e}")
+            raise StoreUnavailableError(f"Redis at {place} is unreachable ({backoff.last_error}); {what} not done, retrying by itself") from None
         except redis.ResponseError as e:
-            raise StoreError(f"Redis at {self.url} refused {what}: {e}") from None
-        if self._failures:
-            log.info("redis_reconnected", url=self.url, down_s=round(now - self._down_since, 2), failures=self._failures)
-            self._failures = 0
-            self._retry_at = 0.0
+            raise StoreError(f"Redis at {place} refused {what}: {e}") from None
+        if backoff is not None:
+            del self._backoffs[where]
+            log.info("redis_reconnected", url=self.url, node=where, down_s=round(now - backoff.down_since, 2), failures=backoff.failures)
         return result
+
+    def node_of(self, key: str) -> str:
+        """Where a key's calls back off: "model" on plain Redis, else the node that holds its slot (or the key itself)."""
+        if not self.cluster:
+            return "model"
+        try:
+            return str(self.client.get_node_from_key(key).name)
+        except UNAVAILABLE:
+            return key
 
     def check_hash_bits(self) -> None:
         """Claim the model's bucket space and count settings, or refuse one built with another `model.hash_bits` or families."""
@@ -128,17 +167,27 @@ class RedisState:
 
     # ---------------------------------------------------------- training
 
-    def train(self, op: str, analyzed: Analyzed, label: Label | None, user: bool, source: str) -> tuple[str, int]:
-        """Run the training script; (outcome, seq). Acknowledged only once Redis has applied it."""
+    def train(
+        self, op: str, analyzed: Analyzed, label: Label | None, user: bool, source: str,
+        ledger_key: bytes | None = None, user_name: str | None = None,
+    ) -> SharedTraining:  # fmt: skip
+        """Run the training script on the model's slot. Acknowledged only once Redis has applied it.
+
+        With `user_name`, `ledger_key` is the (user, message) entry and the reply says
+        what the user's layer has yet to apply (spamd.store.redis.users does it).
+        """
         features = analyzed.features
         stored = MultinomialNB.stored_counts(features.counts, self.config.model.stored_counts)
         args = [
-            op, analyzed.key, 0 if label is None else int(label), int(user), source, repr(time.time()),
-            self.config.store.ledger_max_entries, self.config.redis.events_max,
-            *features.ids.tolist(), *stored.tolist(),
+            op, analyzed.key if ledger_key is None else ledger_key, 0 if label is None else int(label), int(user),
+            source, repr(time.time()), self.config.store.ledger_max_entries, self.config.redis.events_max,
+            user_name or "", self.config.users.max_users, *features.ids.tolist(), *stored.tolist(),
         ]  # fmt: skip
-        outcome, seq = self.call("training", lambda: self._train(keys=self.keys, args=args))
-        return outcome.decode(), int(seq)
+        outcome, seq, apply, previous, value, expired = self.call("training", lambda: self._train(keys=self.keys, args=args))
+        return SharedTraining(
+            outcome.decode(), int(seq), bool(apply), None if int(previous) < 0 else Label(int(previous)),
+            value.decode() if isinstance(value, bytes) else str(value), [bytes(n).decode() for n in expired],
+        )
 
     # ---------------------------------------------------------- whole state
 
@@ -167,7 +216,7 @@ class RedisState:
         ledger = Ledger(self.config.store.ledger_max_entries)
         for key in order:  # oldest first, as the embedded ledger keeps them
             value = entries.get(key)
-            if value is not None:
+            if value is not None and int(value) < UNTRAINED:  # (an untrained entry whose layer is not yet told: not held)
                 ledger.set(bytes(key), Label(int(value) & 1), bool(int(value) & 2))
         return model, ledger, t.get("seq", 0)
 
@@ -177,7 +226,7 @@ class RedisState:
 
         def write() -> None:
             pipe = self.client.pipeline(transaction=True)
-            pipe.delete(self.ham, self.spam, self.ledger, self.order)
+            pipe.delete(self.ham, self.spam, self.ledger, self.order, self.users)
             for label, key in ((Label.HAM, self.ham), (Label.SPAM, self.spam)):
                 row = model.counts[label]
                 ids = np.flatnonzero(row)

@@ -10,6 +10,7 @@ from spamd.errors import CorruptStateError, StoreError, StoreUnavailableError
 from spamd.model import Label
 from spamd.store.local import Recovery, Store
 from spamd.store.redis.state import RedisState
+from spamd.store.redis.users import RedisUsers
 from spamd.store.redis.views import RedisModel, RedisTrainer
 from spamd.store.snapshot import decode_snapshot, encode_snapshot
 
@@ -32,6 +33,7 @@ class RedisStore:
         self.last_snapshot_time: float | None = None
         self.journal_records = 0
         self.journal_bytes = 0
+        self.users: RedisUsers | None = None  # the trainer's, set by open_redis
 
     def lock(self) -> None:
         self.local.lock()
@@ -42,21 +44,26 @@ class RedisStore:
 
     def export_snapshot(self, counters: dict[str, int]) -> bytes:
         model, ledger, seq = self.state.load()
-        return encode_snapshot(model, ledger, seq, counters)
+        users = self.users.load() if self.users is not None else None
+        return encode_snapshot(model, ledger, seq, counters, None, users)
 
     def import_snapshot(self, data: bytes, where: str) -> dict[str, object]:
         try:
-            imported = decode_snapshot(data, self.config.model, self.config.store.ledger_max_entries, where)
+            imported = decode_snapshot(data, self.config.model, self.config.store.ledger_max_entries, where, self.config.users)
         except CorruptStateError as e:
             raise StoreError(f"import refused, nothing changed: {e}") from None
         seq = self.state.totals_now()["seq"] + 1
+        before = self.users.names() if self.users is not None else []
         self.state.replace(imported.model, imported.ledger, seq)
+        if self.users is not None:
+            self.users.replace(imported.users, before)  # each on its own slot, after the model (spamd.store.redis.users)
         return {
             "redis": self.state.url,
             "seq": seq,
             "trained_ham": int(imported.model.doc_totals[Label.HAM]),
             "trained_spam": int(imported.model.doc_totals[Label.SPAM]),
             "ledger_entries": len(imported.ledger),
+            "users": len(imported.users),
         }
 
     def stats(self) -> dict[str, object]:
@@ -93,6 +100,7 @@ def open_redis(config: Config) -> tuple[RedisStore, RedisTrainer, Recovery]:
         raise
     model = RedisModel(state, config.model)
     trainer = RedisTrainer(state, model)
+    store.users = trainer.users
     trainer.seq = state.totals_now()["seq"]
     return store, trainer, Recovery()
 

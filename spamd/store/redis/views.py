@@ -11,10 +11,11 @@ from typing import Any
 import numpy as np
 
 from spamd.classifier import Analyzed
-from spamd.errors import StoreError
 from spamd.model import Contribution, Features, Label, MultinomialNB, Score, explain_counts, features_of, score_counts, verdict_of
-from spamd.store.redis.state import RedisState
+from spamd.store.redis.state import UNTRAINED, RedisState
+from spamd.store.redis.users import RedisUsers
 from spamd.training import Outcome
+from spamd.users import check_user_name, user_ledger_key
 
 
 class RedisModel:
@@ -71,7 +72,7 @@ class RedisLedger:
 
     def get(self, key: bytes) -> tuple[Label, bool] | None:
         value = self.state.call("reading the ledger", lambda: self.state.client.hget(self.state.ledger, key))
-        if value is None:
+        if value is None or int(value) >= UNTRAINED:
             return None
         v = int(value)
         return Label(v & 1), bool(v & 2)
@@ -99,35 +100,29 @@ class RedisTrainer:
         self.seq = 0  # the seq of this process's last committed training
         # (source, outcome) -> count since start, for `spamctl stats` (<p>outcomes has every daemon's).
         self.events: Counter[tuple[str, str]] = Counter()
-        self.users = None  # no per-user layers in Redis: every message is scored by the shared model
+        self.users = RedisUsers(state, state.config.users)  # each user's layer on the user's slot
 
     def train(
         self, analyzed: Analyzed, label: Label, source: str, user: bool = True, user_name: str | None = None
     ) -> Outcome:
-        _refuse_user(user_name)
-        return self._run("train", analyzed, label, user, source)
+        return self._run("train", analyzed, label, user, source, user_name)
 
     def untrain(self, analyzed: Analyzed, source: str, user_name: str | None = None) -> Outcome:
-        _refuse_user(user_name)
-        return self._run("untrain", analyzed, None, True, source)
+        return self._run("untrain", analyzed, None, True, source, user_name)
 
     def label_of(self, key: bytes, user_name: str | None = None) -> Label | None:
-        _refuse_user(user_name)
-        known = self.ledger.get(key)
+        known = self.ledger.get(user_ledger_key(user_name, key))
         return None if known is None else known[0]
 
-    def _run(self, op: str, analyzed: Analyzed, label: Label | None, user: bool, source: str) -> Outcome:
-        outcome, seq = self.state.train(op, analyzed, label, user, source)
-        if seq:
-            self.seq = seq
-        self.events[(source, outcome)] += 1
-        return Outcome(outcome)
-
-
-
-def _refuse_user(user_name: str | None) -> None:
-    if user_name is not None:
-        raise StoreError(
-            f"user {user_name!r}: per-user training is not available with the model in Redis ([redis] url); "
-            "train without a user (the shared model), or use the local store (docs/redis.md, docs/users.md)"
-        )
+    def _run(self, op: str, analyzed: Analyzed, label: Label | None, user: bool, source: str, user_name: str | None) -> Outcome:
+        """The shared script, then with a user their layer's (spamd.store.redis.users: the order and why)."""
+        if user_name is not None:
+            check_user_name(user_name)  # it names Redis keys
+        key = user_ledger_key(user_name, analyzed.key)
+        shared = self.state.train(op, analyzed, label, user, source, key, user_name)
+        if shared.seq:
+            self.seq = shared.seq
+        if user_name is not None:
+            self.users.finish(user_name, analyzed, label, key, shared)  # StoreUnavailableError: not acknowledged
+        self.events[(source, shared.outcome)] += 1
+        return Outcome(shared.outcome)
