@@ -460,15 +460,16 @@ def test_the_recipients_user_scores_with_their_layer(postfix: Postfix, sink: Sin
         wait_until_sync(lambda: len(probes()) >= count, 10)
         return [e.get("user_name") for e in probes()]
 
-    shared = log_odds_for(["alice@example.com"])  # score_per_user off (the default): the shared model
-    assert probes_named(1) == ["alice"]  # the user is named on the log line whether or not their layer scores
-    with spamd.restarted_with("[users]\nscore_per_user = true\n"):  # (a restart setting)
-        alice = log_odds_for(["alice@example.com"])
-        alice_extension = log_odds_for(["alice+lists@example.com", "alice@example.com"])  # one user
-        bob = log_odds_for(["bob@example.com"])
-        both = log_odds_for(["alice@example.com", "bob@example.com"])  # two users: one copy, one verdict
-        nobody = log_odds_for(["carol@example.com"])  # no layer
-        assert probes_named(5) == ["alice", "alice", "bob", None, "carol"]
+    with spamd.restarted_with("[users]\nscore_per_user = false\n"):  # (a restart setting) the shared model
+        shared = log_odds_for(["alice@example.com"])
+        assert probes_named(1) == ["alice"]  # the user is named on the log line whether or not their layer scores
+    # score_per_user on (the default)
+    alice = log_odds_for(["alice@example.com"])
+    alice_extension = log_odds_for(["alice+lists@example.com", "alice@example.com"])  # one user
+    bob = log_odds_for(["bob@example.com"])
+    both = log_odds_for(["alice@example.com", "bob@example.com"])  # two users: one copy, one verdict
+    nobody = log_odds_for(["carol@example.com"])  # no layer
+    assert probes_named(5) == ["alice", "alice", "bob", None, "carol"]
     assert alice > shared > bob, (alice, shared, bob)
     assert alice > 0 > bob  # spam for alice, ham for bob
     assert alice_extension == alice

@@ -25,7 +25,7 @@ def add_eval_arguments(evaluate: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     evaluate.add_argument(
         "--score-per-user", action="store_true",
-        help="score each message with its user's layer joined, as [users] score_per_user = true does",
+        help="score each message with its user's layer joined even where the config says [users] score_per_user = false",
     )  # fmt: skip
     add_protocol_arguments(evaluate)
 
