@@ -104,6 +104,14 @@ class ModelConfig:
     # denominator); the tokenizer's own tokens weigh 1.
     ngram_weight: float = 1.0
     osb_weight: float = 1.0
+    # Estimation (spamd/estimation.py), both off: neither wins on every stream and
+    # protocol (docs/accuracy.md "Feature families and estimation"). Rennie's weight
+    # normalization: each class's log P(t|c) divided by its L1 norm over the buckets
+    # seen before the difference (kept by learn and unlearn, not recounted per message).
+    weight_normalization: bool = False
+    # Add log(N_spam / N_ham) of the messages learned to the message's log-odds sum
+    # (divided by its tokens as they are).
+    class_prior: bool = False
 
 
 
@@ -430,6 +438,11 @@ def _validate(config: Config, source: str) -> None:
         weight = getattr(m, name)
         if not (math.isfinite(weight) and 0 < weight <= 10):
             problems.append(f"model.{name} must be above 0 and at most 10, got {weight}")
+    if config.redis.url and (m.weight_normalization or m.class_prior):
+        problems.append(
+            "model.weight_normalization and model.class_prior are not available with [redis] url set: the Redis "
+            "store scores from the counts alone; turn them off (their default) or leave redis.url empty"
+        )
     if min(p.max_bytes, p.max_parts, p.max_depth, p.max_text_chars) < 1:
         problems.append("parser limits must be >= 1")
     if not -1 <= p.processes <= 64:

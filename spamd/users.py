@@ -23,6 +23,7 @@ import numpy as np
 
 from spamd.config import ModelConfig, UsersConfig
 from spamd.errors import SpamdError
+from spamd.estimation import log_masses
 from spamd.model import (
     Contribution,
     Features,
@@ -32,6 +33,7 @@ from spamd.model import (
     denominator,
     explain_log_odds,
     features_of,
+    mean_log_odds,
     token_log_odds,
     verdict_of,
 )
@@ -336,7 +338,8 @@ def scoring_table(layer: UserLayer, model_config: ModelConfig, backoff: float) -
     w = n / (n + backoff)
     table = np.empty((len(layer), 4), dtype=np.float32)
     table[:, 0], table[:, 1], table[:, 2] = mine[0], mine[1], w
-    table[:, 3] = w * token_log_odds(model_config, mine, layer.token_totals, len(layer))
+    masses = log_masses(mine, model_config.alpha) if model_config.weight_normalization else None  # the layer's own
+    table[:, 3] = w * token_log_odds(model_config, mine, layer.token_totals, len(layer), masses)
     return table
 
 
@@ -396,14 +399,14 @@ def score_for_user(model: MultinomialNB, layer: UserLayer | None, table: np.ndar
     if layer is None or table is None or len(features) == 0 or not (model.doc_totals[0] and model.doc_totals[1]):
         return model.score(features)
     counts = model.counts.take(features.ids, axis=1)
-    shared = token_log_odds(model.config, counts, model.token_totals, model.distinct)
+    shared = token_log_odds(model.config, counts, model.token_totals, model.distinct, model.class_log_masses())
     overrides = _overrides(model, layer, table, features.ids, counts, shared)
     if features.weights is not None:  # a family's overrides weigh as its log-odds do
         shared, overrides = shared * features.weights, overrides * features.weights
     moved = float(np.add.reduce(overrides))
     # The shared sum as MultinomialNB.score takes it, plus 0.0 where nothing moved: bit-identical.
     total = denominator(model.config, len(features), features.weights)
-    return verdict_of(model.config, (float(np.add.reduce(shared)) + moved) / total)
+    return verdict_of(model.config, mean_log_odds(model.config, float(np.add.reduce(shared)) + moved, total, model.doc_totals))
 
 
 def explain_for_user(
@@ -414,6 +417,6 @@ def explain_for_user(
     if layer is None or table is None or len(features) == 0 or not (model.doc_totals[0] and model.doc_totals[1]):
         return model.explain(tokens, limit)
     counts = model.counts.take(features.ids, axis=1)
-    log_odds = token_log_odds(model.config, counts, model.token_totals, model.distinct)
+    log_odds = token_log_odds(model.config, counts, model.token_totals, model.distinct, model.class_log_masses())
     log_odds = log_odds + _overrides(model, layer, table, features.ids, counts, log_odds)
-    return explain_log_odds(model.config, tokens, features, log_odds, limit)
+    return explain_log_odds(model.config, tokens, features, log_odds, limit, model.doc_totals)
