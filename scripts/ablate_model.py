@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Feature families and estimation choices of the naive Bayes, each measured on every stream under full and errors-only feedback.
+"""Feature families, estimation choices and training rules of the naive Bayes, each measured on every stream under three feedbacks.
 
 The candidates a top-tier TREC filter suggests, tried inside spamd's multinomial NB,
 each a set of [model] settings: binary (presence) or other stored counts instead of
@@ -8,8 +8,10 @@ decoded headers and text; orthogonal sparse bigrams (word pairs at distance 1-4,
 gap in the feature) of the body; each family weighted (spamd/families.py); the
 smoothing and the evidence prior. The messages are parsed and tokenized by spamd's
 own code once per stream (cached under --work, with the decoded headers and text the
-families read); each candidate is then an online run of spamd.model's MultinomialNB
-(learn_one, score) on the families of spamd.families, hashed into the one table as
+families read). Also Rennie's weight normalization and the class prior ([model]
+switches), and the thick threshold of full feedback (spamd.feedback's train_margin:
+under errors and people it is the default itself, shown n/a). Each candidate is then
+an online run of spamd.model's MultinomialNB (learn_one, score) on the families of spamd.families, hashed into the one table as
 spamd hashes them, or with --family-tables each family into a table of its own (what
 the collisions between families cost). The feedback is spamd.feedback's, as `spamctl eval --feedback`
 gives it: `full`, every message trained with its gold label after it is scored
@@ -26,6 +28,7 @@ rewritten into spamd.variants' derived streams (what the defaults are chosen on)
     python scripts/ablate_model.py --variants all \\
         ../shared/corpora/trec07p-dev/full/index ../shared/corpora/spamassassin/index
     python scripts/ablate_model.py --candidates binary,cng4-w0.3 ~/mail/index
+    python scripts/ablate_model.py --time --candidates wnorm,prior ~/mail/index   # us a message in score, learn_one
 
 The n-grams are read from at most 8,000 characters of headers and 16,000 of text
 (what the cache keeps): the same as spamd for ngram_chars up to 8,000.
@@ -105,8 +108,8 @@ CANDIDATES = [
     Candidate("wnorm+prior", {"weight_normalization": True, "class_prior": True}),
     Candidate("margin0.5", train_margin=0.5),
     Candidate("margin1", train_margin=1.0),
-    Candidate("margin2", train_margin=2.0),
     Candidate("margin1.5", train_margin=1.5),
+    Candidate("margin2", train_margin=2.0),
     Candidate("margin3", train_margin=3.0),
     Candidate("margin4", train_margin=4.0),
 ]
