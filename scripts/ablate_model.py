@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Feature families and estimation choices of the naive Bayes, each measured on every stream under full and errors-only feedback.
+"""Feature families, estimation choices and training rules of the naive Bayes, each measured on every stream under three feedbacks.
 
 The candidates a top-tier TREC filter suggests, tried inside spamd's multinomial NB,
 each a set of [model] settings: binary (presence) or other stored counts instead of
@@ -8,8 +8,10 @@ decoded headers and text; orthogonal sparse bigrams (word pairs at distance 1-4,
 gap in the feature) of the body; each family weighted (spamd/families.py); the
 smoothing and the evidence prior. The messages are parsed and tokenized by spamd's
 own code once per stream (cached under --work, with the decoded headers and text the
-families read); each candidate is then an online run of spamd.model's MultinomialNB
-(learn_one, score) on the families of spamd.families, hashed into the one table as
+families read). Also Rennie's weight normalization and the class prior ([model]
+switches), and the thick threshold of full feedback (spamd.feedback's train_margin:
+under errors and people it is the default itself, shown n/a). Each candidate is then
+an online run of spamd.model's MultinomialNB (learn_one, score) on the families of spamd.families, hashed into the one table as
 spamd hashes them, or with --family-tables each family into a table of its own (what
 the collisions between families cost). The feedback is spamd.feedback's, as `spamctl eval --feedback`
 gives it: `full`, every message trained with its gold label after it is scored
@@ -26,6 +28,7 @@ rewritten into spamd.variants' derived streams (what the defaults are chosen on)
     python scripts/ablate_model.py --variants all \\
         ../shared/corpora/trec07p-dev/full/index ../shared/corpora/spamassassin/index
     python scripts/ablate_model.py --candidates binary,cng4-w0.3 ~/mail/index
+    python scripts/ablate_model.py --time --candidates wnorm,prior ~/mail/index   # us a message in score, learn_one
 
 The n-grams are read from at most 8,000 characters of headers and 16,000 of text
 (what the cache keeps): the same as spamd for ngram_chars up to 8,000.
@@ -39,10 +42,12 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import math
 import pickle
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field, replace
 from multiprocessing import Pool
 from pathlib import Path
@@ -67,6 +72,12 @@ Analyzed = tuple[list[str], str, str]
 class Candidate:
     name: str
     model: dict[str, object] = field(default_factory=dict)  # ModelConfig overrides
+    # A training rule rather than a setting: spamd.feedback's Protocol.train_margin, which
+    # applies to full feedback only (under errors and people the candidate is the default).
+    train_margin: float = math.inf
+
+    def applies_to(self, protocol: str) -> bool:
+        return self.train_margin == math.inf or protocol == "full"
 
 
 CANDIDATES = [
@@ -91,6 +102,16 @@ CANDIDATES = [
     Candidate("hash_bits18", {"hash_bits": 18}),
     Candidate("hash_bits20", {"hash_bits": 20}),
     Candidate("hash_bits24", {"hash_bits": 24}),
+    # Estimation and the training rule (docs/accuracy.md "Feature families and estimation").
+    Candidate("wnorm", {"weight_normalization": True}),
+    Candidate("prior", {"class_prior": True}),
+    Candidate("wnorm+prior", {"weight_normalization": True, "class_prior": True}),
+    Candidate("margin0.5", train_margin=0.5),
+    Candidate("margin1", train_margin=1.0),
+    Candidate("margin1.5", train_margin=1.5),
+    Candidate("margin2", train_margin=2.0),
+    Candidate("margin3", train_margin=3.0),
+    Candidate("margin4", train_margin=4.0),
 ]
 _BY_NAME = {c.name: c for c in CANDIDATES}
 _CONFIG = Config()
@@ -157,7 +178,7 @@ def run(candidate: Candidate, stream: list[tuple[bool, Analyzed]], protocol: str
     model = MultinomialNB(replace(config, hash_bits=config.hash_bits + 2) if tables > 1 else config)
     scores, labels = np.empty(len(stream)), np.empty(len(stream), bool)
     trained = unsure = 0
-    feedback = Feedback(Protocol(feedback=protocol))
+    feedback = Feedback(Protocol(feedback=protocol, train_margin=candidate.train_margin))
     waiting: dict[int, Features] = {}
 
     def learn(event: Event) -> None:
@@ -183,6 +204,23 @@ def run(candidate: Candidate, stream: list[tuple[bool, Analyzed]], protocol: str
     return one_minus_roca(scores, labels), trained, 100.0 * unsure / max(1, len(stream))
 
 
+def model_time(candidate: Candidate, stream: list[tuple[bool, Analyzed]], rounds: int = 3) -> tuple[float, float]:
+    """Microseconds a message spends in score and in learn_one under full feedback (features made beforehand): best of `rounds`."""
+    config = ModelConfig(**candidate.model)  # type: ignore[arg-type]
+    made = [(Label(int(is_spam)), features(config, item, False)) for is_spam, item in stream]
+    best = (math.inf, math.inf)
+    for _ in range(rounds):
+        model, scoring, learning = MultinomialNB(config), 0.0, 0.0
+        for label, message in made:
+            start = time.perf_counter()
+            model.score(message)
+            middle = time.perf_counter()
+            model.learn_one(message, label)
+            scoring, learning = scoring + middle - start, learning + time.perf_counter() - middle
+        best = (min(best[0], 1e6 * scoring / len(made)), min(best[1], 1e6 * learning / len(made)))
+    return best
+
+
 def _job(task: tuple[Candidate, str, Path, str, bool]) -> tuple[str, str, str, float, int, float]:
     candidate, protocol, cache, name, family_tables = task
     return (candidate.name, protocol, name, *run(candidate, pickle.loads(cache.read_bytes()), protocol, family_tables))
@@ -196,6 +234,9 @@ def main() -> int:
     parser.add_argument("--feedback", default="full,errors,people", help="comma-separated: full, errors, people (seed 1)")
     parser.add_argument("--family-tables", action="store_true",
                         help="hash each family into a table of its own (spamd hashes them all into one)")
+    parser.add_argument("--time", action="store_true",
+                        help="only time each candidate's score and learn_one on the first stream, one process (no table of accuracy)")
+    parser.add_argument("--json", type=Path, metavar="FILE", help="also write every stream's figures here")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "spamd-ablate-model")
     args = parser.parse_args()
     names = list(_BY_NAME) if args.candidates == "all" else ["default", *[n for n in args.candidates.split(",") if n != "default"]]
@@ -206,6 +247,7 @@ def main() -> int:
     protocols = args.feedback.split(",")
     args.work.mkdir(parents=True, exist_ok=True)
     caches: list[tuple[str, Path]] = []
+    sizes_by_name: list[tuple[str, int]] = []
     for index in args.index:
         if not index.is_file():
             print(f"ablate_model.py: no index at {index}", file=sys.stderr)
@@ -216,8 +258,19 @@ def main() -> int:
             cache, size = cached_stream(path, args.work)
             name = stream_name(index) + ("" if variant == "original" else f", {variant}")
             caches.append((name, cache))
+            sizes_by_name.append((name, size))
             print(f"analyzed {name}: {size} messages", file=sys.stderr)
-    tasks = [(_BY_NAME[n], p, cache, name, args.family_tables) for n in names for p in protocols for name, cache in caches]
+    if args.time:
+        stream = pickle.loads(caches[0][1].read_bytes())
+        print(f"| candidate | score us/msg | learn_one us/msg |  ({caches[0][0]}, full feedback, best of 3)\n|---|---|---|")
+        for n in names:
+            scoring, learning = model_time(_BY_NAME[n], stream)
+            print(f"| {n} | {scoring:.1f} | {learning:.1f} |")
+        return 0
+    tasks = [
+        (_BY_NAME[n], p, cache, name, args.family_tables)
+        for n in names for p in protocols if _BY_NAME[n].applies_to(p) for name, cache in caches
+    ]  # fmt: skip
     results: dict[tuple[str, str, str], tuple[float, int, float]] = {}
     with Pool(2) as pool:
         for candidate, protocol, name, roca, trained, unsure in pool.imap_unordered(_job, tasks):
@@ -229,13 +282,30 @@ def main() -> int:
     for n in names:
         cells = [n]
         for p in protocols:
+            if not _BY_NAME[n].applies_to(p):
+                cells += ["n/a"] * 5
+                continue
             ratios = [results[n, p, s][0] / results["default", p, s][0] for s, _ in caches if results["default", p, s][0] > 0]
             unsure = sum(results[n, p, s][2] for s, _ in caches) / len(caches)
             cells += [f"{math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}", f"{max(ratios):.2f}",
                       f"{results[n, p, first][0]:.4f}", f"{results[n, p, second][0]:.4f}", f"{unsure:.1f}"]  # fmt: skip
         print("| " + " | ".join(cells) + " |")
+    print("\n| candidate | " + " | ".join(f"{p}: trained %" for p in protocols) + " |")
+    print("|" + "---|" * (1 + len(protocols)))
+    for n in names:
+        sizes = dict(sizes_by_name)
+        cells = [n] + [
+            f"{sum(100.0 * results[n, p, s][1] / sizes[s] for s, _ in caches) / len(caches):.1f}" if _BY_NAME[n].applies_to(p) else "n/a"
+            for p in protocols
+        ]  # fmt: skip
+        print("| " + " | ".join(cells) + " |")
+    if args.json:
+        rows = [{"candidate": c, "feedback": p, "stream": s, "roca": r[0], "trained": r[1], "unsure_pct": r[2]}
+                for (c, p, s), r in sorted(results.items())]  # fmt: skip
+        args.json.write_text(json.dumps(rows, indent=1))
     print(f"\n{len(caches)} streams; ratios are the candidate's (1-ROCA)% over the default's on the same stream and "
-          "protocol; Unsure % is the mean over the streams of the mail scored Unsure.")  # fmt: skip
+          "protocol; Unsure % is the mean over the streams of the mail scored Unsure; n/a: a training rule of "
+          "full feedback, the default itself under the other protocols.")  # fmt: skip
     return 0
 
 

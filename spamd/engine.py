@@ -238,6 +238,7 @@ class Engine:
         self.model.token_totals[:] = imported.model.token_totals
         self.model.doc_totals[:] = imported.model.doc_totals
         self.model.distinct = imported.model.distinct
+        self.model.forget_log_masses()  # counts overwritten in place, not learned
         self.trainer.ledger.replace_with(imported.ledger)  # in place: the daemon's watcher holds ledger.get
         if self.users is not None:
             self.users.replace_with(imported.users)

@@ -16,6 +16,7 @@ import numpy as np
 import xxhash
 
 from spamd.config import ModelConfig
+from spamd.estimation import log_mass, log_masses, normalized_log_odds, prior_log_odds
 from spamd.families import token_weights
 
 
@@ -136,6 +137,10 @@ class MultinomialNB:
         self.token_totals = np.zeros(2, dtype=np.int64)  # sum of counts per class
         self.doc_totals = np.zeros(2, dtype=np.int64)  # messages learned per class
         self.distinct = 0  # buckets with a non-zero count in either class
+        # weight_normalization only: the per-class log masses (spamd.estimation), kept by
+        # learn and unlearn, recounted when the totals say the counts changed otherwise.
+        self._log_masses: np.ndarray | None = None
+        self._log_masses_of: tuple[float, ...] = ()
 
     # ------------------------------------------------------------ learning
 
@@ -155,14 +160,18 @@ class MultinomialNB:
         # take() rather than fancy indexing: one gather for both classes at a quarter
         # of the cost (score + learn 90 -> 50 us/msg on trec07p-dev).
         both = self.counts.take(ids, axis=1)
+        masses = self.class_log_masses() if self.config.weight_normalization else None
         self.distinct += len(ids) - int(np.count_nonzero(both[0] | both[1]))
         self.counts[label][ids] = both[label] + counts
         self.token_totals[label] += int(counts.sum(dtype=np.int64))
         self.doc_totals[label] += 1
+        if masses is not None:
+            self._move_log_mass(label, both[label], both[label] + counts)
 
     def unlearn_one(self, features: Features, label: Label) -> bool:
         """Undo a learn_one. Returns False (and clamps at zero) if the counts were not there."""
         ids, counts = features.ids, self.stored_counts(features.counts, self.config.stored_counts)
+        masses = self.class_log_masses() if self.config.weight_normalization else None
         row = self.counts[label]
         present = row[ids]
         exact = bool(np.all(present >= counts)) and bool(self.doc_totals[label] > 0)
@@ -172,39 +181,76 @@ class MultinomialNB:
         self.distinct -= int(np.count_nonzero((row[ids] == 0) & (other[ids] == 0) & (present > 0)))
         self.token_totals[label] -= int(removed.sum(dtype=np.int64))
         self.doc_totals[label] = max(0, int(self.doc_totals[label]) - 1)
+        if masses is not None:
+            self._move_log_mass(label, present, present - removed)
         return exact
+
+    def _state_key(self) -> tuple[float, ...]:
+        # alpha too: it applies on SIGHUP, and the masses are of log(1 + n / alpha).
+        return (self.config.alpha, *map(int, self.token_totals), *map(int, self.doc_totals), self.distinct)
+
+    def class_log_masses(self) -> np.ndarray | None:
+        """The per-class log masses weight normalization reads (None when it is off), counted over every bucket
+        only when the counts changed other than by learn and unlearn (a snapshot loaded, a model imported)."""
+        if not self.config.weight_normalization:
+            return None
+        key = self._state_key()
+        if self._log_masses is None or key != self._log_masses_of:
+            # 0.06 s for 2**22 buckets: once, not per message (learn and unlearn keep it).
+            self._log_masses, self._log_masses_of = log_masses(self.counts, self.config.alpha), key
+        return self._log_masses
+
+    def forget_log_masses(self) -> None:
+        """Recount the log masses at next use: for a caller that overwrote the count arrays in place."""
+        self._log_masses = None
+
+    def _move_log_mass(self, label: Label, before: np.ndarray, after: np.ndarray) -> None:
+        # Integers: learn then unlearn returns the masses to the bit, and they equal a recount.
+        masses = self._log_masses
+        assert masses is not None
+        alpha = self.config.alpha
+        masses[label] += log_mass(after, alpha) - log_mass(before, alpha)
+        self._log_masses_of = self._state_key()
 
     # ------------------------------------------------------------ scoring
 
     def _token_log_odds(self, ids: np.ndarray) -> np.ndarray:
-        return token_log_odds(self.config, self.counts.take(ids, axis=1), self.token_totals, self.distinct)
+        counts = self.counts.take(ids, axis=1)
+        return token_log_odds(self.config, counts, self.token_totals, self.distinct, self.class_log_masses())
 
     def score(self, features: Features) -> Score:
-        """The mean log-odds of the message's distinct tokens (buckets); no class prior.
+        """The mean log-odds of the message's distinct tokens (buckets); no class prior unless switched on.
 
         Dividing by the number of tokens is the one big step over a textbook naive
         Bayes, whose log-odds grow with message length so that long messages
         dominate the ranking: trec07p-dev 0.0995 -> 0.0222 in the prototype
-        (shared/MEASUREMENTS.md); by the square root instead, 0.0368. The class
-        prior is dropped because it only shifts every score alike.
+        (shared/MEASUREMENTS.md); by the square root instead, 0.0368.
 
         Each distinct token weighs the same here, however often it occurs (its
         count still shapes the model through `stored_counts`). Against weighting
         by log(1 + tf), trec / sa (1-ROCA)%: 0.0141 / 0.0558 -> 0.0121 / 0.0550,
         hm% at sm%=0.1 1.32 / 4.02 -> 1.17 / 3.57. (With the first, header-poor
         tokenizer it was mixed: 0.0204 / 0.0676 -> 0.0176 / 0.0694; raw tf was worst.)
+
+        The class prior, log(N_spam / N_ham) in the sum (ModelConfig.class_prior), changes
+        little: scripts/ablate_model.py, 20 streams, geometric mean of (1-ROCA)% ratios
+        full 0.999, errors 0.987, people 1.023 (worst stream 1.60), so it is off.
         """
         if len(features) == 0 or not (self.doc_totals[0] and self.doc_totals[1]):
             return verdict_of(self.config, 0.0)
         return score_counts(
-            self.config, self.counts.take(features.ids, axis=1), self.token_totals, self.distinct, features.weights
-        )
+            self.config, self.counts.take(features.ids, axis=1), self.token_totals, self.distinct, features.weights,
+            self.doc_totals, self.class_log_masses(),
+        )  # fmt: skip
 
     def explain(self, tokens: list[str], limit: int = 20) -> tuple[Score, list[Contribution]]:
         """The score and the tokens that moved it most, strongest first (both directions)."""
         features = features_of(tokens, self.config)
         counts = self.counts.take(features.ids, axis=1)
-        return explain_counts(self.config, tokens, features, counts, self.token_totals, self.doc_totals, self.distinct, limit)
+        return explain_counts(
+            self.config, tokens, features, counts, self.token_totals, self.doc_totals, self.distinct, limit,
+            self.class_log_masses(),
+        )  # fmt: skip
 
     def _verdict(self, log_odds: float) -> Score:
         return verdict_of(self.config, log_odds)
@@ -229,20 +275,33 @@ class MultinomialNB:
 # class totals, so that a model held elsewhere (spamd.store.redis) scores with this very code.
 
 
-def token_log_odds(config: ModelConfig, counts: np.ndarray, token_totals: np.ndarray, distinct: int) -> np.ndarray:
+def token_log_odds(
+    config: ModelConfig, counts: np.ndarray, token_totals: np.ndarray, distinct: int, masses: np.ndarray | None = None
+) -> np.ndarray:
     """log P(t|spam) - log P(t|ham) per bucket, additively smoothed, shrunk towards 0 by thin evidence.
 
     The shrinkage n / (n + evidence_prior) (n: the bucket's count in both classes)
     makes a never-seen token 0, whatever the two classes' totals, and a token seen
     in one message half as strong: the measurements are at ModelConfig.evidence_prior.
+
+    These are also the weights of complement naive Bayes (Rennie et al. 2003): with two
+    classes the complement of spam is ham, so CNB's log P(t|not ham) - log P(t|not spam)
+    is this very difference (docs/accuracy.md). With weight_normalization, each class's
+    log P(t|c) is divided by its L1 norm first (spamd.estimation; `masses` the model's
+    class_log_masses, required then).
     """
     alpha = config.alpha
     vocabulary = max(distinct, 1)
     smoothed = counts + alpha  # as float64
     ham_total = float(token_totals[Label.HAM]) + alpha * vocabulary
     spam_total = float(token_totals[Label.SPAM]) + alpha * vocabulary
-    log_odds = np.log(smoothed[Label.SPAM] / smoothed[Label.HAM])
-    log_odds += math.log(ham_total / spam_total)
+    if config.weight_normalization:
+        if masses is None:
+            raise ValueError("weight_normalization needs the class log masses of the counts' model")
+        log_odds = normalized_log_odds(smoothed, ham_total, spam_total, masses, distinct, alpha)
+    else:
+        log_odds = np.log(smoothed[Label.SPAM] / smoothed[Label.HAM])
+        log_odds += math.log(ham_total / spam_total)
     prior = config.evidence_prior
     if prior > 0:
         evidence = smoothed[Label.SPAM] + smoothed[Label.HAM] - 2 * alpha  # n, as float64
@@ -267,32 +326,54 @@ def weighted(log_odds: np.ndarray, weights: np.ndarray | None) -> np.ndarray:
     return log_odds if weights is None else log_odds * weights
 
 
+def mean_log_odds(config: ModelConfig, summed: float, total: float, doc_totals: np.ndarray | None = None) -> float:
+    """The message's score from its summed (weighted) log-odds and its denominator; with class_prior, the
+    log prior ratio joins the sum first, so it is scaled as every token is."""
+    if config.class_prior:
+        if doc_totals is None:
+            raise ValueError("class_prior needs the model's doc_totals")
+        summed += prior_log_odds(doc_totals)
+    return summed / total
+
+
 def score_counts(
-    config: ModelConfig, counts: np.ndarray, token_totals: np.ndarray, distinct: int, weights: np.ndarray | None = None
-) -> Score:
-    """MultinomialNB.score for a message with at least one token, in a model that holds both classes."""
+    config: ModelConfig, counts: np.ndarray, token_totals: np.ndarray, distinct: int, weights: np.ndarray | None = None,
+    doc_totals: np.ndarray | None = None, masses: np.ndarray | None = None,
+) -> Score:  # fmt: skip
+    """MultinomialNB.score for a message with at least one token, in a model that holds both classes.
+
+    `doc_totals` and `masses` are needed only with class_prior and weight_normalization.
+    """
     # The sum over the count rather than ndarray.mean(): the same number, without mean's overhead.
-    log_odds = weighted(token_log_odds(config, counts, token_totals, distinct), weights)
-    return verdict_of(config, float(np.add.reduce(log_odds)) / denominator(config, counts.shape[1], weights))
+    log_odds = weighted(token_log_odds(config, counts, token_totals, distinct, masses), weights)
+    summed = float(np.add.reduce(log_odds))
+    return verdict_of(config, mean_log_odds(config, summed, denominator(config, counts.shape[1], weights), doc_totals))
 
 
 def explain_counts(
     config: ModelConfig, tokens: list[str], features: Features, counts: np.ndarray,
-    token_totals: np.ndarray, doc_totals: np.ndarray, distinct: int, limit: int,
+    token_totals: np.ndarray, doc_totals: np.ndarray, distinct: int, limit: int, masses: np.ndarray | None = None,
 ) -> tuple[Score, list[Contribution]]:  # fmt: skip
     """MultinomialNB.explain over counts fetched for `features.ids`."""
     if len(features) == 0 or not (doc_totals[0] and doc_totals[1]):
         return verdict_of(config, 0.0), []
-    return explain_log_odds(config, tokens, features, token_log_odds(config, counts, token_totals, distinct), limit)
+    log_odds = token_log_odds(config, counts, token_totals, distinct, masses)
+    return explain_log_odds(config, tokens, features, log_odds, limit, doc_totals)
+
+
+# explain's row for the class prior (class_prior on): no token has parentheses.
+PRIOR_ROW = "(class prior)"
 
 
 def explain_log_odds(
-    config: ModelConfig, tokens: list[str], features: Features, log_odds: np.ndarray, limit: int
-) -> tuple[Score, list[Contribution]]:
-    """The score of per-bucket log-odds (a message with tokens) and the tokens that moved it most."""
+    config: ModelConfig, tokens: list[str], features: Features, log_odds: np.ndarray, limit: int,
+    doc_totals: np.ndarray | None = None,
+) -> tuple[Score, list[Contribution]]:  # fmt: skip
+    """The score of per-bucket log-odds (a message with tokens) and the tokens that moved it most
+    (with class_prior, the prior as a row of its own, so the rows still sum to the score)."""
     log_odds = weighted(log_odds, features.weights)
     total = denominator(config, len(features), features.weights)
-    score = verdict_of(config, float(np.add.reduce(log_odds)) / total)
+    score = verdict_of(config, mean_log_odds(config, float(np.add.reduce(log_odds)), total, doc_totals))
     bucket_shares = log_odds / total
     # Tokens that share a bucket (a hash collision) split its share by their counts.
     counter = Counter(tokens)
@@ -303,6 +384,8 @@ def explain_log_odds(
         bucket_count[token_bucket[t]] += n
     by_id = {int(i): float(s) for i, s in zip(features.ids, bucket_shares)}
     rows = [Contribution(t, n, by_id[token_bucket[t]] * n / bucket_count[token_bucket[t]]) for t, n in counter.items()]
+    if config.class_prior and doc_totals is not None:
+        rows.append(Contribution(PRIOR_ROW, 0, prior_log_odds(doc_totals) / total))
     rows.sort(key=lambda c: abs(c.weight), reverse=True)
     return score, rows[:limit]
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from spamd.config import ModelConfig, UsersConfig
 from spamd.errors import SpamdError
+from spamd.estimation import log_masses
 from spamd.model import (
     Contribution,
     Features,
@@ -34,6 +35,7 @@ from spamd.model import (
     explain_counts,
     explain_log_odds,
     features_of,
+    mean_log_odds,
     score_counts,
     token_log_odds,
     verdict_of,
@@ -361,7 +363,8 @@ def scoring_table(
     w = n / (n + backoff)
     table = np.empty((len(layer), 4), dtype=np.float32)
     table[:, 0], table[:, 1], table[:, 2] = mine[0], mine[1], w
-    table[:, 3] = w * token_log_odds(model_config, mine, layer.token_totals, len(layer) if distinct is None else distinct)
+    masses = log_masses(mine, model_config.alpha) if model_config.weight_normalization else None  # the layer's own
+    table[:, 3] = w * token_log_odds(model_config, mine, layer.token_totals, len(layer) if distinct is None else distinct, masses)
     return table
 
 
@@ -378,10 +381,14 @@ class SharedCounts:
     token_totals: np.ndarray
     doc_totals: np.ndarray
     distinct: int
+    masses: np.ndarray | None = None  # the class log masses, with [model] weight_normalization (not with Redis)
 
     @classmethod
     def of_model(cls, model: MultinomialNB, features: Features) -> "SharedCounts":
-        return cls(model.config, model.counts.take(features.ids, axis=1), model.token_totals, model.doc_totals, model.distinct)
+        return cls(
+            model.config, model.counts.take(features.ids, axis=1), model.token_totals, model.doc_totals, model.distinct,
+            model.class_log_masses(),
+        )  # fmt: skip
 
 
 def _overrides(
@@ -448,15 +455,17 @@ def score_counts_for_user(shared: SharedCounts, layer: UserLayer | None, table: 
     if len(features) == 0 or not (shared.doc_totals[0] and shared.doc_totals[1]):
         return verdict_of(config, 0.0)
     if layer is None or table is None:
-        return score_counts(config, shared.counts, shared.token_totals, shared.distinct, features.weights)
-    log_odds = token_log_odds(config, shared.counts, shared.token_totals, shared.distinct)
+        return score_counts(
+            config, shared.counts, shared.token_totals, shared.distinct, features.weights, shared.doc_totals, shared.masses
+        )
+    log_odds = token_log_odds(config, shared.counts, shared.token_totals, shared.distinct, shared.masses)
     overrides = _overrides(shared, layer, table, features.ids, shared.counts, log_odds)
     if features.weights is not None:  # a family's overrides weigh as its log-odds do
         log_odds, overrides = log_odds * features.weights, overrides * features.weights
     moved = float(np.add.reduce(overrides))
     # The shared sum as MultinomialNB.score takes it, plus 0.0 where nothing moved: bit-identical.
     total = denominator(config, len(features), features.weights)
-    return verdict_of(config, (float(np.add.reduce(log_odds)) + moved) / total)
+    return verdict_of(config, mean_log_odds(config, float(np.add.reduce(log_odds)) + moved, total, shared.doc_totals))
 
 
 def explain_for_user(
@@ -473,7 +482,9 @@ def explain_counts_for_user(
     """`explain_for_user` over the shared counts of the message's buckets."""
     config = shared.config
     if layer is None or table is None or len(features) == 0 or not (shared.doc_totals[0] and shared.doc_totals[1]):
-        return explain_counts(config, tokens, features, shared.counts, shared.token_totals, shared.doc_totals, shared.distinct, limit)
-    log_odds = token_log_odds(config, shared.counts, shared.token_totals, shared.distinct)
+        return explain_counts(
+            config, tokens, features, shared.counts, shared.token_totals, shared.doc_totals, shared.distinct, limit, shared.masses
+        )
+    log_odds = token_log_odds(config, shared.counts, shared.token_totals, shared.distinct, shared.masses)
     log_odds = log_odds + _overrides(shared, layer, table, features.ids, shared.counts, log_odds)
-    return explain_log_odds(config, tokens, features, log_odds, limit)
+    return explain_log_odds(config, tokens, features, log_odds, limit, shared.doc_totals)

@@ -104,11 +104,26 @@ def test_people_simulation_is_seeded():
     assert _people_events(people) != _people_events(People(0.5, 0.5, 0.5, 0.5, 0.5, 20.0, 8))
 
 
+def test_a_train_margin_leaves_confidently_right_mail_untrained_and_trains_the_rest():
+    # (gold, verdict, log-odds): right and sure, right but near the cut, wrong and sure, Unsure.
+    stream = [(SPAM, S, 2.5), (HAM, H, -1.5), (SPAM, S, 0.6), (HAM, H, -0.9), (HAM, S, 2.0), (SPAM, U, 0.1)]
+    feedback = Feedback(Protocol("full", train_margin=1.0))
+    trained = [e.message for n, (gold, verdict, log_odds) in enumerate(stream) for e in feedback.observe(n, gold, verdict, log_odds)]
+    assert trained == [2, 3, 4, 5]
+    assert Protocol("full", train_margin=1.0).describe() == "full, train margin 1"
+    every = Feedback(Protocol("full"))  # inf, the default: TREC's full feedback
+    assert [e.message for n, (g, v, lo) in enumerate(stream) for e in every.observe(n, g, v, lo)] == list(range(6))
+
+
 def test_protocol_rejects_unknown_feedback_and_negative_delays():
     with pytest.raises(ValueError):
         Protocol("sometimes")
     with pytest.raises(ValueError):
         Protocol("full", delay=-1)
+    with pytest.raises(ValueError, match="at least 0"):
+        Protocol("full", train_margin=-1.0)
+    with pytest.raises(ValueError, match="full feedback only"):
+        Protocol("errors", train_margin=1.0)
 
 
 # ---------------------------------------------------------------- through the real engine
@@ -173,6 +188,32 @@ def test_spamctl_eval_feedback_options(stream):
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert bad.returncode == 1 and "--sort-unsure 2.0: a probability" in bad.stderr
+
+
+def test_a_train_margin_through_the_engine_trains_the_wrong_and_the_unsure_and_skips_the_sure(stream):
+    results, report = evaluate_index(Config(), stream, protocol=Protocol("full", train_margin=0.5))
+    expected = sum(r.unsure or r.judged_spam != (r.gold == Label.SPAM) or abs(r.score) < 0.5 for r in results)
+    assert 0 < expected < 30 and report.trained == {PERSON: expected}
+    sure_and_right = [r for r in results if not r.unsure and r.judged_spam == (r.gold == Label.SPAM) and abs(r.score) >= 0.5]
+    assert len(sure_and_right) == 30 - expected  # right with room to spare: these, and only these, were not trained
+    assert results[0].unsure  # the empty model is Unsure on the first message, which is trained
+
+
+def test_spamctl_eval_train_margin(stream):
+    run = subprocess.run(
+        [sys.executable, "-c", "from spamd.cli import main; main()", "--json", "eval", str(stream), "--train-margin", "0.5",
+         "--jobs", "1"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout.splitlines()[-1])
+    assert report["feedback"] == "full, train margin 0.5" and 0 < report["trained"][PERSON] < 30
+    bad = subprocess.run(
+        [sys.executable, "-c", "from spamd.cli import main; main()", "eval", str(stream), "--feedback", "errors",
+         "--train-margin", "1"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert bad.returncode == 1 and "--train-margin applies to --feedback full only" in bad.stderr
 
 
 def test_history_is_learned_by_settled_learning_and_never_scored(stream):

@@ -187,3 +187,32 @@ def test_ablate_models_default_is_spamctl_evals_figure_under_each_protocol(tmp_p
         assert evaluated.returncode == 0, evaluated.stderr
         report = json.loads(evaluated.stdout.strip().splitlines()[-1])
         assert cells[1 + 5 * place + 2] == f"{report['one_minus_roca_pct']:.4f}", (protocol, row)
+
+
+@pytest.mark.skipif(not (REPO.parent / "shared" / "corpora" / "trec07p-dev" / "full" / "index").is_file(), reason="corpus absent")
+def test_ablate_models_estimation_and_margin_rows_are_spamctl_evals_figures(tmp_path: Path) -> None:
+    """The switches and the train margin the script runs are spamd's own: its rows are `spamctl eval`'s to the digit."""
+    corpus = REPO.parent / "shared" / "corpora" / "trec07p-dev" / "full" / "index"
+    lines = [line.split() for line in corpus.read_text().splitlines()[:600]]
+    index = tmp_path / "index"
+    index.write_text("".join(f"{label} {(corpus.parent / path).resolve()}\n" for label, path in lines))
+    done = run_script("ablate_model.py", "--candidates", "margin1,wnorm+prior", "--feedback", "full,errors",
+                      "--work", str(tmp_path / "w"), str(index), cwd=tmp_path, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    accuracy = done.stdout.split("\n\n")[0]  # the first table; the second is the share trained
+    rows = {cells[0]: cells for line in accuracy.splitlines() if line.startswith("| ")
+            for cells in [[c.strip() for c in line.strip("|").split("|")]]}  # fmt: skip
+    assert rows["margin1"][6:11] == ["n/a"] * 5  # a rule of full feedback: not run under errors
+    (tmp_path / "both.toml").write_text("[model]\nweight_normalization = true\nclass_prior = true\n")
+    for row, place, options in (
+        ("margin1", 0, ["--train-margin", "1"]),
+        ("wnorm+prior", 0, ["--config", str(tmp_path / "both.toml")]),
+        ("wnorm+prior", 1, ["--config", str(tmp_path / "both.toml"), "--feedback", "errors"]),
+    ):
+        evaluated = subprocess.run(
+            [str(Path(sys.executable).parent / "spamctl"), "eval", str(index), "--json", *options],
+            capture_output=True, text=True, timeout=300, cwd=tmp_path, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert evaluated.returncode == 0, evaluated.stderr
+        report = json.loads(evaluated.stdout.strip().splitlines()[-1])
+        assert rows[row][1 + 5 * place + 2] == f"{report['one_minus_roca_pct']:.4f}", (row, options)
