@@ -9,8 +9,8 @@ gap in the feature) of the body; each family weighted (spamd/families.py); the
 smoothing and the evidence prior. The messages are parsed and tokenized by spamd's
 own code once per stream (cached under --work, with the decoded headers and text the
 families read). Also Rennie's weight normalization and the class prior ([model]
-switches), and the thick threshold of full feedback (spamd.feedback's train_margin:
-under errors and people it is the default itself, shown n/a). Each candidate is then
+switches), and the training rule ([model] train_margin, the trainer's thick threshold:
+a message its score already files right by the margin is not learned). Each candidate is then
 an online run of spamd.model's MultinomialNB (learn_one, score) on the families of spamd.families, hashed into the one table as
 spamd hashes them, or with --family-tables each family into a table of its own (what
 the collisions between families cost). The feedback is spamd.feedback's, as `spamctl eval --feedback`
@@ -58,9 +58,10 @@ from spamd.config import Config, ModelConfig
 from spamd.evaluation import IndexEntry, one_minus_roca, read_index, read_mail, say_skipped
 from spamd.families import families_of, is_weighted, join_families, message_sources
 from spamd.message import parse_message, strip_own_headers
-from spamd.feedback import Event, Feedback, Protocol
+from spamd.feedback import PERSON, Event, Feedback, Protocol
 from spamd.model import Features, Label, MultinomialNB, Verdict, featurize
 from spamd.tokenize import tokenize
+from spamd.training import confidently_right
 from spamd.variants import VARIANTS, write_variant
 
 # What an analyzed message keeps for every candidate: its tokens, and the decoded
@@ -72,12 +73,6 @@ Analyzed = tuple[list[str], str, str]
 class Candidate:
     name: str
     model: dict[str, object] = field(default_factory=dict)  # ModelConfig overrides
-    # A training rule rather than a setting: spamd.feedback's Protocol.train_margin, which
-    # applies to full feedback only (under errors and people the candidate is the default).
-    train_margin: float = math.inf
-
-    def applies_to(self, protocol: str) -> bool:
-        return self.train_margin == math.inf or protocol == "full"
 
 
 CANDIDATES = [
@@ -106,12 +101,13 @@ CANDIDATES = [
     Candidate("wnorm", {"weight_normalization": True}),
     Candidate("prior", {"class_prior": True}),
     Candidate("wnorm+prior", {"weight_normalization": True, "class_prior": True}),
-    Candidate("margin0.5", train_margin=0.5),
-    Candidate("margin1", train_margin=1.0),
-    Candidate("margin1.5", train_margin=1.5),
-    Candidate("margin2", train_margin=2.0),
-    Candidate("margin3", train_margin=3.0),
-    Candidate("margin4", train_margin=4.0),
+    # The training rule: [model] train_margin (the default is 2; inf learns every message).
+    Candidate("margin-inf", {"train_margin": math.inf}),
+    Candidate("margin0.5", {"train_margin": 0.5}),
+    Candidate("margin1", {"train_margin": 1.0}),
+    Candidate("margin1.5", {"train_margin": 1.5}),
+    Candidate("margin3", {"train_margin": 3.0}),
+    Candidate("margin4", {"train_margin": 4.0}),
 ]
 _BY_NAME = {c.name: c for c in CANDIDATES}
 _CONFIG = Config()
@@ -178,7 +174,7 @@ def run(candidate: Candidate, stream: list[tuple[bool, Analyzed]], protocol: str
     model = MultinomialNB(replace(config, hash_bits=config.hash_bits + 2) if tables > 1 else config)
     scores, labels = np.empty(len(stream)), np.empty(len(stream), bool)
     trained = unsure = 0
-    feedback = Feedback(Protocol(feedback=protocol, train_margin=candidate.train_margin))
+    feedback = Feedback(Protocol(feedback=protocol))
     waiting: dict[int, Features] = {}
 
     def learn(event: Event) -> None:
@@ -186,7 +182,13 @@ def run(candidate: Candidate, stream: list[tuple[bool, Analyzed]], protocol: str
         message = waiting[event.message]
         if not feedback.waits_for(event.message):
             del waiting[event.message]
-        model.learn_one(message, Label(int(event.label)))
+        label = Label(int(event.label))
+        # spamd.training.Trainer's thick threshold, as spamctl eval applies it: to every label
+        # under full feedback, to all but a person's moves under errors and people.
+        eligible = protocol == "full" or event.source != PERSON
+        if eligible and config.train_margin != math.inf and confidently_right(model.score(message), label, config.train_margin):
+            return
+        model.learn_one(message, label)
         trained += 1
 
     for number, (is_spam, item) in enumerate(stream):
@@ -269,7 +271,7 @@ def main() -> int:
         return 0
     tasks = [
         (_BY_NAME[n], p, cache, name, args.family_tables)
-        for n in names for p in protocols if _BY_NAME[n].applies_to(p) for name, cache in caches
+        for n in names for p in protocols for name, cache in caches
     ]  # fmt: skip
     results: dict[tuple[str, str, str], tuple[float, int, float]] = {}
     with Pool(2) as pool:
@@ -282,9 +284,6 @@ def main() -> int:
     for n in names:
         cells = [n]
         for p in protocols:
-            if not _BY_NAME[n].applies_to(p):
-                cells += ["n/a"] * 5
-                continue
             ratios = [results[n, p, s][0] / results["default", p, s][0] for s, _ in caches if results["default", p, s][0] > 0]
             unsure = sum(results[n, p, s][2] for s, _ in caches) / len(caches)
             cells += [f"{math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}", f"{max(ratios):.2f}",
@@ -295,7 +294,7 @@ def main() -> int:
     for n in names:
         sizes = dict(sizes_by_name)
         cells = [n] + [
-            f"{sum(100.0 * results[n, p, s][1] / sizes[s] for s, _ in caches) / len(caches):.1f}" if _BY_NAME[n].applies_to(p) else "n/a"
+            f"{sum(100.0 * results[n, p, s][1] / sizes[s] for s, _ in caches) / len(caches):.1f}"
             for p in protocols
         ]  # fmt: skip
         print("| " + " | ".join(cells) + " |")

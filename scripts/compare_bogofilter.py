@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 
 from spamd.config import load_config
-from spamd.cli.evaluate import add_protocol_arguments, protocol_of
+from spamd.cli.evaluate import add_protocol_arguments, protocol_of, with_train_margin
 from spamd.errors import SpamdError
 from spamd.evaluation import IndexEntry, Result, evaluate_index, index_messages, mail_entries, read_index, read_mail, summarize
 from spamd.feedback import Event, Feedback, Protocol
@@ -208,7 +208,7 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")
 
-    config = load_config(None)
+    config = with_train_margin(load_config(None), args)
     protocols = [protocol_of(config, args, feedback) for feedback in args.feedback]
     rows = []
     for index in args.index:

@@ -36,7 +36,8 @@ UNSURE_SPAM = "unsure_resolved_spam"
 UNSURE_HAM = "unsure_resolved_ham"
 AGREED = "agreed"  # the person's label is spamd's verdict
 JUDGEMENTS = (MISSED_SPAM, FALSE_POSITIVE, UNSURE_SPAM, UNSURE_HAM, AGREED)
-# Training sources that are not a person's decision.
+# Training sources that are not a person's decision (live accuracy leaves them out; the
+# trainer's thick threshold, [model] train_margin, applies to them alone).
 NOT_A_PERSON = frozenset({"autolearn", "settled", "eval"})
 
 DAY_S = 86400

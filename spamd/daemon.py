@@ -59,7 +59,7 @@ TIMER_TICK_S = 5.0
 LIVE_SETTINGS = {
     "parser": {"max_bytes", "max_parts", "max_depth", "max_text_chars"},
     "model": {"alpha", "evidence_prior", "neutral_tokens", "ham_threshold", "spam_threshold", "ngram_weight", "osb_weight",
-              "class_prior"},
+              "class_prior", "train_margin"},
     "store": {"snapshot_interval_s", "journal_max_bytes"},
     "smtp": {
         "mode", "next_hop_host", "next_hop_port", "next_hop_timeout_s", "max_message_bytes",

@@ -63,14 +63,6 @@ class Protocol:
     # mailboxes at the first start: not scored; with settled learning on, learned at
     # once with the label of the folder they lie in (the person filed them).
     history: int = 0
-    # full only: train a message only when its verdict was wrong or Unsure, or its
-    # |normalized log-odds| was below this (the "thick threshold" of CRM114 and OSBF;
-    # the verdict cuts 0.15 / 0.85 lie at |log-odds| 0.315). inf: every message (TREC).
-    # (1-ROCA)%, 20 streams (scripts/ablate_model.py), geometric mean of the ratios to
-    # inf (worst stream): 0.5 0.941 (1.32), 1 0.866 (1.03), 2 0.815 (0.997: better on
-    # every stream, trec07p-dev 0.0148 -> 0.0118, spamassassin 0.0529 -> 0.0522, 65% of
-    # the mail trained), 3 0.807 (1.002). Evaluation only: the daemon trains what it is told.
-    train_margin: float = math.inf
     people: People = field(default_factory=People)
 
     def __post_init__(self) -> None:
@@ -78,10 +70,6 @@ class Protocol:
             raise ValueError(f"feedback {self.feedback!r}: expected one of {', '.join(FEEDBACKS)}")
         if self.delay < 0 or self.settle_after < 0 or self.history < 0:
             raise ValueError("delay, settle_after and history are numbers of messages, at least 0")
-        if not self.train_margin >= 0:
-            raise ValueError(f"train_margin {self.train_margin}: a |log-odds|, at least 0 (inf: train every message)")
-        if self.train_margin != math.inf and self.feedback != "full":
-            raise ValueError("train_margin applies to full feedback only: the other protocols label only some mail")
 
     def describe(self) -> str:
         """A short name for reports: only what changes the run (settled learning of spamd's own filing
@@ -89,8 +77,6 @@ class Protocol:
         parts = [self.feedback]
         if self.history:
             parts.append(f"history {self.history}" + (" settled" if self.settled else ""))
-        if self.train_margin != math.inf:
-            parts.append(f"train margin {self.train_margin:g}")
         if self.delay:
             parts.append(f"delay {self.delay}")
         if self.autolearn:
@@ -159,9 +145,7 @@ class Feedback:
         if p.autolearn and verdict is not Verdict.UNSURE and abs(log_odds) >= p.autolearn_margin:
             self._add(now, message, Label.SPAM if filed_spam else Label.HAM, AUTOLEARN, False)
         wrong = verdict is Verdict.UNSURE or filed_spam != (gold == Label.SPAM)
-        if p.feedback == "full" and not (wrong or abs(log_odds) < p.train_margin):
-            pass  # right with room to spare: the thick-threshold trainer leaves it
-        elif p.feedback == "full" or (p.feedback == "errors" and wrong):
+        if p.feedback == "full" or (p.feedback == "errors" and wrong):
             self._add(now + p.delay, message, gold, PERSON, True)
             if p.feedback == "errors" and p.delay > p.settle_after:  # it sat long enough to settle first
                 self._settle(message, now, Label.SPAM if filed_spam else Label.HAM, sure)

@@ -9,18 +9,26 @@ power cut. The trainer knows where an event came from only as a `source` tag.
 A training may name a user (`user_name`, spamd/users.py): it then teaches that
 user's layer and the shared model in one record, and the ledger holds one entry
 per (user, message), so the same message trained by two people counts for each.
+
+A new label that comes from no person's decision on that message (spamd's own filing
+settled or autolearned, an evaluation's stream of labels: spamd.accuracy.NOT_A_PERSON)
+is not learned when the message's score already says it by `[model] train_margin`
+(thick-threshold training, `confidently_right`); the ledger does not hold it, so a later
+correction learns it as new. A person's move, TELL, train or click is always learned.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 from enum import Enum
 
+from spamd.accuracy import NOT_A_PERSON
 from spamd.classifier import Analyzed
 from spamd.config import UsersConfig
 from spamd.families import count_settings
-from spamd.model import Label, MultinomialNB
+from spamd.model import Label, MultinomialNB, Score, Verdict
 from spamd.store import Ledger, Store, TrainingRecord, apply_record
 from spamd.users import UserLayers, user_ledger_key
 
@@ -32,6 +40,15 @@ class Outcome(str, Enum):
     UNLEARNED = "unlearned"  # removed from the model
     NOT_TRAINED = "not_trained"  # untrain of a message the model does not hold
     DECLINED = "declined"  # autolearn that would override a person's decision
+    CONFIDENT = "skipped_confident"  # no person's label, new, already scored this way by train_margin: not learned
+
+
+def confidently_right(score: Score, label: Label, margin: float) -> bool:
+    """Whether thick-threshold training leaves a message: its verdict is `label`, by at least `margin`.
+
+    [model] train_margin's measurements are in spamd.config.
+    """
+    return score.verdict is (Verdict.SPAM if label == Label.SPAM else Verdict.HAM) and abs(score.log_odds) >= margin
 
 
 class Trainer:
@@ -61,8 +78,17 @@ class Trainer:
                 return self._count(source, Outcome.DECLINED)
             self._commit(analyzed, label, known_label, user, source, user_name)
             return self._count(source, Outcome.CORRECTED)
+        margin = self.model.config.train_margin
+        if margin != math.inf and source in NOT_A_PERSON and confidently_right(self.score_for(analyzed, user_name), label, margin):
+            return self._count(source, Outcome.CONFIDENT)
         self._commit(analyzed, label, None, user, source, user_name)
         return self._count(source, Outcome.LEARNED)
+
+    def score_for(self, analyzed: Analyzed, user_name: str | None) -> Score:
+        """The message's score now, as its user's mail is scored (their layer joined if [users] score_per_user)."""
+        if user_name is not None and self.users.config.score_per_user:
+            return self.users.score_for(self.model, user_name, analyzed.features)
+        return self.model.score(analyzed.features)
 
     def untrain(self, analyzed: Analyzed, source: str, user_name: str | None = None) -> Outcome:
         known = self.ledger.get(user_ledger_key(user_name, analyzed.key))

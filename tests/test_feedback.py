@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from spamd.config import Config
+from spamd.config import Config, ModelConfig
+from spamd.engine import Engine
 from spamd.evaluation import evaluate_index
 from spamd.feedback import AUTOLEARN, PERSON, SETTLED, Feedback, People, Protocol
-from spamd.model import Label, Verdict
+from spamd.model import Label, Score, Verdict, verdict_of
+from spamd.training import Outcome, confidently_right
+from tests import core_helpers as h
 
 S, H, U = Verdict.SPAM, Verdict.HAM, Verdict.UNSURE
 SPAM, HAM = Label.SPAM, Label.HAM
@@ -104,15 +109,15 @@ def test_people_simulation_is_seeded():
     assert _people_events(people) != _people_events(People(0.5, 0.5, 0.5, 0.5, 0.5, 20.0, 8))
 
 
-def test_a_train_margin_leaves_confidently_right_mail_untrained_and_trains_the_rest():
-    # (gold, verdict, log-odds): right and sure, right but near the cut, wrong and sure, Unsure.
-    stream = [(SPAM, S, 2.5), (HAM, H, -1.5), (SPAM, S, 0.6), (HAM, H, -0.9), (HAM, S, 2.0), (SPAM, U, 0.1)]
-    feedback = Feedback(Protocol("full", train_margin=1.0))
-    trained = [e.message for n, (gold, verdict, log_odds) in enumerate(stream) for e in feedback.observe(n, gold, verdict, log_odds)]
-    assert trained == [2, 3, 4, 5]
-    assert Protocol("full", train_margin=1.0).describe() == "full, train margin 1"
-    every = Feedback(Protocol("full"))  # inf, the default: TREC's full feedback
-    assert [e.message for n, (g, v, lo) in enumerate(stream) for e in every.observe(n, g, v, lo)] == list(range(6))
+def test_confidently_right_is_the_verdict_of_the_label_by_the_margin():
+    def score(log_odds: float) -> Score:
+        return verdict_of(ModelConfig(), log_odds)
+
+    assert confidently_right(score(2.5), SPAM, 2.0) and confidently_right(score(-2.0), HAM, 2.0)
+    assert not confidently_right(score(1.9), SPAM, 2.0)  # right, but near the cut: learned
+    assert not confidently_right(score(2.5), HAM, 2.0)  # wrong, however sure: learned
+    assert not confidently_right(score(0.1), SPAM, 0.0)  # Unsure is never right
+    assert not confidently_right(score(-40.0), HAM, math.inf)  # inf: every message learned
 
 
 def test_protocol_rejects_unknown_feedback_and_negative_delays():
@@ -120,10 +125,6 @@ def test_protocol_rejects_unknown_feedback_and_negative_delays():
         Protocol("sometimes")
     with pytest.raises(ValueError):
         Protocol("full", delay=-1)
-    with pytest.raises(ValueError, match="at least 0"):
-        Protocol("full", train_margin=-1.0)
-    with pytest.raises(ValueError, match="full feedback only"):
-        Protocol("errors", train_margin=1.0)
 
 
 # ---------------------------------------------------------------- through the real engine
@@ -151,7 +152,9 @@ def stream(tmp_path: Path) -> Path:
 
 def test_engine_trains_exactly_what_each_protocol_says(stream):
     results, full = evaluate_index(Config(), stream)
-    assert full.trained == {PERSON: 30} and full.changed == {PERSON: 30}
+    assert full.trained == {PERSON: 30} and 0 < full.changed[PERSON] < 30  # the rest filed right by [model] train_margin
+    _, every = evaluate_index(Config(model=ModelConfig(train_margin=math.inf)), stream)
+    assert every.trained == {PERSON: 30} and every.changed == {PERSON: 30}
     results, errors = evaluate_index(Config(), stream, protocol=Protocol("errors"))
     wrong = sum(r.unsure or r.judged_spam != (r.gold == Label.SPAM) for r in results)
     assert 0 < wrong < 30 and errors.trained == {PERSON: wrong}
@@ -160,7 +163,7 @@ def test_engine_trains_exactly_what_each_protocol_says(stream):
     _, auto = evaluate_index(Config(), stream, protocol=Protocol("errors", autolearn=True))
     # Every mistake corrected at once on top of autolearn: the model of full feedback.
     assert auto.one_minus_roca_pct == full.one_minus_roca_pct
-    assert auto.changed[PERSON] == auto.trained[PERSON] and sum(auto.changed.values()) >= 30
+    assert auto.changed[PERSON] == auto.trained[PERSON] and sum(auto.changed.values()) == full.changed[PERSON]
 
 
 def test_spamctl_eval_feedback_options(stream):
@@ -190,13 +193,36 @@ def test_spamctl_eval_feedback_options(stream):
     assert bad.returncode == 1 and "--sort-unsure 2.0: a probability" in bad.stderr
 
 
-def test_a_train_margin_through_the_engine_trains_the_wrong_and_the_unsure_and_skips_the_sure(stream):
-    results, report = evaluate_index(Config(), stream, protocol=Protocol("full", train_margin=0.5))
+def test_a_train_margin_through_the_engine_learns_the_wrong_and_the_unsure_and_skips_the_sure(stream):
+    config = Config(model=ModelConfig(train_margin=0.5))
+    results, report = evaluate_index(config, stream, protocol=Protocol("full"))
     expected = sum(r.unsure or r.judged_spam != (r.gold == Label.SPAM) or abs(r.score) < 0.5 for r in results)
-    assert 0 < expected < 30 and report.trained == {PERSON: expected}
+    assert 0 < expected < 30 and report.changed == {PERSON: expected} and report.trained == {PERSON: 30}
     sure_and_right = [r for r in results if not r.unsure and r.judged_spam == (r.gold == Label.SPAM) and abs(r.score) >= 0.5]
-    assert len(sure_and_right) == 30 - expected  # right with room to spare: these, and only these, were not trained
-    assert results[0].unsure  # the empty model is Unsure on the first message, which is trained
+    assert len(sure_and_right) == 30 - expected  # right with room to spare: these, and only these, were not learned
+    assert results[0].unsure  # the empty model is Unsure on the first message, which is learned
+    _, every = evaluate_index(Config(model=ModelConfig(train_margin=math.inf)), stream, protocol=Protocol("full"))
+    assert every.changed == {PERSON: 30}
+
+
+def test_the_trainer_leaves_labels_of_no_person_it_already_files_right_and_learns_every_persons(tmp_path):
+    engine = Engine.open(dataclasses.replace(Config(model=ModelConfig(train_margin=1.0)), data_dir=tmp_path), durable=False)
+    try:
+        for i in range(12):
+            engine.train(h.numbered_message(i, "cheap pills casino winner"), Label.SPAM, "test")
+            engine.train(h.numbered_message(100 + i, "meeting agenda minutes review"), Label.HAM, "test")
+        probe = h.numbered_message(50, "cheap pills casino winner")
+        assert engine.classify(probe).score.log_odds >= 1.0
+        assert engine.train(probe, Label.SPAM, "settled", user=False) is Outcome.CONFIDENT
+        assert engine.train(probe, Label.SPAM, PERSON) is Outcome.CONFIDENT  # an evaluation's label, the same
+        assert engine.trainer.label_of(engine.classifier.analyze(probe).key) is None  # not in the ledger
+        assert engine.train(probe, Label.HAM, "maildir") is Outcome.LEARNED  # a person says otherwise: learned, once
+        assert engine.train(probe, Label.HAM, "maildir") is Outcome.REPEAT
+        assert engine.trainer.events[("settled", "skipped_confident")] == 1
+        sure = h.numbered_message(51, "cheap pills casino winner")
+        assert engine.train(sure, Label.SPAM, "spamctl") is Outcome.LEARNED  # a person's train: always learned
+    finally:
+        engine.close()
 
 
 def test_spamctl_eval_train_margin(stream):
@@ -207,13 +233,12 @@ def test_spamctl_eval_train_margin(stream):
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout.splitlines()[-1])
-    assert report["feedback"] == "full, train margin 0.5" and 0 < report["trained"][PERSON] < 30
+    assert report["trained"][PERSON] == 30 and 0 < report["changed"][PERSON] < 30
     bad = subprocess.run(
-        [sys.executable, "-c", "from spamd.cli import main; main()", "eval", str(stream), "--feedback", "errors",
-         "--train-margin", "1"],
+        [sys.executable, "-c", "from spamd.cli import main; main()", "eval", str(stream), "--train-margin", "-1"],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
-    assert bad.returncode == 1 and "--train-margin applies to --feedback full only" in bad.stderr
+    assert bad.returncode == 1 and "--train-margin -1.0: a |log-odds|" in bad.stderr
 
 
 def test_history_is_learned_by_settled_learning_and_never_scored(stream):

@@ -7,6 +7,8 @@ sentinel is learned every earlier event has been handled.
 
 from __future__ import annotations
 
+import math
+
 import asyncio
 import os
 import smtplib
@@ -104,7 +106,8 @@ def files_in(directory: Path) -> list[str]:
 
 async def test_autolearn_is_off_by_default_and_never_overrides_a_person(tmp_path):
     maildir = tmp_path / "Maildir"
-    async with running(daemon_config(tmp_path, maildir={"autolearn": True, "fsync": False})) as daemon:
+    # Every autolearned verdict learned ([model] train_margin inf: no thick threshold), as this test counts them.
+    async with running(daemon_config(tmp_path, maildir={"autolearn": True, "fsync": False}, model={"train_margin": math.inf})) as daemon:
         train(daemon)
         await deliver_unscored(daemon, maildir, [make_message(Label.SPAM, 1)])
         assert trained(daemon) == (21, 20)  # learned from its own confident verdict

@@ -8,6 +8,8 @@ Maildirs are real, in tmp_path; moves are renames, as an IMAP server makes them.
 
 from __future__ import annotations
 
+import math
+
 import json
 import os
 import signal
@@ -90,8 +92,16 @@ async def settle(daemon) -> None:
 
 
 def settle_config(tmp_path: Path, settle_after: float = SETTLE_S, **maildir):
-    """Settled learning of every filing, spamd's own included (margin 0), unless a test says otherwise."""
-    return daemon_config(tmp_path, maildir={"settle_after": settle_after, "settle_margin": 0.0, "fsync": False, **maildir})
+    """Settled learning of every filing, spamd's own included (margin 0), unless a test says otherwise.
+
+    Every settled label is learned ([model] train_margin inf), so that the tests see each
+    one as learned; the thick threshold itself is tested in tests/test_feedback.py.
+    """
+    return daemon_config(
+        tmp_path,
+        maildir={"settle_after": settle_after, "settle_margin": 0.0, "fsync": False, **maildir},
+        model={"train_margin": math.inf},
+    )
 
 
 # ---------------------------------------------------------------- the rule and the queue
@@ -500,6 +510,8 @@ def test_end_to_end_settled_learning_moves_and_restarts(tmp_path):
     """
     settle_s = 1.5
     config = write_config(tmp_path / "spamd.toml", f"[store]\nsnapshot_interval_s = 3600.0\n[maildir]\nsettle_after = {settle_s}\nsettle_margin = 0.0\n")
+    # Every settled label learned (no thick threshold), as the test counts them.
+    config.write_text(config.read_text().replace("[model]\n", "[model]\ntrain_margin = inf\n", 1))
     data = tmp_path / "data"
     maildir = data / "Maildir"
     teach = tmp_path / "teach"

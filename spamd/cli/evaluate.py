@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import sys
 from pathlib import Path
 
@@ -43,9 +42,9 @@ def add_protocol_arguments(evaluate: argparse.ArgumentParser, several: bool = Fa
         "Unsure; people: a seeded simulation of a mailbox's owner (default: full)",
     )  # fmt: skip
     protocol.add_argument("--delay", type=int, default=0, metavar="N", help="full/errors: a label arrives N messages later")
-    protocol.add_argument("--train-margin", type=float, default=math.inf, metavar="LOG_ODDS",
-                          help="full: train a message only when its verdict was wrong or Unsure or its |log-odds| was "
-                          "below this (a thick threshold; default inf: every message)")  # fmt: skip
+    protocol.add_argument("--train-margin", type=float, default=None, metavar="LOG_ODDS",
+                          help="learn a new message only when its verdict is wrong or Unsure or its |log-odds| is "
+                          "below this, as [model] train_margin does (default: the config's; inf: every message)")  # fmt: skip
     learn = protocol.add_mutually_exclusive_group()
     learn.add_argument("--autolearn", dest="autolearn", action="store_true", default=None,
                        help="learn confident verdicts at delivery (default: as [maildir] autolearn)")  # fmt: skip
@@ -98,10 +97,6 @@ def protocol_of(config: Config, args: argparse.Namespace, feedback: str | None =
             raise SpamdError(f"--{name.replace('_', '-')} {getattr(args, name)}: a probability, from 0 to 1")
     if (args.settle_margin is not None and not args.settle_margin >= 0) or not args.autolearn_margin >= 0:
         raise SpamdError("--settle-margin and --autolearn-margin are |log-odds|: at least 0")
-    if not args.train_margin >= 0:
-        raise SpamdError(f"--train-margin {args.train_margin}: a |log-odds|, at least 0 (inf: train every message)")
-    if args.train_margin != math.inf and (feedback or args.feedback) != "full":
-        raise SpamdError("--train-margin applies to --feedback full only: the other protocols label only some mail")
     if min(args.delay, args.settle_after, args.mean_delay, args.history) < 0:
         raise SpamdError("--delay, --settle-after, --mean-delay and --history count messages: at least 0")
     people = People(
@@ -117,9 +112,17 @@ def protocol_of(config: Config, args: argparse.Namespace, feedback: str | None =
         settle_margin=config.maildir.settle_margin if args.settle_margin is None else args.settle_margin,
         autolearn_margin=args.autolearn_margin,
         history=args.history,
-        train_margin=args.train_margin,
         people=people,
     )
+
+
+def with_train_margin(config: Config, args: argparse.Namespace) -> Config:
+    """The config with --train-margin's [model] train_margin, if given (the trainer applies it, as in the daemon)."""
+    if args.train_margin is None:
+        return config
+    if not args.train_margin >= 0:
+        raise SpamdError(f"--train-margin {args.train_margin}: a |log-odds|, at least 0 (inf: learn every message)")
+    return dataclasses.replace(config, model=dataclasses.replace(config.model, train_margin=args.train_margin))
 
 
 def cmd_eval(config: Config, args: argparse.Namespace) -> int:
@@ -131,6 +134,7 @@ def cmd_eval(config: Config, args: argparse.Namespace) -> int:
     jobs = default_jobs() if args.jobs is None else (0 if args.jobs == 1 else args.jobs)
     if args.score_per_user:
         config = dataclasses.replace(config, users=dataclasses.replace(config.users, score_per_user=True))
+    config = with_train_margin(config, args)
     return eval_command(
         config,
         Path(args.index),

@@ -39,7 +39,7 @@ def _verdicts(counts: dict[str, int] | None) -> str:
 # EX_TEMPFAIL, as spamc answers then, so a script or a Sieve filter can retry.
 EX_TEMPFAIL = 75
 
-_OUTCOME_COLUMNS = ("learned", "corrected", "skipped_repeat", "unlearned", "not_trained", "declined")
+_OUTCOME_COLUMNS = ("learned", "corrected", "skipped_repeat", "skipped_confident", "unlearned", "not_trained", "declined")
 
 
 def format_stats(stats: dict[str, Any]) -> str:
@@ -99,7 +99,7 @@ def format_stats(stats: dict[str, Any]) -> str:
     elif by_source:
         columns = [c for c in _OUTCOME_COLUMNS if c in ("learned", "corrected", "skipped_repeat") or any(
             counts[c] for counts in by_source.values())]
-        names = {"skipped_repeat": "skipped (repeat)"}
+        names = {"skipped_repeat": "skipped (repeat)", "skipped_confident": "skipped (filed right)"}
         training_rows = [("training since start",) + tuple(names.get(c, c) for c in columns)]
         for source in sorted(by_source):
             training_rows.append((f"  {source}",) + tuple(str(by_source[source][c]) for c in columns))
