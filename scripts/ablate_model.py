@@ -303,8 +303,7 @@ def main() -> int:
                 for (c, p, s), r in sorted(results.items())]  # fmt: skip
         args.json.write_text(json.dumps(rows, indent=1))
     print(f"\n{len(caches)} streams; ratios are the candidate's (1-ROCA)% over the default's on the same stream and "
-          "protocol; Unsure % is the mean over the streams of the mail scored Unsure; n/a: a training rule of "
-          "full feedback, the default itself under the other protocols.")  # fmt: skip
+          "protocol; Unsure % is the mean over the streams of the mail scored Unsure.")  # fmt: skip
     return 0
 
 
