@@ -113,23 +113,30 @@ def user_score(daemon: SpamcDaemon, user: str, raw: bytes) -> str:
     return done.stdout.decode().strip()
 
 
+def tell_alice_spam_and_bob_ham_of_one_list(daemon) -> bytes:
+    """Through spamc -u: each user's ordinary history of both classes, then the list's copies spam for alice and
+    ham for bob, until each one's layer files a new copy their way. Returns that new copy."""
+    for user in ("alice", "bob"):
+        for i in range(3):
+            for label in (Label.SPAM, Label.HAM):
+                assert daemon.spamc("-u", user, "-L", str(label), input=make_message(label, i, seed=len(user))).returncode == 0
+    for n in range(6):
+        assert daemon.spamc("-u", "alice", "-L", "spam", input=list_digest(n, "alice@example.com")).returncode == 0
+        assert daemon.spamc("-u", "bob", "-L", "ham", input=list_digest(n, "bob@example.com")).returncode == 0
+    layers = users(daemon.spamctl)
+    assert layers["alice"]["trained_spam"] == 9 and layers["bob"]["trained_ham"] == 9
+    probe = list_digest(99, "list-readers@example.com")
+    alice, bob, nobody = (float(user_score(daemon, u, probe).split("/")[0]) for u in ("alice", "bob", "carol"))
+    assert alice > nobody > bob, (alice, nobody, bob)
+    return probe
+
+
 @needs_spamc
 def test_spamc_u_trains_and_scores_with_the_users_layer_and_restarts_keep_every_layer(tmp_path):
     daemon = start_spamd(tmp_path / "d", "allow_tell = true\n[users]\nscore_per_user = true\n")
     try:
-        for user in ("alice", "bob"):
-            for i in range(3):  # an ordinary history of both classes, told through spamc
-                for label in (Label.SPAM, Label.HAM):
-                    raw = make_message(label, i, seed=len(user))
-                    assert daemon.spamc("-u", user, "-L", str(label), input=raw).returncode == 0
-        for n in range(6):  # alice tells the list's copies spam, bob ham
-            assert daemon.spamc("-u", "alice", "-L", "spam", input=list_digest(n, "alice@example.com")).returncode == 0
-            assert daemon.spamc("-u", "bob", "-L", "ham", input=list_digest(n, "bob@example.com")).returncode == 0
+        probe = tell_alice_spam_and_bob_ham_of_one_list(daemon)
         layers = users(daemon.spamctl)
-        assert layers["alice"]["trained_spam"] == 9 and layers["bob"]["trained_ham"] == 9
-        probe = list_digest(99, "list-readers@example.com")
-        alice, bob, nobody = (float(user_score(daemon, u, probe).split("/")[0]) for u in ("alice", "bob", "carol"))
-        assert alice > nobody > bob, (alice, nobody, bob)
         scores = {u: user_score(daemon, u, probe) for u in ("alice", "bob", "carol")}
 
         assert daemon.stop() == 0  # SIGTERM: a clean stop
@@ -157,17 +164,6 @@ def test_spamc_u_trains_and_scores_with_the_users_layer_in_redis(tmp_path, redis
     redis = f'[redis]\nurl = "{redis_plain_url}"\n'
     daemon = start_spamd(tmp_path / "d", f"allow_tell = true\n[users]\nscore_per_user = true\n{redis}")
     try:
-        for user in ("alice", "bob"):
-            for i in range(3):
-                for label in (Label.SPAM, Label.HAM):
-                    assert daemon.spamc("-u", user, "-L", str(label), input=make_message(label, i, seed=len(user))).returncode == 0
-        for n in range(6):
-            assert daemon.spamc("-u", "alice", "-L", "spam", input=list_digest(n, "alice@example.com")).returncode == 0
-            assert daemon.spamc("-u", "bob", "-L", "ham", input=list_digest(n, "bob@example.com")).returncode == 0
-        layers = users(daemon.spamctl)
-        assert layers["alice"]["trained_spam"] == 9 and layers["bob"]["trained_ham"] == 9
-        probe = list_digest(99, "list-readers@example.com")
-        alice, bob, nobody = (float(user_score(daemon, u, probe).split("/")[0]) for u in ("alice", "bob", "carol"))
-        assert alice > nobody > bob, (alice, nobody, bob)
+        probe = tell_alice_spam_and_bob_ham_of_one_list(daemon)
     finally:
         daemon.process.kill()
