@@ -46,7 +46,7 @@ class Outcome(str, Enum):
 def confidently_right(score: Score, label: Label, margin: float) -> bool:
     """Whether thick-threshold training leaves a message: its verdict is `label`, by at least `margin`.
 
-    [model] train_margin's measurements are in spamd.config.
+    [model] train_margin's measurements are in spamd.config.sections.
     """
     return score.verdict is (Verdict.SPAM if label == Label.SPAM else Verdict.HAM) and abs(score.log_odds) >= margin
 

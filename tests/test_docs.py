@@ -1,6 +1,6 @@
 """The docs stay true mechanically: config keys, log events, links and the configuration blocks they show.
 
-- every key of the config dataclasses (spamd/config.py) is on docs/configuration.md and
+- every key of the config dataclasses (spamd/config/sections.py) is on docs/configuration.md and
   in config/spamd.toml, with its real default, and nothing else is (a removed key fails);
 - docs/configuration.md says which keys a SIGHUP applies as the daemon does;
 - every log event spamd emits is on docs/monitoring.md, and nothing else is;
