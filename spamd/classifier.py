@@ -85,10 +85,10 @@ Done = TypeVar("Done")
 _worker_classifier: Classifier | None = None
 
 
-def _start_worker(config: Config, model: MultinomialNB | None) -> None:
+def _start_worker(config: Config, model: MultinomialNB | None, users: LayerScorer | None = None) -> None:
     global _worker_classifier
     tune_gc_for_message_streams()
-    _worker_classifier = Classifier(config, model)  # type: ignore[arg-type]  # None: analysis only, it never scores
+    _worker_classifier = Classifier(config, model, users)  # type: ignore[arg-type]  # None: analysis only, it never scores
 
 
 def _run_in_worker(task: tuple[Callable[[Classifier, Any], Any], Any]) -> Any:
@@ -103,16 +103,17 @@ class AnalysisWorkers:
     Analysis (strip, parse, tokenize, hash) is most of the CPU per message and needs
     no model, so `spamctl eval` runs it here while one process scores and trains in
     order. Given a `model` that nothing trains meanwhile (`spamctl classify` of many
-    messages without a daemon), the workers read and score too. `map` keeps the jobs' order.
+    messages without a daemon), the workers read and score too, with the `users`'
+    layers when a user is named. `map` keeps the jobs' order.
     """
 
-    def __init__(self, config: Config, jobs: int, model: MultinomialNB | None = None):
+    def __init__(self, config: Config, jobs: int, model: MultinomialNB | None = None, users: LayerScorer | None = None):
         import multiprocessing
 
         # The platform's default start method: fork on Linux before Python 3.14 (workers
         # start in milliseconds and share the model's pages), forkserver after it, which
         # is safe beside threads (the model is then pickled to each worker, once).
-        self._pool = multiprocessing.get_context().Pool(jobs, _start_worker, (config, model))
+        self._pool = multiprocessing.get_context().Pool(jobs, _start_worker, (config, model, users))
 
     def map(self, function: Callable[[Classifier, Job], Done], jobs: Iterable[Job]) -> Iterator[Done]:
         """function(classifier, job) for each job in a worker, results in the jobs' order, computed ahead."""

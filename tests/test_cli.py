@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import json
 import mailbox
 import os
 import pty
@@ -560,3 +561,34 @@ def test_spamd_processes_start_no_blas_threads_unless_the_admin_asks():
     assert _threads_after_importing_numpy(environment) == 1
     if len(os.sched_getaffinity(0)) > 1:  # an admin's own setting still starts OpenBLAS's threads
         assert _threads_after_importing_numpy({**environment, "OPENBLAS_NUM_THREADS": "2"}) == 2
+
+
+def test_classify_of_many_files_for_a_user_scores_each_with_their_layer_as_one_file_does(home: Path) -> None:
+    """The bulk path (worker processes) scores for --user exactly as one message at a time does."""
+    from tests.daemon_helpers import list_digest, make_message
+
+    mail = home / "mail"
+    mail.mkdir()
+    files = {}
+    for label in (Label.SPAM, Label.HAM):
+        for i in range(4):
+            files[f"{label}{i}"] = mail / f"{label}{i}.eml"
+            files[f"{label}{i}"].write_bytes(make_message(label, i))
+    for n in range(8):
+        files[f"list{n}"] = mail / f"list{n}.eml"
+        files[f"list{n}"].write_bytes(list_digest(n))
+    assert ctl(home, "train", "--spam", *(files[f"spam{i}"] for i in range(4))).returncode == 0
+    assert ctl(home, "train", "--ham", *(files[f"ham{i}"] for i in range(4)), *(files[f"list{n}"] for n in range(4))).returncode == 0
+    assert ctl(home, "train", "--spam", "--user", "alice", *(files[f"list{n}"] for n in range(4, 7))).returncode == 0
+    assert ctl(home, "train", "--ham", "--user", "alice", files["ham2"], files["ham3"]).returncode == 0  # both classes
+    probes = [files["list7"], files["spam0"], files["ham1"]]
+
+    def fields(line: str) -> tuple:
+        result = json.loads(line)
+        return result["verdict"], result["probability"], result["score"]
+
+    many = [fields(line) for line in ctl(home, "--json", "classify", "--user", "alice", *probes).stdout.splitlines()]
+    one_at_a_time = [fields(ctl(home, "--json", "classify", "--user", "alice", p).stdout) for p in probes]
+    shared = [fields(line) for line in ctl(home, "--json", "classify", *probes).stdout.splitlines()]
+    assert many == one_at_a_time
+    assert many[0][2] > shared[0][2]  # her layer moved the list's copy towards spam

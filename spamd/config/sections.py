@@ -266,7 +266,7 @@ class UsersConfig:
     # (1-ROCA)% 0.83 -> 0.08. The price where users agree and learn only from their
     # corrections: per user 0.84-1.45x the shared model's (1-ROCA)%, geometric mean 1.08x
     # over three deals (seeds 1-3), spam misfiled per user within -1.3 / +2.5 points and
-    # no ham misfiled either way; under full feedback 1.03 / 0.98 / 1.01x.
+    # no ham misfiled either way; under full feedback 1.03 / 1.00 / 0.99x.
     # scripts/multi_user_stream.py; docs/users.md.
     score_per_user: bool = True
 
