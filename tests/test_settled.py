@@ -415,6 +415,26 @@ async def test_first_start_over_existing_maildirs_trains_the_model(tmp_path):
 
 
 @in_process
+async def test_first_start_leaves_the_history_the_model_already_files_right_by_the_margin(tmp_path):
+    """[model] train_margin as shipped: old mail the model already files right by 2 is not learned; the rest is."""
+    maildir = tmp_path / "Maildir"
+    day = 86400.0
+    for n in range(30):
+        put(maildir, make_message(Label.HAM, n), flags="S", age_s=30 * day - n)
+        put(maildir, SPAM_VERDICT + make_message(Label.SPAM, n), folder=JUNK, age_s=30 * day - n)
+    config = daemon_config(tmp_path, maildir={"settle_after": 3600.0, "settle_margin": 0.0, "fsync": False})
+    assert config.model.train_margin == 2.0
+    async with running(config) as daemon:
+        await wait_until(lambda: sum(events(daemon).values()) == 60)
+        counted = events(daemon)
+        assert set(counted) == {"settled:learned", "settled:skipped_confident"}, counted
+        assert sum(trained(daemon)) == counted["settled:learned"] < 60
+        verdicts = [daemon.engine.classify(make_message(label, 100 + n, seed=3)).score.verdict.value
+                    for label in (Label.HAM, Label.SPAM) for n in range(5)]  # fmt: skip
+        assert verdicts == ["ham"] * 5 + ["spam"] * 5
+
+
+@in_process
 async def test_settled_learning_with_the_model_in_redis(tmp_path, redis_url):
     clock = Clock()
     maildir = tmp_path / "Maildir"
