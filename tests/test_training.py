@@ -290,3 +290,23 @@ def test_corpus_variants_keep_key_and_features():
             assert other.key == plain.key
             assert np.array_equal(other.features.ids, plain.features.ids)
             assert np.array_equal(other.features.counts, plain.features.counts)
+
+
+def test_the_thick_threshold_leaves_a_label_of_no_person_the_score_files_right_and_learns_a_persons(new_trainer):
+    """[model] train_margin, the same in every store: settled or autolearned mail the model already files right by
+    the margin is left unlearned (not in the ledger); a person's label of the same message is learned."""
+    trainer = new_trainer()
+    spam_words, ham_words = "cheap pills casino winner offer", "meeting agenda minutes review lunch"
+    for i in range(8):
+        trainer.train(CLASSIFIER.analyze(h.numbered_message(i, spam_words)), Label.SPAM, "move")
+        trainer.train(CLASSIFIER.analyze(h.numbered_message(100 + i, ham_words)), Label.HAM, "move")
+    probe = CLASSIFIER.analyze(h.numbered_message(50, spam_words))
+    margin = trainer.model.config.train_margin
+    assert margin == 2.0 and trainer.model.score(probe.features).log_odds >= margin
+    before = trainer.seq
+    assert trainer.train(probe, Label.SPAM, "settled", user=False) == Outcome.CONFIDENT
+    assert trainer.train(probe, Label.SPAM, "autolearn", user=False) == Outcome.CONFIDENT
+    assert trainer.label_of(probe.key) is None and trainer.seq == before  # nothing written
+    assert trainer.train(probe, Label.HAM, "settled", user=False) == Outcome.LEARNED  # wrong: learned
+    assert trainer.train(probe, Label.SPAM, "move") == Outcome.CORRECTED  # a person: always
+    assert trainer.events[("settled", "skipped_confident")] == 1
