@@ -15,44 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from spamd.addresses import CLUSTER_SCHEMES, parse_cluster_url, parse_host_port
-from spamd.config.sections import (
-    MAX_NGRAM_CHARS,
-    STORED_COUNTS,
-    Config,
-    ControlConfig,
-    LogConfig,
-    MaildirConfig,
-    MetricsConfig,
-    MilterConfig,
-    ModelConfig,
-    ParserConfig,
-    RedisConfig,
-    SmtpConfig,
-    SpamcConfig,
-    StoreConfig,
-    UsersConfig,
-    WebConfig,
-    metrics_address,
-    web_address,
-)
+from spamd.config.sections import MAX_NGRAM_CHARS, STORED_COUNTS, Config, metrics_address, web_address
 from spamd.errors import ConfigError
 
 
-_SECTION_CLASSES = {
-    "parser": ParserConfig,
-    "model": ModelConfig,
-    "store": StoreConfig,
-    "smtp": SmtpConfig,
-    "milter": MilterConfig,
-    "spamc": SpamcConfig,
-    "maildir": MaildirConfig,
-    "users": UsersConfig,
-    "control": ControlConfig,
-    "redis": RedisConfig,
-    "log": LogConfig,
-    "metrics": MetricsConfig,
-    "web": WebConfig,
-}
+# Each [section] of the file and its dataclass, in the Config's order.
+_SECTION_CLASSES = {f.name: type(getattr(Config(), f.name)) for f in dataclasses.fields(Config) if f.name != "data_dir"}
 
 
 def _coerce(value: Any, default: Any, where: str) -> Any:
