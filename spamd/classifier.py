@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 
-from spamd.config import Config
+from spamd.config import Config, UsersConfig
 from spamd.families import with_families
 from spamd.gc_tuning import tune_gc_for_message_streams
 from spamd.message import parse_message, strip_own_headers, stripped_message_key
@@ -64,17 +64,29 @@ class Classifier:
 
     def scoring_layer(self, user_name: str | None) -> LayerScorer | None:
         """The layers that score `user_name`'s mail when mail is scored per user; None: the shared model alone."""
-        if user_name is None or self.users is None or not self.config.users.score_per_user:
-            return None
-        return self.users
+        return scoring_layers(self.users, self.config.users, user_name)
 
     def score(self, analyzed: Analyzed, user_name: str | None = None) -> Score:
         """The shared model's score, or `user_name`'s (spamd/users.py: the shared one if they trained nothing of it)."""
-        layers = self.scoring_layer(user_name)
-        if layers is None:
-            return self.model.score(analyzed.features)
-        assert user_name is not None
-        return layers.score_for(self.model, user_name, analyzed.features)
+        return score_as_delivered(self.model, self.users, self.config.users, analyzed.features, user_name)
+
+
+def scoring_layers(users: LayerScorer | None, users_config: UsersConfig, user_name: str | None) -> LayerScorer | None:
+    """`users` if they score `user_name`'s mail ([users] score_per_user); None: the shared model alone."""
+    if user_name is None or users is None or not users_config.score_per_user:
+        return None
+    return users
+
+
+def score_as_delivered(
+    model: Any, users: LayerScorer | None, users_config: UsersConfig, features: Features, user_name: str | None
+) -> Score:
+    """A message's score as its user's mail is scored: for the Classifier, and for the trainers' thick threshold."""
+    layers = scoring_layers(users, users_config, user_name)
+    if layers is None:
+        return model.score(features)
+    assert user_name is not None
+    return layers.score_for(model, user_name, features)
 
 
 # ---------------------------------------------------------------- analysis in worker processes

@@ -22,11 +22,12 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
+from collections.abc import Callable
 from enum import Enum
 
 from spamd.accuracy import NOT_A_PERSON
-from spamd.classifier import Analyzed
-from spamd.config import UsersConfig
+from spamd.classifier import Analyzed, score_as_delivered
+from spamd.config import ModelConfig, UsersConfig
 from spamd.families import count_settings
 from spamd.model import Label, MultinomialNB, Score, Verdict
 from spamd.store import Ledger, Store, TrainingRecord, apply_record
@@ -41,6 +42,20 @@ class Outcome(str, Enum):
     NOT_TRAINED = "not_trained"  # untrain of a message the model does not hold
     DECLINED = "declined"  # autolearn that would override a person's decision
     CONFIDENT = "skipped_confident"  # no person's label, new, already scored this way by train_margin: not learned
+
+
+def left_unlearned(config: ModelConfig, label: Label, source: str, score: Callable[[], Score | None]) -> bool:
+    """Whether the thick threshold leaves a new label: no person's (NOT_A_PERSON), and `score()`, the message's
+    score now as its user's mail is scored, files it that way by [model] train_margin.
+
+    `score` is called only when the rule can apply; it answers None where it does not after all
+    (a store that finds the message already trained).
+    """
+    margin = config.train_margin
+    if margin == math.inf or source not in NOT_A_PERSON:
+        return False
+    now = score()
+    return now is not None and confidently_right(now, label, margin)
 
 
 def confidently_right(score: Score, label: Label, margin: float) -> bool:
@@ -78,17 +93,13 @@ class Trainer:
                 return self._count(source, Outcome.DECLINED)
             self._commit(analyzed, label, known_label, user, source, user_name)
             return self._count(source, Outcome.CORRECTED)
-        margin = self.model.config.train_margin
-        if margin != math.inf and source in NOT_A_PERSON and confidently_right(self.score_for(analyzed, user_name), label, margin):
+        if left_unlearned(
+            self.model.config, label, source,
+            lambda: score_as_delivered(self.model, self.users, self.users.config, analyzed.features, user_name),
+        ):  # fmt: skip
             return self._count(source, Outcome.CONFIDENT)
         self._commit(analyzed, label, None, user, source, user_name)
         return self._count(source, Outcome.LEARNED)
-
-    def score_for(self, analyzed: Analyzed, user_name: str | None) -> Score:
-        """The message's score now, as its user's mail is scored (their layer joined if [users] score_per_user)."""
-        if user_name is not None and self.users.config.score_per_user:
-            return self.users.score_for(self.model, user_name, analyzed.features)
-        return self.model.score(analyzed.features)
 
     def untrain(self, analyzed: Analyzed, source: str, user_name: str | None = None) -> Outcome:
         known = self.ledger.get(user_ledger_key(user_name, analyzed.key))

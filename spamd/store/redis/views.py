@@ -5,18 +5,16 @@ Holds no counts of its own: a training through any daemon is in the next score h
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from typing import Any
 
 import numpy as np
 
-from spamd.accuracy import NOT_A_PERSON
-from spamd.classifier import Analyzed
+from spamd.classifier import Analyzed, score_as_delivered
 from spamd.model import Contribution, Features, Label, MultinomialNB, Score, explain_counts, features_of, score_counts, verdict_of
 from spamd.store.redis.state import UNTRAINED, RedisState
 from spamd.store.redis.users import RedisUsers
-from spamd.training import Outcome, confidently_right
+from spamd.training import Outcome, left_unlearned
 from spamd.users import check_user_name, user_ledger_key
 
 
@@ -107,23 +105,18 @@ class RedisTrainer:
     def train(
         self, analyzed: Analyzed, label: Label, source: str, user: bool = True, user_name: str | None = None
     ) -> Outcome:
-        margin = self.model.config.train_margin
-        if (
-            margin != math.inf
-            and source in NOT_A_PERSON
-            and self.label_of(analyzed.key, user_name) is None
-            and confidently_right(self.score_for(analyzed, user_name), label, margin)
-        ):  # thick-threshold training, as spamd.training.Trainer (counted by this daemon only)
-            self.events[(source, Outcome.CONFIDENT.value)] += 1
+
+        def now_if_new() -> Score | None:
+            if self.label_of(analyzed.key, user_name) is not None:
+                return None  # trained already: the script decides (repeat, correction)
+            if user_name is not None:
+                check_user_name(user_name)  # it names Redis keys
+            return score_as_delivered(self.model, self.users, self.state.config.users, analyzed.features, user_name)
+
+        if left_unlearned(self.model.config, label, source, now_if_new):
+            self.events[(source, Outcome.CONFIDENT.value)] += 1  # thick threshold, as spamd.training.Trainer (this daemon's count)
             return Outcome.CONFIDENT
         return self._run("train", analyzed, label, user, source, user_name)
-
-    def score_for(self, analyzed: Analyzed, user_name: str | None) -> Score:
-        """The message's score now, as its user's mail is scored (their layer joined if [users] score_per_user)."""
-        if user_name is not None and self.state.config.users.score_per_user:
-            check_user_name(user_name)  # it names Redis keys
-            return self.users.score_for(self.model, user_name, analyzed.features)
-        return self.model.score(analyzed.features)
 
     def untrain(self, analyzed: Analyzed, source: str, user_name: str | None = None) -> Outcome:
         return self._run("untrain", analyzed, None, True, source, user_name)
