@@ -58,10 +58,10 @@ from spamd.config import Config, ModelConfig
 from spamd.evaluation import IndexEntry, one_minus_roca, read_index, read_mail, say_skipped
 from spamd.families import families_of, is_weighted, join_families, message_sources
 from spamd.message import parse_message, strip_own_headers
-from spamd.feedback import PERSON, Event, Feedback, Protocol
+from spamd.feedback import Event, Feedback, Protocol
 from spamd.model import Features, Label, MultinomialNB, Verdict, featurize
 from spamd.tokenize import tokenize
-from spamd.training import confidently_right
+from spamd.training import left_unlearned
 from spamd.variants import VARIANTS, write_variant
 
 # What an analyzed message keeps for every candidate: its tokens, and the decoded
@@ -183,11 +183,9 @@ def run(candidate: Candidate, stream: list[tuple[bool, Analyzed]], protocol: str
         if not feedback.waits_for(event.message):
             del waiting[event.message]
         label = Label(int(event.label))
-        # spamd.training.Trainer's thick threshold, as spamctl eval applies it: to every label
-        # under full feedback, to all but a person's moves under errors and people.
-        eligible = protocol == "full" or event.source != PERSON
-        if eligible and config.train_margin != math.inf and confidently_right(model.score(message), label, config.train_margin):
-            return
+        source = feedback.protocol.trainer_source(event.source)
+        if left_unlearned(config, label, source, lambda: model.score(message)):
+            return  # spamd.training.Trainer's thick threshold, as spamctl eval applies it
         model.learn_one(message, label)
         trained += 1
 

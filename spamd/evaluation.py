@@ -21,7 +21,7 @@ import numpy as np
 
 from spamd.errors import SpamdError
 from spamd.families import is_weighted
-from spamd.feedback import PERSON, SETTLED, Event, Feedback, Protocol
+from spamd.feedback import SETTLED, Event, Feedback, Protocol
 from spamd.message import looks_like_message, read_message_file
 from spamd.model import Label, Verdict
 from spamd.users import is_user_name
@@ -465,14 +465,11 @@ def evaluate_index(
                 scored = engine.classify_analyzed(*prepared).score
                 return scored.log_odds, scored.verdict == Verdict.SPAM, scored.verdict == Verdict.UNSURE
 
-            # Under errors and people a person's label is a move, which the daemon always learns
-            # (spamd.training: the thick threshold is for labels no person gave message by
-            # message); under full feedback every message's label is, as TREC gives it.
-            every_label = protocol is None or protocol.feedback == "full"
+            told = protocol or Protocol()
 
             def learn(prepared: tuple[Analyzed, str | None], label: Label, source: str, person: bool) -> object:
-                as_source = source if every_label or source != PERSON else "person"
-                return engine.trainer.train(prepared[0], label, source=as_source, user=person, user_name=prepared[1])
+                source = told.trainer_source(source)
+                return engine.trainer.train(prepared[0], label, source=source, user=person, user_name=prepared[1])
 
             def with_users(batches: Iterable[Batch]) -> Iterator[Batch]:
                 for batch in batches:

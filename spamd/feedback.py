@@ -71,6 +71,15 @@ class Protocol:
         if self.delay < 0 or self.settle_after < 0 or self.history < 0:
             raise ValueError("delay, settle_after and history are numbers of messages, at least 0")
 
+    def trainer_source(self, source: str) -> str:
+        """The source the trainer is told for an event's `source`.
+
+        Under errors and people a person's label is a move, which the daemon always learns
+        ("person": spamd.training's thick threshold is for labels no person gave message by
+        message); under full feedback every message's label is, as TREC gives it (PERSON).
+        """
+        return "person" if source == PERSON and self.feedback != "full" else source
+
     def describe(self) -> str:
         """A short name for reports: only what changes the run (settled learning of spamd's own filing
         with an infinite margin learns nothing, so it is not named)."""
