@@ -395,16 +395,24 @@ async def test_restarts_learn_nothing_twice_and_catch_up_what_became_due_while_d
         assert len(daemon.mailboxes[0].index.settled) == 5
 
 
+DAY_S = 86400.0
+
+
+def put_old_mail(tmp_path: Path, count: int) -> Path:
+    """A month-old mailbox: `count` read ham in INBOX and `count` spam in Junk. Returns the Maildir."""
+    maildir = tmp_path / "Maildir"
+    for n in range(count):
+        put(maildir, make_message(Label.HAM, n), flags="S", age_s=30 * DAY_S - n)
+        put(maildir, SPAM_VERDICT + make_message(Label.SPAM, n), folder=JUNK, age_s=30 * DAY_S - n)
+    return maildir
+
+
 @in_process
 async def test_first_start_over_existing_maildirs_trains_the_model(tmp_path):
     """Old read INBOX mail becomes ham, old Junk spam: the new install is not Unsure on everything."""
-    maildir = tmp_path / "Maildir"
-    day = 86400.0
-    for n in range(15):
-        put(maildir, make_message(Label.HAM, n), flags="S", age_s=30 * day - n)
-        put(maildir, SPAM_VERDICT + make_message(Label.SPAM, n), folder=JUNK, age_s=30 * day - n)
+    maildir = put_old_mail(tmp_path, 15)
     for n in range(15, 20):
-        put(maildir, make_message(Label.HAM, n), flags="", age_s=day)  # never read: not learned
+        put(maildir, make_message(Label.HAM, n), flags="", age_s=DAY_S)  # never read: not learned
     config = settle_config(tmp_path, settle_after=3600.0)
     async with running(config) as daemon:
         await wait_until(lambda: trained(daemon) == (15, 15))
@@ -417,11 +425,7 @@ async def test_first_start_over_existing_maildirs_trains_the_model(tmp_path):
 @in_process
 async def test_first_start_leaves_the_history_the_model_already_files_right_by_the_margin(tmp_path):
     """[model] train_margin as shipped: old mail the model already files right by 2 is not learned; the rest is."""
-    maildir = tmp_path / "Maildir"
-    day = 86400.0
-    for n in range(30):
-        put(maildir, make_message(Label.HAM, n), flags="S", age_s=30 * day - n)
-        put(maildir, SPAM_VERDICT + make_message(Label.SPAM, n), folder=JUNK, age_s=30 * day - n)
+    put_old_mail(tmp_path, 30)
     config = daemon_config(tmp_path, maildir={"settle_after": 3600.0, "settle_margin": 0.0, "fsync": False})
     assert config.model.train_margin == 2.0
     async with running(config) as daemon:
