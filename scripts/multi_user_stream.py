@@ -4,17 +4,20 @@
 Builds two multi-user TREC indexes (third field: the user) from one corpus:
 
 - agree: every message dealt to a user at random, with its gold label;
-- disagree: the same, except the messages of one mailing list (`--disputed`, matched
-  in List-Id), dealt to the first two users only: the first labels them spam (she
-  left the list and moves every copy into Junk), the second keeps them as ham.
+- disagree, one per disputed list (`--disputed`, matched in List-Id; give it several
+  times): the same, except that list's messages are dealt to the first two users
+  only: the first labels them spam (she left the list and moves every copy into
+  Junk), the second keeps them as ham.
 
 Then runs `spamctl eval` on each, with the per-user layers and with `--no-user-layer`
-(the shared model alone), and prints per user (1-ROCA)% and, for the disputed list,
+(the shared model alone), and prints per user (1-ROCA)% and, for each disputed list,
 the share of each user's copies filed their way (by verdict: spam to Junk, anything
 else to INBOX) after at most 5 of their own corrections. Last, the cost of scoring
 for a user against the shared model alone, in this process.
 
     python scripts/multi_user_stream.py ../shared/corpora/spamassassin/index --out /tmp/multi-user
+    python scripts/multi_user_stream.py ../shared/corpora/trec07p-dev/full/index --out /tmp/mu-trec \
+        --disputed r-help.stat.math.ethz.ch --disputed samba-cvs.lists.samba.org --feedback errors
 
 Files in an index that are no mail message are named on stderr and skipped.
 """
@@ -32,40 +35,53 @@ import time
 from pathlib import Path
 
 USERS = ("alice", "bob", "carol")
+DEFAULT_DISPUTED = "rpm-zzzlist.freshrpms.net"
 CORRECTIONS = 5  # the target: filed their way after at most this many of a user's own corrections
 
 
 def list_id(path: Path) -> str:
-    """The List-Id header's value (first 64 KiB of the header), or ''."""
-    with open(path, "rb") as f:
-        head = f.read(65536).split(b"\n\n", 1)[0].split(b"\r\n\r\n", 1)[0]
-    for line in head.splitlines():
-        if line[:8].lower() == b"list-id:":
-            return line[8:].decode("latin-1").strip()
-    return ""
+    """The List-Id headers' values (first 64 KiB of the header; a message relayed by two lists has two), or ''."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(65536).split(b"\n\n", 1)[0].split(b"\r\n\r\n", 1)[0]
+    except OSError:  # spamctl eval names the file and skips it
+        return ""
+    values = [line[8:].decode("latin-1").strip() for line in head.splitlines() if line[:8].lower() == b"list-id:"]
+    return " ".join(values)
 
 
-def build_indexes(index: Path, out: Path, disputed: str, seed: int) -> tuple[Path, Path, int]:
-    """Write agree.index and disagree.index under `out` (absolute paths); returns them and the disputed count."""
+def slug(disputed: str) -> str:
+    """A file-name part for a List-Id (letters, digits, dots and dashes)."""
+    return "".join(c if c.isalnum() or c in ".-" else "_" for c in disputed)[:60]
+
+
+def build_indexes(index: Path, out: Path, disputed: list[str], seed: int) -> tuple[Path, dict[str, tuple[Path, int]]]:
+    """Write agree.index and a disagree index per disputed list under `out` (absolute paths).
+
+    Returns the agree index and, per list, its disagree index and the number of its
+    messages. Every index deals the corpus to the same users (one seed): they differ
+    only in the disputed list's messages.
+    """
     from spamd.evaluation import read_index
 
     rng = random.Random(seed)
-    agree, disagree = [], []
-    n_disputed = 0
-    for entry in read_index(index):
-        user = rng.choice(USERS)
-        path = entry.path.resolve()
-        agree.append(f"{entry.label} {path} {user}\n")
-        if disputed in list_id(path):
-            n_disputed += 1
-            owner = USERS[n_disputed % 2]  # alternately alice and bob
-            disagree.append(f"{'spam' if owner == 'alice' else 'ham'} {path} {owner}\n")
-        else:
-            disagree.append(f"{entry.label} {path} {user}\n")
+    dealt = [(entry.label, entry.path.resolve(), rng.choice(USERS)) for entry in read_index(index)]
     out.mkdir(parents=True, exist_ok=True)
-    (out / "agree.index").write_text("".join(agree))
-    (out / "disagree.index").write_text("".join(disagree))
-    return out / "agree.index", out / "disagree.index", n_disputed
+    (out / "agree.index").write_text("".join(f"{label} {path} {user}\n" for label, path, user in dealt))
+    disagree: dict[str, tuple[Path, int]] = {}
+    for name in disputed:
+        lines, n_disputed = [], 0
+        for label, path, user in dealt:
+            if disputed_path(str(path), name):
+                n_disputed += 1
+                owner = USERS[n_disputed % 2]  # alternately alice and bob
+                lines.append(f"{'spam' if owner == 'alice' else 'ham'} {path} {owner}\n")
+            else:
+                lines.append(f"{label} {path} {user}\n")
+        target = out / f"disagree-{slug(name)}.index"
+        target.write_text("".join(lines))
+        disagree[name] = (target, n_disputed)
+    return out / "agree.index", disagree
 
 
 def run_eval(index: Path, user_layer: bool, config: Path | None, feedback: str = "full") -> tuple[dict, list[tuple[str, bool]]]:
@@ -107,13 +123,13 @@ def filed_their_way(index: Path, verdicts: list[tuple[str, bool]], disputed: str
     return shares
 
 
-_DISPUTED_CACHE: dict[str, bool] = {}
+_LIST_IDS: dict[str, str] = {}  # path -> List-Id, each file read once for every list
 
 
 def disputed_path(path: str, disputed: str) -> bool:
-    if path not in _DISPUTED_CACHE:
-        _DISPUTED_CACHE[path] = disputed in list_id(Path(path))
-    return _DISPUTED_CACHE[path]
+    if path not in _LIST_IDS:
+        _LIST_IDS[path] = list_id(Path(path))
+    return disputed in _LIST_IDS[path]
 
 
 def scoring_cost(index: Path, messages: int) -> tuple[float, float]:
@@ -146,31 +162,36 @@ def scoring_cost(index: Path, messages: int) -> tuple[float, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("index", type=Path, help="a TREC index (spamassassin: it holds mailing lists)")
-    parser.add_argument("--out", type=Path, default=Path("multi-user-stream"), help="where the two indexes go")
-    parser.add_argument("--disputed", default="rpm-zzzlist.freshrpms.net", help="List-Id of the list users disagree on")
+    parser.add_argument("--out", type=Path, default=Path("multi-user-stream"), help="where the indexes go")
+    parser.add_argument("--disputed", action="append", help="List-Id (or part of it) of a list users disagree on; give it"
+                        f" several times for a disagree stream each (default: {DEFAULT_DISPUTED})")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--config", type=Path, help="a spamd.toml for spamctl eval (e.g. other [users] settings)")
     parser.add_argument("--feedback", default="full", help="spamctl eval's protocol: full, errors or people (with errors and people,"
                         " a user's layer starts as the corrections they make: often one class only)")
     parser.add_argument("--cost-messages", type=int, default=2000, help="messages trained, then as many scored, for the cost (0: no cost measured)")
     args = parser.parse_args()
-    agree, disagree, n_disputed = build_indexes(args.index, args.out, args.disputed, args.seed)
-    print(f"indexes: {agree}, {disagree} ({n_disputed} messages of {args.disputed} disputed)")
+    agree, disagree = build_indexes(args.index, args.out, args.disputed or [DEFAULT_DISPUTED], args.seed)
+    for name, (path, n_disputed) in disagree.items():
+        if not n_disputed:
+            raise SystemExit(f"no message of {args.index} has a List-Id with {name!r} in it")
+        print(f"{path}: {n_disputed} messages of {name} disputed")
     summary: dict[str, object] = {}
-    for name, index in (("agree", agree), ("disagree", disagree)):
+    runs = [("agree", agree, None)] + [(f"disagree {name}", path, name) for name, (path, _) in disagree.items()]
+    for title, index, disputed in runs:
         for user_layer in (False, True):
             report, verdicts = run_eval(index, user_layer, args.config, args.feedback)
             how = "user layer" if user_layer else "shared only"
             per_user = {u: round(m["one_minus_roca_pct"], 4) for u, m in report["users"].items()}
-            print(f"{name:8} {how:11}  (1-ROCA)% {report['one_minus_roca_pct']:.4f}  per user {per_user}")
+            print(f"{title:8} {how:11}  (1-ROCA)% {report['one_minus_roca_pct']:.4f}  per user {per_user}", flush=True)
             entry: dict[str, object] = {"overall": report["one_minus_roca_pct"], "users": report["users"]}
-            if name == "disagree":
-                shares = filed_their_way(index, verdicts, args.disputed)
+            if disputed is not None:
+                shares = filed_their_way(index, verdicts, disputed)
                 for user, (share, wrong, copies) in shares.items():
-                    print(f"{'':21}{user}: {args.disputed} filed their way {100 * share:.1f}% after "
+                    print(f"{'':21}{user}: {disputed} filed their way {100 * share:.1f}% after "
                           f"{min(wrong, CORRECTIONS)} corrections ({wrong} wrong of {copies})")  # fmt: skip
                 entry["disputed"] = shares
-            summary[f"{name}/{how}"] = entry
+            summary[f"{title}/{how}"] = entry
     if args.cost_messages > 0:
         user_us, shared_us = scoring_cost(agree, args.cost_messages)
         print(f"scoring cost: {user_us:.1f} us/msg for a user, {shared_us:.1f} us/msg shared only ({user_us / shared_us:.2f}x)")

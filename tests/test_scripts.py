@@ -216,3 +216,41 @@ def test_ablate_models_estimation_and_margin_rows_are_spamctl_evals_figures(tmp_
         assert evaluated.returncode == 0, evaluated.stderr
         report = json.loads(evaluated.stdout.strip().splitlines()[-1])
         assert rows[row][1 + 5 * place + 2] == f"{report['one_minus_roca_pct']:.4f}", (row, options)
+
+
+def test_multi_user_stream_deals_each_disputed_list_to_two_users_who_disagree(index_with_junk: Path, tmp_path: Path) -> None:
+    data = index_with_junk.parent / "data"
+    lines = index_with_junk.read_text().splitlines()
+    lists = ("kernel-dev.lists.example", "pets.lists.example")
+    for i in range(12):  # list0, list2, ... on the first list; list1, list3, ... on the second
+        body = " ".join(HAM_WORDS[(i + k) % len(HAM_WORDS)] for k in range(30))
+        (data / f"list{i}").write_text(
+            f"From: member{i}@lists.example\nTo: list@lists.example\nList-Id: Talk <{lists[i % 2]}>\n"
+            f"Subject: thread {i}\nMessage-ID: <list{i}@x>\n\n{body}\n"
+        )
+        lines.insert(2 * i + 1, f"ham data/list{i}")
+    index_with_junk.write_text("\n".join(lines) + "\n")
+
+    def on_list(path: str) -> int | None:
+        return int(path.rsplit("/list", 1)[1]) % 2 if "/list" in path else None
+
+    out = tmp_path / "out"
+    run = run_script(
+        "multi_user_stream.py", str(index_with_junk), "--out", str(out), "--disputed", lists[0],
+        "--disputed", "pets", "--cost-messages", "0", cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    agree = [line.split() for line in (out / "agree.index").read_text().splitlines()]
+    for which, name in enumerate((lists[0], "pets")):
+        disagree = [line.split() for line in (out / f"disagree-{name}.index").read_text().splitlines()]
+        assert [path for _, path, _ in disagree] == [path for _, path, _ in agree]
+        # The list's copies alternately bob's (ham) and alice's (spam); every other line as in agree.
+        assert [(label, user) for label, path, user in disagree if on_list(path) == which] == [("ham", "bob"), ("spam", "alice")] * 3
+        assert [a for a in agree if on_list(a[1]) != which] == [d for d in disagree if on_list(d[1]) != which]
+    summary = json.loads((out / "summary.json").read_text())
+    for name in (lists[0], "pets"):
+        shares = summary[f"disagree {name}/user layer"]["disputed"]
+        assert set(shares) == {"alice", "bob"} and all(copies == 3 for _, _, copies in shares.values()), shares
+    refused = run_script("multi_user_stream.py", str(index_with_junk), "--out", str(out), "--disputed", "no.such.list",
+                         "--cost-messages", "0", cwd=tmp_path)  # fmt: skip
+    assert refused.returncode == 1 and "no.such.list" in refused.stderr and "Traceback" not in refused.stderr
