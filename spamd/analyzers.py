@@ -36,6 +36,7 @@ from spamd.model import Features
 from spamd.scheduling import yield_to_the_loop
 
 _KEY_LENGTH = struct.Struct("!H")
+_SENDERS = struct.Struct("!B")  # how many sender keys (uint64, spamd.senders) follow the key
 
 
 class AnalysisUnavailable(HelperUnavailable):
@@ -86,6 +87,8 @@ def _encode_answer(ident: int, analyzed: Analyzed) -> tuple[bytes, int, bytes]:
     parts = [
         _KEY_LENGTH.pack(len(analyzed.key)),
         analyzed.key,
+        _SENDERS.pack(len(analyzed.senders)),
+        np.array(analyzed.senders, dtype=np.uint64).tobytes(),
         features.ids.astype(np.uint32, copy=False).tobytes(),
         features.counts.astype(np.uint32, copy=False).tobytes(),
     ]
@@ -99,13 +102,17 @@ def _decode_analyzed(payload: bytes, weighted: bool = False) -> Analyzed:
     (key_length,) = _KEY_LENGTH.unpack_from(payload)
     start = _KEY_LENGTH.size + key_length
     key = payload[_KEY_LENGTH.size : start]
+    (n_senders,) = _SENDERS.unpack_from(payload, start)
+    start += _SENDERS.size
+    senders = tuple(int(s) for s in np.frombuffer(payload, dtype=np.uint64, count=n_senders, offset=start))
+    start += 8 * n_senders
     arrays = np.frombuffer(payload, dtype=np.uint32, offset=start)
     words = 4 if weighted else 2  # uint32 words per id: id, count (and a float64 weight)
     if len(arrays) % words:
         raise ValueError("an analysis answer of the wrong length")
     n = len(arrays) // words
     weights = np.frombuffer(payload, dtype=np.float64, offset=start + 8 * n) if weighted else None
-    return Analyzed(key, Features(arrays[:n], arrays[n : 2 * n], weights))
+    return Analyzed(key, Features(arrays[:n], arrays[n : 2 * n], weights), senders)
 
 
 # ---------------------------------------------------------------- the helper's side

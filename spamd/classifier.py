@@ -17,23 +17,28 @@ from spamd.families import with_families
 from spamd.gc_tuning import tune_gc_for_message_streams
 from spamd.message import parse_message, strip_own_headers, stripped_message_key
 from spamd.model import Features, MultinomialNB, Score, featurize
+from spamd.senders import SenderReputation, sender_keys
 from spamd.tokenize import tokenize
 from spamd.users import LayerScorer
 
 
 @dataclass(frozen=True, slots=True)
 class Analyzed:
-    """A message ready to score or learn: its ledger key and its features."""
+    """A message ready to score or learn: its ledger key, its features and who it is from (spamd.senders)."""
 
     key: bytes
     features: Features
+    senders: tuple[int, ...] = ()
 
 
 class Classifier:
-    def __init__(self, config: Config, model: MultinomialNB, users: LayerScorer | None = None):
+    def __init__(
+        self, config: Config, model: MultinomialNB, users: LayerScorer | None = None, senders: SenderReputation | None = None
+    ):
         self.config = config
         self.model = model
         self.users = users  # per-user layers (None: none kept, as in analysis workers)
+        self.senders = senders  # where each user's mail from a sender ends up (None: not kept)
 
     def tokens(self, raw: bytes) -> list[str]:
         """The message's tokens, the families' ([model] char_ngrams, osb) after the tokenizer's."""
@@ -58,8 +63,8 @@ class Classifier:
         model = self.config.model
         token_lists = [with_families(tokenize(message), message, model) for message in parsed]
         return [
-            Analyzed(stripped_message_key(message), featurize(tokens, model.hash_bits, weights))
-            for message, (tokens, weights) in zip(stripped, token_lists)
+            Analyzed(stripped_message_key(message), featurize(tokens, model.hash_bits, weights), sender_keys(parsed_message))
+            for message, parsed_message, (tokens, weights) in zip(stripped, parsed, token_lists)
         ]
 
     def scoring_layer(self, user_name: str | None) -> LayerScorer | None:
@@ -67,13 +72,17 @@ class Classifier:
         return scoring_layers(self.users, self.config.users, user_name)
 
     def score(self, analyzed: Analyzed, user_name: str | None = None) -> Score:
-        """The shared model's score, or `user_name`'s (spamd/users.py: the shared one if they trained nothing of it)."""
-        return score_as_delivered(self.model, self.users, self.config.users, analyzed.features, user_name)
+        """The shared model's score, or `user_name`'s: with their layer ([users] token_moves) and where their
+        mail from the message's senders ends up (spamd/senders.py); the shared one if neither says anything."""
+        score = score_as_delivered(self.model, self.users, self.config.users, analyzed.features, user_name)
+        if self.senders is None or user_name is None or not self.config.users.score_per_user:
+            return score
+        return self.senders.adjust(score, user_name, analyzed.senders, self.config.model)
 
 
 def scoring_layers(users: LayerScorer | None, users_config: UsersConfig, user_name: str | None) -> LayerScorer | None:
-    """`users` if they score `user_name`'s mail ([users] score_per_user); None: the shared model alone."""
-    if user_name is None or users is None or not users_config.score_per_user:
+    """`users` if their token layers score `user_name`'s mail ([users] score_per_user and token_moves); None: the shared model."""
+    if user_name is None or users is None or not (users_config.score_per_user and users_config.token_moves):
         return None
     return users
 
@@ -97,10 +106,12 @@ Done = TypeVar("Done")
 _worker_classifier: Classifier | None = None
 
 
-def _start_worker(config: Config, model: MultinomialNB | None, users: LayerScorer | None = None) -> None:
+def _start_worker(
+    config: Config, model: MultinomialNB | None, users: LayerScorer | None = None, senders: SenderReputation | None = None
+) -> None:
     global _worker_classifier
     tune_gc_for_message_streams()
-    _worker_classifier = Classifier(config, model, users)  # type: ignore[arg-type]  # None: analysis only, it never scores
+    _worker_classifier = Classifier(config, model, users, senders)  # type: ignore[arg-type]  # None: analysis only, it never scores
 
 
 def _run_in_worker(task: tuple[Callable[[Classifier, Any], Any], Any]) -> Any:
@@ -119,13 +130,16 @@ class AnalysisWorkers:
     layers when a user is named. `map` keeps the jobs' order.
     """
 
-    def __init__(self, config: Config, jobs: int, model: MultinomialNB | None = None, users: LayerScorer | None = None):
+    def __init__(
+        self, config: Config, jobs: int, model: MultinomialNB | None = None, users: LayerScorer | None = None,
+        senders: SenderReputation | None = None,
+    ):  # fmt: skip
         import multiprocessing
 
         # The platform's default start method: fork on Linux before Python 3.14 (workers
         # start in milliseconds and share the model's pages), forkserver after it, which
         # is safe beside threads (the model is then pickled to each worker, once).
-        self._pool = multiprocessing.get_context().Pool(jobs, _start_worker, (config, model, users))
+        self._pool = multiprocessing.get_context().Pool(jobs, _start_worker, (config, model, users, senders))
 
     def map(self, function: Callable[[Classifier, Job], Done], jobs: Iterable[Job]) -> Iterator[Done]:
         """function(classifier, job) for each job in a worker, results in the jobs' order, computed ahead."""

@@ -17,6 +17,7 @@ from spamd.classifier import Analyzed, Classifier
 from spamd.config import Config
 from spamd.errors import CorruptStateError, StoreError
 from spamd.model import Contribution, Label, Score, Verdict
+from spamd.senders import SenderReputation
 from spamd.store import LoadedState, Recovery, StateStore, Store, TrainerLike, decode_snapshot, encode_snapshot
 from spamd.training import Outcome, Trainer
 from spamd.users import is_user_name
@@ -37,13 +38,16 @@ class Engine:
         recovery: Recovery,
         counters: dict[str, int] | None = None,
         live: LiveAccuracy | None = None,
+        senders: SenderReputation | None = None,
     ):
         self.config = config
         self.store = store
         self.trainer = trainer
         self.model = trainer.model
         self.users = trainer.users  # per-user layers: UserLayers, or RedisUsers with the model in Redis
-        self.classifier = Classifier(config, trainer.model, self.users)
+        # Where each user's mail from each sender ended up (spamd/senders.py), persisted in snapshots.
+        self.senders = senders if senders is not None else new_senders(config)
+        self.classifier = Classifier(config, trainer.model, self.users, self.senders)
         self.recovery = recovery
         self.started = time.time()
         self.scored: Counter[str] = Counter()  # verdict -> messages scored since start
@@ -55,6 +59,7 @@ class Engine:
         self.live = live if live is not None else LiveAccuracy(config.store.ledger_max_entries)
         self.live_changes = 0  # mutations of `live`, so a shutdown knows a snapshot is worth it
         self._saved_live_changes = 0
+        self._saved_sender_changes = 0
         # (label, source, outcome) -> training events since start, for /metrics.
         self.trainings: Counter[tuple[str, str, str]] = Counter()
         self._saved_counters = self.counters()  # as the newest snapshot holds them
@@ -77,7 +82,8 @@ class Engine:
             store.close()
             raise
         trainer = Trainer(loaded.model, loaded.ledger, store, loaded.seq, loaded.users)
-        return cls(config, store, trainer, loaded.recovery, loaded.counters, live_state(config, loaded))
+        live = live_state(config, loaded)
+        return cls(config, store, trainer, loaded.recovery, loaded.counters, live, senders_state(config, loaded))
 
     def close(self) -> None:
         self.store.close()
@@ -94,6 +100,7 @@ class Engine:
         self.model.config = config.model
         if self.users is not None:
             self.users.config = config.users
+        self.senders.moves, self.senders.share = config.users.sender_moves, config.users.sender_share
 
     # ------------------------------------------------------------ per message
 
@@ -134,6 +141,8 @@ class Engine:
             self.live_changes += 1
         if outcome is not Outcome.DECLINED and is_person(source, user) and self.live.judged(analyzed.key, label):
             self.live_changes += 1
+        if outcome is not Outcome.DECLINED:
+            self.record_move(analyzed, label, source, user, user_name)
         return outcome
 
     def untrain(self, raw: bytes, source: str, user_name: str | None = None) -> Outcome:
@@ -141,10 +150,21 @@ class Engine:
         self.trainings[("none", source, outcome.value)] += 1
         return outcome
 
-    def remember_verdict(self, key: bytes, verdict: Verdict, way_in: str) -> None:
-        """spamd's verdict on a message it delivered or answered, for live accuracy (no I/O)."""
+    def remember_verdict(
+        self, key: bytes, verdict: Verdict, way_in: str, user_name: str | None = None, senders: tuple[int, ...] = ()
+    ) -> None:
+        """spamd's verdict on a message it delivered or answered, for live accuracy (no I/O); with the
+        user it was filed for, where that user's mail from its senders went (spamd/senders.py)."""
         self.live.scored(key, verdict, way_in)
         self.live_changes += 1
+        if user_name is not None:
+            self.senders.delivered(user_name, key, senders, verdict is Verdict.SPAM)
+
+    def record_move(self, analyzed: Analyzed, label: Label, source: str, user: bool, user_name: str | None) -> None:
+        """A person's label: a move into or out of Junk for the user's senders (spamd/senders.py),
+        unless spamd gave it (autolearn, settled mail)."""
+        if user and source not in SPAMDS_OWN and self.senders.moved(analyzed.key, label, user_name, analyzed.senders):
+            self.live_changes += 1
 
     # ------------------------------------------------------------ snapshots
 
@@ -170,10 +190,11 @@ class Engine:
             raise StoreError("the model is in Redis ([redis] url): it keeps no snapshots here; back it up with spamctl export")
         seq = self.trainer.seq
         counters = self.counters()
-        encoded = encode_snapshot(self.model, self.trainer.ledger, seq, counters, self.live.export(), self.users)
+        encoded = encode_snapshot(self.model, self.trainer.ledger, seq, counters, self.live_export(), self.users)
         self.store.rotate_journal(seq)  # StoreError on a full disk: nothing changed
         self._saved_counters = counters
         self._saved_live_changes = self.live_changes
+        self._saved_sender_changes = self.senders.changes
         return encoded, seq
 
     def finish_snapshot(self, encoded: bytes, seq: int) -> Path:
@@ -199,6 +220,15 @@ class Engine:
             or self.live_changes != self._saved_live_changes
         )
 
+    def live_export(self) -> dict[str, object]:
+        """What snapshots keep of people's moves: live accuracy, and the senders' state under "senders"."""
+        return {**self.live.export(), "senders": self.senders.export()}
+
+    def senders_unsaved(self) -> bool:
+        """Moves no snapshot holds: spamctl's offline training writes one at its end for them, since
+        the journal cannot replay a move of a message spamd never filed (its senders are not in it)."""
+        return self.store.keeps_snapshots and self.senders.changes != self._saved_sender_changes
+
     def counters(self) -> dict[str, int]:
         """Running totals persisted in snapshots: messages scored by verdict, all time."""
         return {f"scored:{verdict}": n for verdict, n in (self.scored_before + self.scored).items()}
@@ -210,7 +240,7 @@ class Engine:
         if not self.store.keeps_snapshots:
             return self.store.export_snapshot(self.counters())
         return encode_snapshot(
-            self.model, self.trainer.ledger, self.trainer.seq, self.counters(), self.live.export(), self.users
+            self.model, self.trainer.ledger, self.trainer.seq, self.counters(), self.live_export(), self.users
         )
 
     def import_snapshot(self, data: bytes, where: str) -> dict[str, object]:
@@ -232,7 +262,7 @@ class Engine:
             raise StoreError(f"import refused, nothing changed: {e}") from None
         seq = self.trainer.seq + 1
         counters = self.counters()
-        encoded = encode_snapshot(imported.model, imported.ledger, seq, counters, self.live.export(), imported.users)
+        encoded = encode_snapshot(imported.model, imported.ledger, seq, counters, self.live_export(), imported.users)
         path = self.store.write_snapshot(encoded, seq)  # StoreError here leaves the live state as it was
         self.model.counts[:] = imported.model.counts
         self.model.token_totals[:] = imported.model.token_totals
@@ -245,6 +275,7 @@ class Engine:
         self.trainer.seq = seq
         self._saved_counters = counters
         self._saved_live_changes = self.live_changes
+        self._saved_sender_changes = self.senders.changes
         self.store.rotate_journal(seq)
         self.store.prune()
         return {
@@ -346,3 +377,30 @@ def live_state(config: Config, loaded: LoadedState) -> LiveAccuracy:
         if is_person(source, user):
             live.judged(key, label, when)
     return live
+
+
+SPAMDS_OWN = frozenset({"autolearn", "settled"})  # labels spamd gave itself: no person moved the message
+
+
+def new_senders(config: Config) -> SenderReputation:
+    users = config.users
+    # Delivered messages remembered as many as (user, sender) pairs: a move comes within days.
+    return SenderReputation(users.max_senders, users.max_senders, users.sender_moves, users.sender_share)
+
+
+def senders_state(config: Config, loaded: LoadedState) -> SenderReputation:
+    """The snapshot's senders' state, with the moves among the journal records replayed over it.
+
+    Deliveries are not journaled: a message delivered after the snapshot and moved before
+    a crash is trained, not counted as a move.
+    """
+    senders = new_senders(config)
+    try:
+        senders.restore(loaded.live.get("senders") or {})
+    except (KeyError, ValueError, TypeError) as e:  # the model is fine; only where mail went restarts
+        loaded.recovery.problems.append(f"senders' state unreadable, started afresh ({e})")
+        senders = new_senders(config)
+    for key, label, previous, user, source, when in loaded.replayed:
+        if label is not None and user and source not in SPAMDS_OWN:
+            senders.moved(key, label)
+    return senders

@@ -34,6 +34,7 @@ class Scored:
     data: bytes  # the message with spamd's headers
     classified: Classified
     headers: tuple[tuple[str, str], ...] = ()  # those headers, for a way in that adds them itself (the milter)
+    user: str | None = None  # whose copy it was scored as (None: the shared model's)
 
     @property
     def score(self) -> Score:
@@ -191,7 +192,7 @@ class Scorer:
 
     def score(self, raw: bytes, layer_user: str | None = None) -> Scored:
         """Analyze and score on the loop; for `layer_user` with their layer (None: the shared model)."""
-        return self._with_headers(raw, self.engine.classify(raw, layer_user))
+        return self._with_headers(raw, self.engine.classify(raw, layer_user), layer_user)
 
     async def score_beside_the_loop(self, raw: bytes, layer_user: str | None = None) -> Scored:
         """`score`, with the analysis in a helper process when one answers; on the loop when none does."""
@@ -201,12 +202,12 @@ class Scorer:
             analyzed = await self.analyzers.analyze(raw)
         except AnalysisUnavailable:
             return self.score(raw, layer_user)
-        return self._with_headers(raw, self.engine.classify_analyzed(analyzed, layer_user))
+        return self._with_headers(raw, self.engine.classify_analyzed(analyzed, layer_user), layer_user)
 
-    def _with_headers(self, raw: bytes, classified: Classified) -> Scored:
+    def _with_headers(self, raw: bytes, classified: Classified, layer_user: str | None) -> Scored:
         model = self.engine.config.model
         headers = spam_headers(classified.score, model.ham_threshold, model.spam_threshold)
-        return Scored(with_own_headers(raw, headers), classified, tuple(headers))
+        return Scored(with_own_headers(raw, headers), classified, tuple(headers), layer_user)
 
     def scored(self, scored: Scored, raw: bytes, started: float, way_in: str, **context: object) -> None:
         """The canonical line for one message, once it is delivered (or answered); counted by `way_in`.
@@ -215,7 +216,9 @@ class Scorer:
         """
         elapsed_ms = (time.perf_counter() - started) * 1000.0
         self.metrics.record(scored.score.verdict, elapsed_ms, way_in)
-        self.engine.remember_verdict(scored.key, scored.score.verdict, way_in)
+        self.engine.remember_verdict(
+            scored.key, scored.score.verdict, way_in, scored.user, scored.classified.analyzed.senders
+        )  # fmt: skip
         if self.history is not None:
             user = context.get("user_name") or context.get("client_user") or ""
             self.history.record(raw, scored.key, scored.score.verdict.value, scored.score.probability, way_in, str(user))

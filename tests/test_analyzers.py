@@ -37,7 +37,10 @@ def messages() -> list[bytes]:
 
 
 def same(a: Analyzed, b: Analyzed) -> bool:
-    return a.key == b.key and a.features.ids.tolist() == b.features.ids.tolist() and a.features.counts.tolist() == b.features.counts.tolist()
+    return (
+        a.key == b.key and a.senders == b.senders
+        and a.features.ids.tolist() == b.features.ids.tolist() and a.features.counts.tolist() == b.features.counts.tolist()
+    )  # fmt: skip
 
 
 async def ready(processes: AnalysisProcesses, count: int = 1) -> None:

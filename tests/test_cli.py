@@ -591,4 +591,4 @@ def test_classify_of_many_files_for_a_user_scores_each_with_their_layer_as_one_f
     one_at_a_time = [fields(ctl(home, "--json", "classify", "--user", "alice", p).stdout) for p in probes]
     shared = [fields(line) for line in ctl(home, "--json", "classify", *probes).stdout.splitlines()]
     assert many == one_at_a_time
-    assert many[0][2] > shared[0][2]  # her layer moved the list's copy towards spam
+    assert many[0][2] > shared[0][2]  # her trainings turned the list's next copy towards spam (spamd/senders.py)

@@ -29,7 +29,7 @@ TOPICS = ["weekly offer from the shop", "cheap pills online now", "minutes of th
 
 def users_config(tmp_path, name: str, url: str | None = None, **users: object):
     config = h.small_config(tmp_path / name, hash_bits=12)
-    config = dataclasses.replace(config, users=dataclasses.replace(UsersConfig(score_per_user=True), **users))
+    config = dataclasses.replace(config, users=dataclasses.replace(UsersConfig(score_per_user=True, token_moves=True), **users))
     return with_redis(config, url) if url else config
 
 
@@ -184,7 +184,7 @@ home = c.home  # fixture
 
 def test_spamctl_trains_lists_and_scores_users_with_the_model_in_redis(redis_url, home):
     config = home / "spamd.toml"
-    (home / "spamd.toml").write_text((home / "spamd.toml").read_text() + "\n[users]\nscore_per_user = true\n")
+    (home / "spamd.toml").write_text((home / "spamd.toml").read_text() + "\n[users]\nscore_per_user = true\ntoken_moves = true\n")
     for i in range(4):
         (home / f"m{i}").write_bytes(message(i))
 

@@ -178,9 +178,9 @@ def test_eval_reads_a_user_as_the_third_field(tmp_path):
 
 
 def test_layers_score_only_when_score_per_user_is_on_and_are_kept_either_way(tmp_path):
-    """On (the default): a user's moves count for them. Off: their mail scores as the shared model's, but the training still builds the layer."""
+    """On (the default, with the token layer joined): a user's moves count for them. Off: their mail scores as the shared model's, but the training still builds the layer."""
     off = dataclasses.replace(Config(model=MODEL, users=UsersConfig(score_per_user=False)), data_dir=tmp_path / "off")
-    on = dataclasses.replace(Config(model=MODEL), data_dir=tmp_path / "on")
+    on = dataclasses.replace(Config(model=MODEL, users=UsersConfig(token_moves=True)), data_dir=tmp_path / "on")
     assert on.users.score_per_user
     probe = h.numbered_message(0, "weekly offer from the shop")
     scores = {}

@@ -133,7 +133,7 @@ def tell_alice_spam_and_bob_ham_of_one_list(daemon) -> bytes:
 
 @needs_spamc
 def test_spamc_u_trains_and_scores_with_the_users_layer_and_restarts_keep_every_layer(tmp_path):
-    daemon = start_spamd(tmp_path / "d", "allow_tell = true\n[users]\nscore_per_user = true\n")
+    daemon = start_spamd(tmp_path / "d", "allow_tell = true\n[users]\nscore_per_user = true\ntoken_moves = true\n")
     try:
         probe = tell_alice_spam_and_bob_ham_of_one_list(daemon)
         layers = users(daemon.spamctl)
@@ -162,7 +162,7 @@ def test_spamc_u_trains_and_scores_with_the_users_layer_and_restarts_keep_every_
 @needs_spamc
 def test_spamc_u_trains_and_scores_with_the_users_layer_in_redis(tmp_path, redis_plain_url):
     redis = f'[redis]\nurl = "{redis_plain_url}"\n'
-    daemon = start_spamd(tmp_path / "d", f"allow_tell = true\n[users]\nscore_per_user = true\n{redis}")
+    daemon = start_spamd(tmp_path / "d", f"allow_tell = true\n[users]\nscore_per_user = true\ntoken_moves = true\n{redis}")
     try:
         probe = tell_alice_spam_and_bob_ham_of_one_list(daemon)
     finally:

@@ -82,8 +82,9 @@ class OfflineBackend:
     def close(self) -> None:
         try:
             # Training done offline is in the journal already; fold it into a snapshot
-            # when the daemon itself would have, so the journal does not grow unbounded.
-            if self.engine.needs_snapshot():
+            # when the daemon itself would have, so the journal does not grow unbounded,
+            # or when it moved a user's senders (spamd/senders.py), which only a snapshot keeps.
+            if self.engine.needs_snapshot() or self.engine.senders_unsaved():
                 self.engine.snapshot()
         finally:
             self.engine.close()

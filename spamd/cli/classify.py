@@ -153,7 +153,7 @@ def _classify_many(config: Config, args: argparse.Namespace, inputs: Inputs) -> 
             # scoring for a user ran at 0.61-0.69x the workers' speed: 2 cores).
             engine = backend.engine
             user_name = user_request(args).get("user")
-            with AnalysisWorkers(config, jobs, model=engine.model, users=engine.users) as workers:
+            with AnalysisWorkers(config, jobs, model=engine.model, users=engine.users, senders=engine.senders) as workers:
                 for results in workers.map(read_and_classify, ((user_name, batch) for batch in source_batches(inputs))):
                     show(results)
         else:

@@ -91,6 +91,8 @@ def _validate(config: Config, source: str) -> None:
     u = config.users
     if u.max_tokens < 1 or u.max_users < 1 or not u.backoff > 0:
         problems.append("users.max_tokens and users.max_users must be >= 1, users.backoff > 0")
+    if u.sender_moves < 0 or not 0 < u.sender_share <= 1 or u.max_senders < 1:
+        problems.append("users.sender_moves must be >= 0, users.sender_share in (0, 1], users.max_senders >= 1")
     if s.mode not in ("deliver", "relay"):
         problems.append(f"smtp.mode must be 'deliver' or 'relay', got {s.mode!r}")
     if not 0 <= s.port <= 65535 or not 0 < s.next_hop_port <= 65535:

@@ -258,17 +258,26 @@ class UsersConfig:
     # log-odds move towards the user's by n / (n + backoff), n the user's count of the
     # token (about 3 a message): measured in spamd/users.py.
     backoff: float = 15.0
-    # Score each user's mail with their layer joined. Layers are kept either way (every
-    # training names its user). On by default, because people teach by correcting and
-    # disagree: spamassassin dealt to three users, one list spam for one user and ham
-    # for another, errors-only feedback: the disputed list filed the first user's way
-    # after 5 corrections 8.8% -> 93.7% (seeds 1-3: 93.7 / 93.8 / 92.7%), the stream's
-    # (1-ROCA)% 0.83 -> 0.08. The price where users agree and learn only from their
-    # corrections: per user 0.84-1.45x the shared model's (1-ROCA)%, geometric mean 1.08x
-    # over three deals (seeds 1-3), spam misfiled per user within -1.3 / +2.5 points and
-    # no ham misfiled either way; under full feedback 1.03 / 1.00 / 0.99x.
-    # scripts/multi_user_stream.py; docs/users.md.
+    # Score each user's mail as theirs: by where their mail from the message's senders
+    # ends up (sender_moves), and with their token layer if token_moves. The layers
+    # are kept either way (every training names its user). On by default, because
+    # people teach by correcting and disagree: measured in docs/users.md.
     score_per_user: bool = True
+    # Join the user's token layer to the shared model's per token (backoff). Off by
+    # default: over nine lists one user left and another reads (spamassassin and
+    # trec07p-dev, scripts/multi_user_stream.py), it filed the leaver's copies her
+    # way after 5 corrections 16-97% of the time under errors-only feedback (0-97%
+    # under full), and cost 1.10x the shared model's (1-ROCA)% per user where users
+    # agree (sa; 1.08x on trec); the senders' rule below files all nine 100% her way at
+    # 1.00x, and the layer joined to it costs 1.14x (spamd/senders.py).
+    token_moves: bool = False
+    # A user's next message from a sender (List-Id, From address) goes where they
+    # moved this many of its messages (into Junk, or out of it), once that is where at
+    # least sender_share of the sender's mail to them lies (spamd/senders.py); 0: off.
+    sender_moves: int = 3
+    sender_share: float = 0.8
+    # (user, sender) pairs remembered at most; past it the one heard of least recently goes.
+    max_senders: int = 200_000
 
 
 @dataclass(frozen=True)

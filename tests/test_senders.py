@@ -1,0 +1,206 @@
+"""Where each user's mail from a sender ends up (spamd/senders.py): the rule, its bounds, its persistence.
+
+The daemon's own path (real Maildirs, moves, two users who disagree) is in
+tests/test_users_daemon.py; the measurement on real lists in scripts/multi_user_stream.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spamd.classifier import Analyzed
+from spamd.config import Config, ModelConfig, StoreConfig, UsersConfig
+from spamd.engine import Engine
+from spamd.message import ParsedMessage, parse_message
+from spamd.model import Label, ModelConfig as _ModelConfig, Verdict, verdict_of
+from spamd.senders import FLOOR, PUSH, SenderReputation, sender_keys, sender_names
+from tests.daemon_helpers import list_digest, make_message
+
+MODEL = _ModelConfig()
+LIST = 7  # a sender key, for the pure-state tests
+
+
+def parsed(headers: str) -> ParsedMessage:
+    return parse_message(f"{headers}\n\nbody\n".encode(), Config().parser)
+
+
+def test_a_message_is_from_its_lists_and_its_from_address():
+    message = parsed('From: "The Shop" <News@Shop.Example>\nList-Id: Weekly offers <offers.shop.example>\nList-Id: second')
+    assert sender_names(message) == ["from=news@shop.example", "list-id=offers.shop.example", "list-id=second"]
+    assert sender_names(parsed("From: nobody at all\nSubject: x")) == []
+    assert len(sender_keys(message)) == 3 and sender_keys(message) == sender_keys(message)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=300), st.text(max_size=300))
+def test_any_from_and_list_id_give_at_most_four_bounded_senders(from_value, list_value):
+    message = ParsedMessage(headers=[("from", from_value), ("list-id", list_value), ("list-id", list_value[::-1])])
+    names = sender_names(message)
+    assert all(len(name) <= 210 for name in names)
+    keys = sender_keys(message)
+    assert len(keys) <= 4 and all(0 <= k < 2**64 for k in keys)
+
+
+def deliver(rep: SenderReputation, user: str, n: int, filed_spam: bool = False, sender: int = LIST) -> bytes:
+    key = n.to_bytes(16, "big")
+    rep.delivered(user, key, (sender,), filed_spam)
+    return key
+
+
+def test_three_moves_into_junk_file_the_users_next_copy_there_and_no_one_elses():
+    rep = SenderReputation(1000, 1000)
+    score = verdict_of(MODEL, -0.4)  # everyone's model: ham
+    keys = [deliver(rep, "alice", n) for n in range(3)] + [deliver(rep, "bob", 10 + n) for n in range(3)]
+    assert rep.adjust(score, "alice", (LIST,), MODEL) is score  # nothing moved yet: the shared score itself
+    for key in keys[:2]:
+        assert rep.moved(key, Label.SPAM)
+    assert rep.adjust(score, "alice", (LIST,), MODEL) is score  # two moves are not yet three
+    assert rep.moved(keys[2], Label.SPAM)
+    assert not rep.moved(keys[2], Label.SPAM)  # already in Junk: no second move
+    turned = rep.adjust(score, "alice", (LIST,), MODEL)
+    assert turned.verdict is Verdict.SPAM and turned.log_odds == FLOOR
+    assert rep.adjust(verdict_of(MODEL, 0.5), "alice", (LIST,), MODEL).log_odds == 0.5 + PUSH
+    assert rep.adjust(score, "bob", (LIST,), MODEL) is score  # bob's copies stay his
+    assert rep.adjust(score, "alice", (LIST + 1,), MODEL) is score  # another sender
+    assert rep.summary("alice") == {"senders_to_junk": 1, "senders_to_inbox": 0}
+
+
+def test_a_list_that_relays_the_odd_spam_is_not_turned():
+    rep = SenderReputation(1000, 1000)
+    keys = [deliver(rep, "alice", n) for n in range(20)]
+    for key in keys[:4]:  # four relayed spams moved into Junk, sixteen copies read in the inbox
+        rep.moved(key, Label.SPAM)
+    assert rep.direction("alice", (LIST,)) == 0
+
+
+def test_mail_kept_out_of_junk_wins_over_mail_moved_into_it():
+    rep = SenderReputation(1000, 1000)
+    for n in range(3):  # the list, moved out of Junk three times
+        rep.moved(deliver(rep, "alice", n, filed_spam=True), Label.HAM)
+    for n in range(3):  # the poster's address, moved into Junk three times
+        rep.moved(deliver(rep, "alice", 100 + n, sender=LIST + 1), Label.SPAM)
+    assert rep.direction("alice", (LIST + 1,)) == 1
+    assert rep.direction("alice", (LIST + 1, LIST)) == -1
+    # Filed her way whatever the content says: at least FLOOR past the middle, or PUSH further.
+    assert rep.adjust(verdict_of(MODEL, 2.0), "alice", (LIST, LIST + 1), MODEL).log_odds == -FLOOR
+    assert rep.adjust(verdict_of(MODEL, -1.0), "alice", (LIST,), MODEL).log_odds == -1.0 - PUSH
+
+
+def test_a_training_of_mail_spamd_never_filed_counts_as_a_move_with_its_user_and_senders():
+    rep = SenderReputation(1000, 1000)
+    for n in range(3):
+        assert rep.moved(n.to_bytes(16, "big"), Label.SPAM, "alice", (LIST,))
+    assert rep.direction("alice", (LIST,)) == 1
+    assert not rep.moved(b"x" * 16, Label.SPAM)  # no user or senders: nothing to count
+
+
+def test_off_bounded_and_round_trips():
+    off = SenderReputation(1000, 1000, moves=0)
+    for n in range(5):
+        off.moved(deliver(off, "alice", n), Label.SPAM)
+    assert len(off) == 0 and off.direction("alice", (LIST,)) == 0
+    rep = SenderReputation(50, 40)
+    for n in range(500):
+        rep.moved(deliver(rep, f"u{n % 7}", n, sender=n % 60), Label.SPAM if n % 3 else Label.HAM)
+    assert len(rep) <= 40 * 1.05 + 16 and len(rep._placed) <= 50 * 1.05 + 16
+    copy = SenderReputation(50, 40)
+    copy.restore(rep.export())
+    assert copy.export() == rep.export()
+    for bad in ({"placed": [], "stats": [["u", 1, 1, 2, 3]]}, {"placed": [], "stats": [["u", 1, 1, 2, 3, -1]]}):
+        try:
+            SenderReputation(50, 40).restore(bad)
+        except (ValueError, TypeError):
+            pass
+        else:
+            raise AssertionError(f"restored {bad}")
+
+
+# ---------------------------------------------------------------- through the Engine
+
+
+def engine_config(tmp_path: Path, **users: object) -> Config:
+    return Config(
+        data_dir=tmp_path, model=ModelConfig(hash_bits=14), store=StoreConfig(snapshot_interval_s=3600.0),
+        users=UsersConfig(**users),
+    )  # fmt: skip
+
+
+def trained_engine(config: Config) -> Engine:
+    engine = Engine.open(config, durable=False)
+    for n in range(6):
+        engine.train(make_message(Label.SPAM, n), Label.SPAM, "spamctl")
+        engine.train(make_message(Label.HAM, n), Label.HAM, "spamctl")
+    for n in range(6):  # everyone else reads the list
+        engine.train(list_digest(n), Label.HAM, "spamctl")
+    return engine
+
+
+def deliver_copy(engine: Engine, n: int, user: str, verdict: Verdict | None = None) -> Analyzed:
+    """Score the user's copy n of the list and file it (by its verdict, or by `verdict`), as a way in does."""
+    classified = engine.classify(list_digest(n, f"{user}@example.com"), user)
+    filed = classified.score.verdict if verdict is None else verdict
+    engine.remember_verdict(classified.analyzed.key, filed, "smtp", user, classified.analyzed.senders)
+    return classified.analyzed
+
+
+def test_the_engine_turns_alices_list_after_her_moves_and_keeps_it_across_a_snapshot_and_a_crash(tmp_path):
+    config = engine_config(tmp_path)
+    engine = trained_engine(config)
+    probe = list_digest(99, "alice@example.com")
+    assert engine.classify(probe, "alice").score.verdict is not Verdict.SPAM
+    for n in range(100, 103):
+        analyzed = deliver_copy(engine, n, "alice")
+        assert analyzed.senders
+        engine.train(list_digest(n, "alice@example.com"), Label.SPAM, "maildir", user_name="alice")
+    assert engine.classify(probe, "alice").score.verdict is Verdict.SPAM
+    assert engine.classify(probe, "bob").score == engine.classify(probe).score  # bob's is everyone's
+    for n in range(200, 203):  # bob's copies, filed into Junk: the snapshot holds where they lie
+        deliver_copy(engine, n, "bob", Verdict.SPAM)
+    engine.snapshot()
+    for n in range(200, 203):  # he moves them out; journaled, in no snapshot
+        engine.train(list_digest(n, "bob@example.com"), Label.HAM, "maildir", user_name="bob")
+    engine.close()  # no snapshot after bob's moves: as after SIGKILL
+    engine = Engine.open(config, durable=False)
+    try:
+        assert engine.classify(probe, "alice").score.verdict is Verdict.SPAM
+        assert engine.senders.direction("bob", engine.classify(probe).analyzed.senders) == -1  # replayed from the journal
+    finally:
+        engine.close()
+
+
+def test_autolearn_and_settled_mail_are_no_move_and_score_per_user_off_scores_everyone_alike(tmp_path):
+    config = engine_config(tmp_path)
+    engine = trained_engine(config)
+    for n in range(100, 106):
+        deliver_copy(engine, n, "alice")
+        engine.train(list_digest(n, "alice@example.com"), Label.SPAM, ("autolearn", "settled")[n % 2], user_name="alice")
+    probe = list_digest(99, "alice@example.com")
+    assert engine.classify(probe, "alice").score == engine.classify(probe).score
+    for n in range(110, 113):  # carol's own trainings (spamctl, web, a TELL) are hers
+        engine.train(list_digest(n, "carol@example.com"), Label.SPAM, "spamctl", user_name="carol")
+    assert engine.classify(probe, "carol").score.verdict is Verdict.SPAM
+    engine.reconfigure(dataclasses.replace(config, users=UsersConfig(score_per_user=False)))
+    assert engine.classify(probe, "carol").score == engine.classify(probe).score
+    engine.close()
+
+
+def test_spamctl_offline_training_keeps_the_moves_in_a_snapshot(tmp_path):
+    """spamctl train --user without a daemon: the journal cannot replay a move of mail spamd never filed."""
+    config = engine_config(tmp_path)
+    engine = trained_engine(config)
+    engine.snapshot()
+    for n in range(110, 113):
+        engine.train(list_digest(n, "alice@example.com"), Label.SPAM, "spamctl", user_name="alice")
+    assert engine.senders_unsaved()
+    engine.snapshot()
+    assert not engine.senders_unsaved()
+    engine.close()
+    engine = Engine.open(config, durable=False)
+    try:
+        assert engine.classify(list_digest(99, "alice@example.com"), "alice").score.verdict is Verdict.SPAM
+    finally:
+        engine.close()
