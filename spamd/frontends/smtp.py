@@ -17,7 +17,6 @@ import smtplib
 import socket
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import structlog
 from aiosmtpd.smtp import SMTP, Envelope, Session
@@ -26,6 +25,7 @@ from spamd.config import Config
 from spamd.errors import SpamdError, StoreUnavailableError
 from spamd.frontends.delivery import DeliveryProcesses
 from spamd.frontends.maildir.deliver import deliver
+from spamd.frontends.maildir.layout import Location
 from spamd.frontends.maildir.mailbox import Mailbox, mailbox_for
 from spamd.model import Label, Verdict
 from spamd.scoring import Scored, Scorer
@@ -244,14 +244,14 @@ class SmtpHandler:
         mailboxes: list[Mailbox],
         on_error: Callable[..., None],
         writers: DeliveryProcesses | None = None,
-        on_delivered: Callable[[Mailbox, Path], None] | None = None,
+        on_delivered: Callable[[Mailbox, Location], None] | None = None,
     ):
         self.config = config
         self.scorer = scorer
         self.mailboxes = mailboxes
         self.on_error = on_error
         self.writers = writers  # delivery processes; None: the daemon's threads write
-        self.on_delivered = on_delivered  # (mailbox, path): the watcher, which never sees these deliveries
+        self.on_delivered = on_delivered  # (mailbox, location): the watcher, which never sees these deliveries
         self.sessions: set[FilterSMTP] = set()
         self.in_flight = 0
         self.idle = asyncio.Event()
@@ -335,7 +335,7 @@ class SmtpHandler:
         delivered = []
         for mailbox in targets:
             try:
-                path = await deliver(mailbox, scored, config.maildir.fsync, self.writers)
+                loc = await deliver(mailbox, scored, config.maildir.fsync, self.writers)
             except OSError as e:
                 # Copies already written stay: a retry duplicates them rather than losing any.
                 what = "disk full" if e.errno == errno.ENOSPC else e.strerror
@@ -346,8 +346,10 @@ class SmtpHandler:
                     return "452 4.3.1 Insufficient system storage, try again later", delivered
                 return "451 4.3.0 Local delivery failed, try again later", delivered
             if self.on_delivered is not None:
-                self.on_delivered(mailbox, path)
-            delivered.append(str(path.relative_to(mailbox.root.parent)))
+                self.on_delivered(mailbox, loc)
+            # The path from the Maildir's directory on ("Maildir/.Junk/new/<name>"), joined as strings:
+            # Path.relative_to took 5.5 us of the loop's time a delivery (timeit, a 2-core machine).
+            delivered.append("/".join(part for part in (mailbox.root.name, loc.folder, loc.sub, loc.name) if part))
         return "250 2.0.0 OK delivered", delivered
 
     async def _relay(self, config: Config, envelope: Envelope, scored: Scored, peer: str) -> str:
