@@ -18,6 +18,7 @@ to 0.9 ms of kernel CPU per delivery and ran 20-30% slower.
     python scripts/bench_smtp.py --processes 0 --processes 1 --rounds 3 --limit 4000   # helpers or not, interleaved
     python scripts/bench_smtp.py --web off --web on --rounds 3     # the web console idle beside SMTP, or not
     python scripts/bench_smtp.py --users 20 --rounds 3            # 20 users' Maildirs, each scored with their layer
+    python scripts/bench_smtp.py --users 0 --users 20 --rounds 3  # the shared model alone or per-user layers, interleaved
 """
 
 from __future__ import annotations
@@ -152,9 +153,10 @@ def main() -> int:
         help="the web console off or listening (nobody looking); given twice, the runs alternate between them",
     )
     parser.add_argument(
-        "--users", type=int, default=0,
+        "--users", type=int, action="append",
         help="deliver to this many users' Maildirs under [maildir] root, each scored with their layer "
-             "([users] score_per_user), the pretraining dealt among them; 0: one Maildir, the shared model",
+             "([users] score_per_user), the pretraining dealt among them; 0 (the default): one Maildir, the "
+             "shared model; given twice or more, the runs alternate between them",
     )  # fmt: skip
     parser.add_argument(
         "--tree", type=Path, action="append",
@@ -175,17 +177,21 @@ def main() -> int:
     if args.limit:
         replay = replay[: args.limit]
     trees = [tree.resolve() for tree in args.tree or [ROOT]]
-    settings = [(tree, processes, web) for tree in trees for processes in args.processes or [None] for web in args.web or ["off"]]
-    results: dict[tuple[Path, int | None, str], list[float]] = {setting: [] for setting in settings}
+    settings = [
+        (tree, processes, web, users)
+        for tree in trees for processes in args.processes or [None] for web in args.web or ["off"] for users in args.users or [0]
+    ]  # fmt: skip
+    results: dict[tuple[Path, int | None, str, int], list[tuple[float, float]]] = {setting: [] for setting in settings}
     failed = False
     work_root = Path(tempfile.mkdtemp(prefix="spamd-bench-"))
     try:
         for _ in range(args.rounds):
-            for tree, processes, web in settings:
+            for tree, processes, web, users in settings:
                 cost = wait_for_resting_file_system(work_root, args.settle, args.resting_us)
                 print(f"file creation {cost:.0f} us before the round")
-                rate, ok = run_once(args, rows, replay, processes, tree, Path(tempfile.mkdtemp(dir=work_root)), web == "on")
-                results[tree, processes, web].append(rate)
+                work = Path(tempfile.mkdtemp(dir=work_root))
+                rate, p99, ok = run_once(args, rows, replay, processes, tree, work, web == "on", users)
+                results[tree, processes, web, users].append((rate, p99))
                 failed |= not ok
     finally:
         if args.keep:
@@ -193,18 +199,20 @@ def main() -> int:
         else:
             shutil.rmtree(work_root, ignore_errors=True)
     if args.rounds > 1 or len(settings) > 1:
-        for (tree, processes, web), rates in results.items():
+        for (tree, processes, web, users), runs in results.items():
             name = f"{tree.name} " if len(trees) > 1 else ""
-            print(f"{name}processes {'default' if processes is None else processes}, web console {web}: "
-                  f"{' '.join(f'{r:.0f}' for r in rates)} msgs/s, median {statistics.median(rates):.0f}")  # fmt: skip
+            rates = [rate for rate, _ in runs]
+            print(f"{name}processes {'default' if processes is None else processes}, web console {web}, users {users}: "
+                  f"{' '.join(f'{r:.0f}' for r in rates)} msgs/s, median {statistics.median(rates):.0f}; "
+                  f"p99 {' '.join(f'{p99:.1f}' for _, p99 in runs)} ms")  # fmt: skip
     return 1 if failed else 0
 
 
 def run_once(
     args: argparse.Namespace, rows: list[tuple[str, bytes]], replay: list[bytes], processes: int | None, tree: Path, work: Path,
-    web: bool = False,
-) -> tuple[float, bool]:
-    """One fresh spamd, pretrained, replayed to by the clients: (msgs/s, every message delivered)."""
+    web: bool = False, users: int = 0,
+) -> tuple[float, float, bool]:
+    """One fresh spamd, pretrained, replayed to by the clients: (msgs/s, p99 latency in ms, every message delivered)."""
     config_file = work / "spamd.toml"
     fsync = "false" if args.no_fsync else "true"
     parser_section = "" if processes is None else f"[parser]\nprocesses = {processes}\n"
@@ -212,20 +220,20 @@ def run_once(
     web_section = '[web]\nlisten = "127.0.0.1:0"\n' if web else ""
     maildirs = [work / "data" / "Maildir"]
     users_section, root_line, recipients = "", "", ["user@example.com"]
-    if args.users:  # one Maildir per user under [maildir] root, each user's mail scored with their layer
+    if users:  # one Maildir per user under [maildir] root, each user's mail scored with their layer
         root = work / "users"
-        maildirs = [root / f"u{k}" / "Maildir" for k in range(args.users)]
+        maildirs = [root / f"u{k}" / "Maildir" for k in range(users)]
         for maildir in maildirs:
             for sub in ("cur", "new", "tmp", ".Junk/cur", ".Junk/new", ".Junk/tmp"):
                 (maildir / sub).mkdir(parents=True, exist_ok=True)
         root_line = f'root = "{root}"\n'
         users_section = "[users]\nscore_per_user = true\n"
-        recipients = [f"u{k}@example.com" for k in range(args.users)]
+        recipients = [f"u{k}@example.com" for k in range(users)]
     config_file.write_text(f'[log]\nformat = "json"\n[maildir]\nfsync = {fsync}\n{root_line}[smtp]\nmax_recipients = 10\n'
                            f'{parser_section}{web_section}{users_section}')  # fmt: skip
     data_dir = work / "data"
     t = time.perf_counter()
-    pretrain(data_dir, config_file, rows[: args.train], args.users)
+    pretrain(data_dir, config_file, rows[: args.train], users)
     print(f"trained {args.train} messages in {time.perf_counter() - t:.1f} s")
     proc, port = start_daemon(data_dir, config_file, work / "spamd.log", args.profile, tree)
     try:
@@ -253,7 +261,7 @@ def run_once(
     print(
         f"{len(latencies)} messages, {args.clients} clients, fsync {'off' if args.no_fsync else 'on'}, "
         f"processes {'default' if processes is None else processes}, web console {'on' if web else 'off'}"
-        f"{f', {args.users} users with layers' if args.users else ''}: "
+        f"{f', {users} users with layers' if users else ''}: "
         f"{rate:.0f} msgs/s, latency p50 {statistics.median(latencies):.1f} ms, "
         f"p99 {percentile(latencies, 0.99):.1f} ms, max {max(latencies):.1f} ms; "
         f"errors {len(errors)}; delivered {delivered}; spamd exit {code}, "
@@ -263,7 +271,8 @@ def run_once(
     )
     for error in errors[:5]:
         print("  error:", error)
-    return rate, not errors and delivered == len(replay) and code == 0
+    p99 = percentile(latencies, 0.99) if latencies else 0.0
+    return rate, p99, not errors and delivered == len(replay) and code == 0
 
 
 if __name__ == "__main__":

@@ -20,8 +20,9 @@ def port_of(daemon) -> int:
     return daemon.smtp_address[1]
 
 
-async def test_unscored_model_delivers_to_inbox_with_headers(tmp_path):
-    async with running(daemon_config(tmp_path)) as daemon:
+@pytest.mark.parametrize("delivery_processes", [-1, 0])  # written by a delivery process (two cores), or by a thread
+async def test_unscored_model_delivers_to_inbox_with_headers(tmp_path, delivery_processes):
+    async with running(daemon_config(tmp_path, maildir={"delivery_processes": delivery_processes})) as daemon:
         reply = await asyncio.to_thread(send, port_of(daemon), make_message(Label.HAM, 1))
         assert reply == {}
         [delivered] = files(tmp_path / "Maildir" / "new")

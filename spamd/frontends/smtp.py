@@ -17,7 +17,6 @@ import smtplib
 import socket
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import structlog
 from aiosmtpd.smtp import SMTP, Envelope, Session
@@ -26,6 +25,7 @@ from spamd.config import Config
 from spamd.errors import SpamdError, StoreUnavailableError
 from spamd.frontends.delivery import DeliveryProcesses
 from spamd.frontends.maildir.deliver import deliver
+from spamd.frontends.maildir.layout import Location
 from spamd.frontends.maildir.mailbox import Mailbox, mailbox_for
 from spamd.model import Label, Verdict
 from spamd.scoring import Scored, Scorer
@@ -244,14 +244,14 @@ class SmtpHandler:
         mailboxes: list[Mailbox],
         on_error: Callable[..., None],
         writers: DeliveryProcesses | None = None,
-        on_delivered: Callable[[Mailbox, Path], None] | None = None,
+        on_delivered: Callable[[Mailbox, Location], None] | None = None,
     ):
         self.config = config
         self.scorer = scorer
         self.mailboxes = mailboxes
         self.on_error = on_error
         self.writers = writers  # delivery processes; None: the daemon's threads write
-        self.on_delivered = on_delivered  # (mailbox, path): the watcher, which never sees these deliveries
+        self.on_delivered = on_delivered  # (mailbox, location): the watcher, which never sees these deliveries
         self.sessions: set[FilterSMTP] = set()
         self.in_flight = 0
         self.idle = asyncio.Event()
@@ -268,15 +268,15 @@ class SmtpHandler:
         envelope.rcpt_options.extend(options)
         return "250 2.1.5 OK"
 
-    def _layer_user(self, config: Config, envelope: Envelope) -> str | None:
+    def _layer_user(self, config: Config, envelope: Envelope, mailboxes: list[Mailbox | None]) -> str | None:
         """Whose layer scores this message: the recipients' one user, or None (the shared model) for several.
 
-        Deliver mode: the Maildir user every recipient's mail goes to; relay: the
-        recipients' one local part (spamd.users.recipients_user).
+        Deliver mode: the Maildir user every recipient's mail goes to (`mailboxes`, one
+        per recipient); relay: the recipients' one local part (spamd.users.recipients_user).
         """
         if config.smtp.mode == "relay":
             return self.scorer.engine.layer_user(recipients_user(list(envelope.rcpt_tos)))
-        users = {m.layer_user if m is not None else None for m in (self._mailbox_for(config, r) for r in envelope.rcpt_tos)}
+        users = {m.layer_user if m is not None else None for m in mailboxes}
         return users.pop() if len(users) == 1 else None
 
     def _mailbox_for(self, config: Config, recipient: str) -> Mailbox | None:
@@ -298,7 +298,10 @@ class SmtpHandler:
         config = self.config()
         raw = envelope.original_content or b""
         peer = session.peer[0] if isinstance(session.peer, tuple) else str(session.peer)
-        layer_user = self._layer_user(config, envelope)
+        # Each recipient's Maildir, looked up once for the layer, the delivery and the log line (it was
+        # looked up for each: 1.3 us a look-up among 20 users' Maildirs, timeit; 4 us a message under bench_smtp --users 20).
+        mailboxes = [self._mailbox_for(config, r) for r in envelope.rcpt_tos] if config.smtp.mode == "deliver" else []
+        layer_user = self._layer_user(config, envelope, mailboxes)
         try:
             scored = await self.scorer.score_beside_the_loop(raw, layer_user)
         except StoreUnavailableError as e:  # the shared model (Redis) is down: the sender retries
@@ -309,8 +312,8 @@ class SmtpHandler:
             status = await self._relay(config, envelope, scored, peer)
             where: dict[str, object] = {"via": "relay"}
         else:
-            status, folders = await self._deliver(config, envelope, scored, peer)
-            users = {m.user for m in (self._mailbox_for(config, rcpt) for rcpt in envelope.rcpt_tos) if m is not None}
+            status, folders = await self._deliver(config, mailboxes, scored, peer)
+            users = {m.user for m in mailboxes if m is not None}
             where = {"via": "maildir", "delivered_to": folders, "user_name": ",".join(sorted(users))}
         if status.startswith("250"):
             self.accepted += 1
@@ -324,16 +327,15 @@ class SmtpHandler:
                     self.on_error("autolearn_failed", error=str(e))
         return status
 
-    async def _deliver(self, config: Config, envelope: Envelope, scored: Scored, peer: str) -> tuple[str, list[str]]:
+    async def _deliver(self, config: Config, mailboxes: list[Mailbox | None], scored: Scored, peer: str) -> tuple[str, list[str]]:
         targets: list[Mailbox] = []
-        for rcpt in envelope.rcpt_tos:
-            mailbox = self._mailbox_for(config, rcpt)  # None only if refused at RCPT
+        for mailbox in mailboxes:  # None only if refused at RCPT
             if mailbox is not None and mailbox not in targets:
                 targets.append(mailbox)
         delivered = []
         for mailbox in targets:
             try:
-                path = await deliver(mailbox, scored, config.maildir.fsync, self.writers)
+                loc = await deliver(mailbox, scored, config.maildir.fsync, self.writers)
             except OSError as e:
                 # Copies already written stay: a retry duplicates them rather than losing any.
                 what = "disk full" if e.errno == errno.ENOSPC else e.strerror
@@ -344,8 +346,10 @@ class SmtpHandler:
                     return "452 4.3.1 Insufficient system storage, try again later", delivered
                 return "451 4.3.0 Local delivery failed, try again later", delivered
             if self.on_delivered is not None:
-                self.on_delivered(mailbox, path)
-            delivered.append(str(path.relative_to(mailbox.root.parent)))
+                self.on_delivered(mailbox, loc)
+            # The path from the Maildir's directory on ("Maildir/.Junk/new/<name>"), joined as strings:
+            # Path.relative_to took 5.5 us of the loop's time a delivery (timeit, a 2-core machine).
+            delivered.append("/".join(part for part in (mailbox.root.name, loc.folder, loc.sub, loc.name) if part))
         return "250 2.0.0 OK delivered", delivered
 
     async def _relay(self, config: Config, envelope: Envelope, scored: Scored, peer: str) -> str:

@@ -19,6 +19,11 @@ if TYPE_CHECKING:
     from spamd.frontends.maildir.mailbox import Mailbox
 
 
+def maildir_lines(data: bytes) -> bytes:
+    """A message as SMTP carries it (CRLF line ends) as a Maildir file holds it: LF, as Dovecot and Courier write them."""
+    return data.replace(b"\r\n", b"\n")
+
+
 def _write_file(fd: int, data: bytes, ownership: Ownership | None, fsync: bool) -> None:
     if ownership is not None:
         ownership.apply(fd, directory=False)

@@ -38,7 +38,6 @@ import inspect
 import os
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any, TypeVar
 
 import structlog
@@ -163,11 +162,9 @@ class MaildirWatcher:
         """Learn settled mail from now on: what the catch-ups queued first (in batches, beside serving)."""
         self.settler.start()
 
-    def delivered_by_spamd(self, mailbox: Mailbox, path: Path) -> None:
-        """spamd's SMTP delivery wrote `path` (its events never reach the loop): it may settle from now."""
-        loc = mailbox.locate(path)
-        if loc is not None:
-            self.settler.consider(mailbox, loc, just_delivered=True)
+    def delivered_by_spamd(self, mailbox: Mailbox, loc: Location) -> None:
+        """spamd's SMTP delivery wrote `loc` (its events never reach the loop): it may settle from now."""
+        self.settler.consider(mailbox, loc, just_delivered=True)
 
     def reconfigure(self, config: MaildirConfig) -> None:
         """A reload's [maildir] section: settle_after applies to what is queued, and turned on, to what is there."""
