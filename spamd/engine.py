@@ -59,7 +59,6 @@ class Engine:
         self.live = live if live is not None else LiveAccuracy(config.store.ledger_max_entries)
         self.live_changes = 0  # mutations of `live`, so a shutdown knows a snapshot is worth it
         self._saved_live_changes = 0
-        self._saved_sender_changes = 0
         # (label, source, outcome) -> training events since start, for /metrics.
         self.trainings: Counter[tuple[str, str, str]] = Counter()
         self._saved_counters = self.counters()  # as the newest snapshot holds them
@@ -194,7 +193,6 @@ class Engine:
         self.store.rotate_journal(seq)  # StoreError on a full disk: nothing changed
         self._saved_counters = counters
         self._saved_live_changes = self.live_changes
-        self._saved_sender_changes = self.senders.changes
         return encoded, seq
 
     def finish_snapshot(self, encoded: bytes, seq: int) -> Path:
@@ -223,11 +221,6 @@ class Engine:
     def live_export(self) -> dict[str, object]:
         """What snapshots keep of people's moves: live accuracy, and the senders' state under "senders"."""
         return {**self.live.export(), "senders": self.senders.export()}
-
-    def senders_unsaved(self) -> bool:
-        """Moves no snapshot holds: spamctl's offline training writes one at its end for them, since
-        the journal cannot replay a move of a message spamd never filed (its senders are not in it)."""
-        return self.store.keeps_snapshots and self.senders.changes != self._saved_sender_changes
 
     def counters(self) -> dict[str, int]:
         """Running totals persisted in snapshots: messages scored by verdict, all time."""
@@ -275,7 +268,6 @@ class Engine:
         self.trainer.seq = seq
         self._saved_counters = counters
         self._saved_live_changes = self.live_changes
-        self._saved_sender_changes = self.senders.changes
         self.store.rotate_journal(seq)
         self.store.prune()
         return {
@@ -369,7 +361,7 @@ def live_state(config: Config, loaded: LoadedState) -> LiveAccuracy:
     except (KeyError, ValueError, TypeError) as e:  # the model is fine; only the figures restart
         loaded.recovery.problems.append(f"live accuracy figures unreadable, started afresh ({e})")
         live = LiveAccuracy(config.store.ledger_max_entries)
-    for key, label, previous, user, source, when in loaded.replayed:
+    for key, label, previous, user, source, when, _, _ in loaded.replayed:
         if label is None:
             continue
         if label != previous:
@@ -392,7 +384,7 @@ def senders_state(config: Config, loaded: LoadedState) -> SenderReputation:
     """The snapshot's senders' state, with the moves among the journal records replayed over it.
 
     Deliveries are not journaled: a message delivered after the snapshot and moved before
-    a crash is trained, not counted as a move.
+    a crash counts as delivered to the other side and moved (what a move says anyway).
     """
     senders = new_senders(config)
     try:
@@ -400,7 +392,7 @@ def senders_state(config: Config, loaded: LoadedState) -> SenderReputation:
     except (KeyError, ValueError, TypeError) as e:  # the model is fine; only where mail went restarts
         loaded.recovery.problems.append(f"senders' state unreadable, started afresh ({e})")
         senders = new_senders(config)
-    for key, label, previous, user, source, when in loaded.replayed:
+    for key, label, _, user, source, _, user_name, sent in loaded.replayed:
         if label is not None and user and source not in SPAMDS_OWN:
-            senders.moved(key, label)
+            senders.moved(key, label, user_name, sent)
     return senders

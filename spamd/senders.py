@@ -163,15 +163,15 @@ class SenderReputation:
         log_odds = max(score.log_odds + PUSH, FLOOR) if way > 0 else min(score.log_odds - PUSH, -FLOOR)
         return verdict_of(config, log_odds)
 
-    def summary(self, user: str) -> dict[str, int]:
-        """How many senders the user's moves turned each way."""
-        junk = inbox = 0
-        for (name, sender), _ in self._stats.items():
-            if name == user:
-                way = self.direction(user, (sender,))
-                junk += way > 0
-                inbox += way < 0
-        return {"senders_to_junk": junk, "senders_to_inbox": inbox}
+    def summary(self) -> dict[str, dict[str, int]]:
+        """Per user: how many senders their moves turned each way (for `spamctl users`), in one pass."""
+        out: dict[str, dict[str, int]] = {}
+        for user, sender in self._stats:
+            way = self.direction(user, (sender,))
+            if way:
+                row = out.setdefault(user, {"senders_to_junk": 0, "senders_to_inbox": 0})
+                row["senders_to_junk" if way > 0 else "senders_to_inbox"] += 1
+        return out
 
     # ------------------------------------------------------------ persistence
 

@@ -119,6 +119,7 @@ class Trainer:
         record = TrainingRecord(
             self.seq + 1, analyzed.key, label, previous, user, source, analyzed.features, time.time(),
             self.model.config.hash_bits, user_name, count_settings(self.model.config),
+            analyzed.senders if user_name is not None else (),
         )
         if self.store is not None:
             self.store.append(record)  # raises StoreError and changes nothing if the disk refuses

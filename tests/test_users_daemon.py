@@ -160,6 +160,26 @@ def test_spamc_u_trains_and_scores_with_the_users_layer_and_restarts_keep_every_
 
 
 @needs_spamc
+def test_spamc_u_tells_turn_a_list_for_that_user_alone_as_shipped_and_kill_9_keeps_it(tmp_path):
+    """The default: no token layer; each user's TELLs of one list decide where their copies go (spamd/senders.py)."""
+    daemon = start_spamd(tmp_path / "d", "allow_tell = true\n")
+    try:
+        probe = tell_alice_spam_and_bob_ham_of_one_list(daemon)
+        turned = {u: (row["senders_to_junk"], row["senders_to_inbox"]) for u, row in users(daemon.spamctl).items()}
+        assert turned == {"alice": (2, 0), "bob": (0, 2)}  # the list's List-Id and From address, each way
+        scores = {u: user_score(daemon, u, probe) for u in ("alice", "bob", "carol")}
+        score, threshold = (float(x) for x in scores["alice"].split("/"))
+        assert score >= threshold  # spam for alice: filed in her Junk
+        daemon.process.signal(signal.SIGKILL)  # no snapshot holds the tells: the journal does
+        daemon.process.wait(30)
+        daemon = restart(daemon)
+        assert {u: (row["senders_to_junk"], row["senders_to_inbox"]) for u, row in users(daemon.spamctl).items()} == turned
+        assert {u: user_score(daemon, u, probe) for u in scores} == scores
+    finally:
+        daemon.process.kill()
+
+
+@needs_spamc
 def test_spamc_u_trains_and_scores_with_the_users_layer_in_redis(tmp_path, redis_plain_url):
     redis = f'[redis]\nurl = "{redis_plain_url}"\n'
     daemon = start_spamd(tmp_path / "d", f"allow_tell = true\n[users]\nscore_per_user = true\ntoken_moves = true\n{redis}")

@@ -37,7 +37,7 @@ def cmd_stats(config: Config, args: argparse.Namespace) -> int:
 
 
 def cmd_users(config: Config, args: argparse.Namespace) -> int:
-    """The users with a layer: trainings, tokens and bytes each."""
+    """The users with a layer: trainings, tokens and bytes each, and the senders their moves turned."""
     with closing(open_backend(config)) as backend:
         result = backend.request("users")
     if args.json:
@@ -46,9 +46,9 @@ def cmd_users(config: Config, args: argparse.Namespace) -> int:
     if not result["per_user"]:
         print("no per-user layers in this store (docs/users.md)")
         return 0
-    rows: list[tuple[str, ...]] = [("user", "trained ham", "trained spam", "tokens", "bytes")]
-    rows += [(r["user"], str(r["trained_ham"]), str(r["trained_spam"]), str(r["tokens"]), human_bytes(r["bytes"]))
-             for r in result["users"]]  # fmt: skip
+    rows: list[tuple[str, ...]] = [("user", "trained ham", "trained spam", "tokens", "bytes", "senders to Junk", "to inbox")]
+    rows += [(r["user"], str(r["trained_ham"]), str(r["trained_spam"]), str(r["tokens"]), human_bytes(r["bytes"]),
+              str(r.get("senders_to_junk", 0)), str(r.get("senders_to_inbox", 0))) for r in result["users"]]  # fmt: skip
     print(table(rows) if result["users"] else "no user has trained a layer yet")
     return 0
 

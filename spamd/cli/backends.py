@@ -82,9 +82,8 @@ class OfflineBackend:
     def close(self) -> None:
         try:
             # Training done offline is in the journal already; fold it into a snapshot
-            # when the daemon itself would have, so the journal does not grow unbounded,
-            # or when it moved a user's senders (spamd/senders.py), which only a snapshot keeps.
-            if self.engine.needs_snapshot() or self.engine.senders_unsaved():
+            # when the daemon itself would have, so the journal does not grow unbounded.
+            if self.engine.needs_snapshot():
                 self.engine.snapshot()
         finally:
             self.engine.close()

@@ -189,11 +189,13 @@ def op_untrain(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def op_users(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
-    """Each user with a layer: trainings, tokens, bytes (`spamctl users`); reads only."""
+    """Each user with a layer: trainings, tokens, bytes, senders their moves turned (`spamctl users`); reads only."""
     users = engine.users  # type: ignore[attr-defined]
     if users is None:
         return {"users": [], "per_user": False}
-    return {"users": users.summary(), "per_user": True, "expired": users.expired}
+    turned = engine.senders.summary()  # type: ignore[attr-defined]
+    rows = [{**row, **turned.get(row["user"], {"senders_to_junk": 0, "senders_to_inbox": 0})} for row in users.summary()]
+    return {"users": rows, "per_user": True, "expired": users.expired}
 
 
 def op_live_days(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:

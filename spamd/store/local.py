@@ -65,8 +65,9 @@ class LoadedState:
     counters: dict[str, int] = field(default_factory=dict)
     live: dict[str, Any] = field(default_factory=dict)
     # The records replayed over the snapshot, without their features: (key, label,
-    # previous, user, source, time), so live accuracy can re-derive what they meant.
-    replayed: list[tuple[bytes, Label | None, Label | None, bool, str, float]] = field(default_factory=list)
+    # previous, user, source, time, user name, senders), so live accuracy and the senders'
+    # state (spamd/senders.py) can re-derive what they meant.
+    replayed: list[tuple[bytes, Label | None, Label | None, bool, str, float, str | None, tuple[int, ...]]] = field(default_factory=list)
     users: UserLayers = field(default_factory=lambda: UserLayers(UsersConfig()))
 
 
@@ -193,7 +194,9 @@ class Store:
                     )
                 check_count_settings(record.counts_built_with, self.model_config, f"{path}: record {record.seq}")
                 apply_record(snapshot.model, snapshot.ledger, record, snapshot.users)
-                replayed.append((record.key, record.label, record.previous, record.user, record.source, record.time))
+                replayed.append(
+                    (record.key, record.label, record.previous, record.user, record.source, record.time, record.user_name, record.senders)
+                )  # fmt: skip
                 seq = record.seq
                 recovery.replayed += 1
         self.last_snapshot_seq = snapshot.seq

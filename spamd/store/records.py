@@ -34,6 +34,9 @@ class TrainingRecord:
     # What the counts mean (ModelConfig.count_settings): replay under other [model]
     # families is refused. None: the defaults (records written before they were kept).
     count_settings: dict[str, Any] | None = None
+    # Who the message is from (spamd/senders.py), kept with a user's training so a
+    # replay counts it where that user's mail from those senders goes.
+    senders: tuple[int, ...] = ()
 
     @property
     def ledger_key(self) -> bytes:
@@ -43,6 +46,8 @@ class TrainingRecord:
         # A record without a user is written as before users existed, byte for byte;
         # an older spamd reading one with a user ignores the key (and the user's layer).
         extra: dict[str, Any] = {} if self.user_name is None else {"user_name": self.user_name}
+        if self.user_name is not None and self.senders:
+            extra["senders"] = list(self.senders)
         # Likewise the count settings, written only when they are not the defaults.
         if self.count_settings is not None and self.count_settings != _DEFAULT_COUNT_SETTINGS:
             extra["count_settings"] = self.count_settings
@@ -82,6 +87,7 @@ class TrainingRecord:
             hash_bits=int(d["hash_bits"]),
             user_name=None if d.get("user_name") is None else check_user_name(d["user_name"], "journal record user"),
             count_settings=d.get("count_settings"),
+            senders=_senders(d.get("senders", ())),
         )
 
     @property
@@ -91,6 +97,13 @@ class TrainingRecord:
 
 
 _DEFAULT_COUNT_SETTINGS = count_settings(ModelConfig())
+
+
+def _senders(value: Any) -> tuple[int, ...]:
+    senders = tuple(int(s) for s in value)
+    if len(senders) > 8 or any(not 0 <= s < 2**64 for s in senders):
+        raise ValueError("a record's senders: at most 8 keys of 64 bits")
+    return senders
 
 
 class Ledger:
