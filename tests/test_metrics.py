@@ -283,6 +283,7 @@ def test_spamc_checks_and_tells_are_counted_by_way_in_and_judged(tmp_path):
         users, families = parse(scrape_text(daemon.metrics_port))
         assert value(users, "spamd_users_with_layer") == layers + 1 and value(users, "spamd_users_memory_bytes") > 0
         assert value(users, "spamd_users_expired_total") == 0 and families["spamd_users_expired"].type == "counter"
+        assert value(users, "spamd_user_senders") >= 1  # her tells' From addresses, counted with no label per user
         assert not any("alice" in str(sample) for sample in users)
         assert daemon.stop() == 0
     finally:

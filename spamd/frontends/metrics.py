@@ -184,6 +184,10 @@ class SpamdCollector(Collector):
                 "spamd_users_expired", "Layers dropped for [users] max_users (restarts at zero with spamd).",
                 value=engine.users.expired,
             )  # fmt: skip
+            yield GaugeMetricFamily(
+                "spamd_user_senders", "(user, sender) pairs whose mail this daemon counts (spamd/senders.py).",
+                value=len(engine.senders),
+            )  # fmt: skip
         yield GaugeMetricFamily(
             "spamd_recovery_problems",
             "Problems found loading the state at start (damaged snapshot, torn journal tail): see `spamctl stats`.",
