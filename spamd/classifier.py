@@ -17,7 +17,7 @@ from spamd.families import with_families
 from spamd.gc_tuning import tune_gc_for_message_streams
 from spamd.message import parse_message, strip_own_headers, stripped_message_key
 from spamd.model import Features, MultinomialNB, Score, featurize
-from spamd.senders import SenderReputation, sender_keys
+from spamd.senders import SenderCounts, sender_keys
 from spamd.tokenize import tokenize
 from spamd.users import LayerScorer
 
@@ -33,7 +33,7 @@ class Analyzed:
 
 class Classifier:
     def __init__(
-        self, config: Config, model: MultinomialNB, users: LayerScorer | None = None, senders: SenderReputation | None = None
+        self, config: Config, model: MultinomialNB, users: LayerScorer | None = None, senders: SenderCounts | None = None
     ):
         self.config = config
         self.model = model
@@ -107,7 +107,7 @@ _worker_classifier: Classifier | None = None
 
 
 def _start_worker(
-    config: Config, model: MultinomialNB | None, users: LayerScorer | None = None, senders: SenderReputation | None = None
+    config: Config, model: MultinomialNB | None, users: LayerScorer | None = None, senders: SenderCounts | None = None
 ) -> None:
     global _worker_classifier
     tune_gc_for_message_streams()
@@ -132,7 +132,7 @@ class AnalysisWorkers:
 
     def __init__(
         self, config: Config, jobs: int, model: MultinomialNB | None = None, users: LayerScorer | None = None,
-        senders: SenderReputation | None = None,
+        senders: SenderCounts | None = None,
     ):  # fmt: skip
         import multiprocessing
 

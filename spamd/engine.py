@@ -17,7 +17,7 @@ from spamd.classifier import Analyzed, Classifier
 from spamd.config import Config
 from spamd.errors import CorruptStateError, StoreError
 from spamd.model import Contribution, Label, Score, Verdict
-from spamd.senders import SenderReputation
+from spamd.senders import SenderCounts, SenderReputation
 from spamd.store import LoadedState, Recovery, StateStore, Store, TrainerLike, decode_snapshot, encode_snapshot
 from spamd.training import Outcome, Trainer
 from spamd.users import is_user_name
@@ -38,7 +38,7 @@ class Engine:
         recovery: Recovery,
         counters: dict[str, int] | None = None,
         live: LiveAccuracy | None = None,
-        senders: SenderReputation | None = None,
+        senders: SenderCounts | None = None,
     ):
         self.config = config
         self.store = store

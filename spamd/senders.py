@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from collections import OrderedDict
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Protocol
 
 import xxhash
 
@@ -85,6 +85,47 @@ def sender_keys(message: ParsedMessage) -> tuple[int, ...]:
     return tuple(dict.fromkeys(xxhash.xxh3_64_intdigest(n.encode("utf-8", "surrogatepass")) for n in sender_names(message)))[:4]
 
 
+
+
+def way_of(counts: Iterable[tuple[int, int, int, int] | None], moves: int, share: float) -> int:
+    """The rule over a message's senders' counts for one user (delivered, filed into Junk, moved in,
+    moved out; None: never heard of): +1 Junk, -1 the inbox (wins), 0 no say."""
+    found = 0
+    for each in counts:
+        if each is None or not each[0] or not moves:
+            continue
+        delivered, filed, moved_in, moved_out = each
+        in_junk = min(max(filed - moved_out + moved_in, 0), delivered)
+        if moved_out >= moves and delivered - in_junk >= share * delivered:
+            return -1  # ham in Junk is the costly error: a sender kept out of it wins
+        if moved_in >= moves and in_junk >= share * delivered:
+            found = 1
+    return found
+
+
+def moved_score(score: Score, way: int, config: Any) -> Score:
+    """`score` moved by PUSH to the side `way` says, and at least FLOOR past the middle (0: as it is)."""
+    if way == 0:
+        return score
+    log_odds = max(score.log_odds + PUSH, FLOOR) if way > 0 else min(score.log_odds - PUSH, -FLOOR)
+    return verdict_of(config, log_odds)
+
+
+class SenderCounts(Protocol):
+    """What the Engine and the Classifier use: SenderReputation here, RedisSenders with the model in Redis."""
+
+    moves: int
+    share: float
+    changes: int
+
+    def delivered(self, user: str, key: bytes, senders: tuple[int, ...], filed_spam: bool) -> None: ...
+    def moved(self, key: bytes, label: Label, user: str | None = None, senders: tuple[int, ...] = ()) -> bool: ...
+    def direction(self, user: str, senders: tuple[int, ...]) -> int: ...
+    def adjust(self, score: Score, user: str | None, senders: tuple[int, ...], config: Any) -> Score: ...
+    def summary(self) -> dict[str, dict[str, int]]: ...
+    def pairs(self) -> int | None: ...
+    def export(self) -> dict[str, Any]: ...
+    def restore(self, data: dict[str, Any]) -> None: ...
 
 
 class SenderReputation:
@@ -154,28 +195,17 @@ class SenderReputation:
 
     def direction(self, user: str, senders: Iterable[int]) -> int:
         """+1: the user's mail from one of these senders goes to Junk; -1: to the inbox (wins); 0: no say."""
-        found = 0
-        for sender in senders:
-            counts = self._stats.get((user, sender))
-            if counts is None or not counts[0]:
-                continue
-            delivered, filed, moved_in, moved_out = counts
-            in_junk = min(max(filed - moved_out + moved_in, 0), delivered)
-            if moved_out >= self.moves and delivered - in_junk >= self.share * delivered:
-                return -1  # ham in Junk is the costly error: a sender kept out of it wins
-            if moved_in >= self.moves and in_junk >= self.share * delivered:
-                found = 1
-        return found
+        return way_of([self._stats.get((user, sender)) for sender in senders], self.moves, self.share)
 
     def adjust(self, score: Score, user: str | None, senders: tuple[int, ...], config: Any) -> Score:
         """`score` for `user`'s copy, moved to the side the user files this sender's mail on, if any."""
         if user is None or not senders or not self.moves:
             return score
-        way = self.direction(user, senders)
-        if way == 0:
-            return score
-        log_odds = max(score.log_odds + PUSH, FLOOR) if way > 0 else min(score.log_odds - PUSH, -FLOOR)
-        return verdict_of(config, log_odds)
+        return moved_score(score, self.direction(user, senders), config)
+
+    def pairs(self) -> int | None:
+        """(user, sender) pairs counted (for /metrics)."""
+        return len(self._stats)
 
     def summary(self) -> dict[str, dict[str, int]]:
         """Per user: how many senders their moves turned each way (for `spamctl users`), in one pass."""

@@ -160,9 +160,12 @@ def test_spamc_u_trains_and_scores_with_the_users_layer_and_restarts_keep_every_
 
 
 @needs_spamc
-def test_spamc_u_tells_turn_a_list_for_that_user_alone_as_shipped_and_kill_9_keeps_it(tmp_path):
-    """The default: no token layer; each user's TELLs of one list decide where their copies go (spamd/senders.py)."""
-    daemon = start_spamd(tmp_path / "d", "allow_tell = true\n")
+@pytest.mark.parametrize("store", ["local", "redis"])
+def test_spamc_u_tells_turn_a_list_for_that_user_alone_as_shipped_and_kill_9_keeps_it(tmp_path, store, request):
+    """The default: no token layer; each user's TELLs of one list decide where their copies go (spamd/senders.py);
+    embedded (in snapshots and the journal) and in Redis."""
+    redis = f'[redis]\nurl = "{request.getfixturevalue("redis_plain_url")}"\n' if store == "redis" else ""
+    daemon = start_spamd(tmp_path / "d", f"allow_tell = true\n{redis}")
     try:
         probe = tell_alice_spam_and_bob_ham_of_one_list(daemon)
         turned = {u: (row["senders_to_junk"], row["senders_to_inbox"]) for u, row in users(daemon.spamctl).items()}

@@ -184,10 +184,12 @@ class SpamdCollector(Collector):
                 "spamd_users_expired", "Layers dropped for [users] max_users (restarts at zero with spamd).",
                 value=engine.users.expired,
             )  # fmt: skip
-            yield GaugeMetricFamily(
-                "spamd_user_senders", "(user, sender) pairs whose mail this daemon counts (spamd/senders.py).",
-                value=len(engine.senders),
-            )  # fmt: skip
+            pairs = engine.senders.pairs()  # None in Redis: counting them would read every user's keys
+            if pairs is not None:
+                yield GaugeMetricFamily(
+                    "spamd_user_senders", "(user, sender) pairs whose mail this daemon counts (spamd/senders.py).",
+                    value=pairs,
+                )  # fmt: skip
         yield GaugeMetricFamily(
             "spamd_recovery_problems",
             "Problems found loading the state at start (damaged snapshot, torn journal tail): see `spamctl stats`.",

@@ -9,6 +9,7 @@ from spamd.config import Config
 from spamd.errors import CorruptStateError, StoreError, StoreUnavailableError
 from spamd.model import Label
 from spamd.store.local import Recovery, Store
+from spamd.store.redis.senders import RedisSenders
 from spamd.store.redis.state import RedisState
 from spamd.store.redis.users import RedisUsers
 from spamd.store.redis.views import RedisModel, RedisTrainer
@@ -78,7 +79,7 @@ class RedisStore:
         }
 
 
-def open_redis(config: Config) -> tuple[RedisStore, RedisTrainer, Recovery]:
+def open_redis(config: Config) -> tuple[RedisStore, RedisTrainer, Recovery, None, None, RedisSenders]:
     """Connect, check the bucket space, lock the local data directory: the Engine's parts for Redis."""
     try:
         state = RedisState(config)  # a cluster client reads the slot map here
@@ -102,5 +103,6 @@ def open_redis(config: Config) -> tuple[RedisStore, RedisTrainer, Recovery]:
     trainer = RedisTrainer(state, model)
     store.users = trainer.users
     trainer.seq = state.totals_now()["seq"]
-    return store, trainer, Recovery()
+    # The Engine's counters and live accuracy stay in this process; where users' mail goes is in Redis.
+    return store, trainer, Recovery(), None, None, RedisSenders(state, config.users)
 

@@ -1,0 +1,186 @@
+"""Where each user's mail from a sender ends up (spamd/senders.py), in Redis: every daemon counts into one place.
+
+Keys of one user, on the user's slot (hash tag `{u:NAME}`, as the user's layer):
+
+    <prefix>{u:NAME}:senders      hash "<sender>:d|f|i|o" -> delivered, filed into Junk, moved in, moved out
+    <prefix>{u:NAME}:senders_at   sorted set sender -> when last counted (the oldest go past the cap)
+    <prefix>{u:NAME}:placed       hash message key -> 1 in Junk, 0 not
+    <prefix>{u:NAME}:placed_at    sorted set message key -> when filed
+
+A delivery and a move are each one script on that slot, so a move retried after a
+failure (the training's reply was a temporary error) counts once: the script finds the
+message already on the side the move puts it. Scoring reads the message's senders' counts
+with one HMGET. Each user keeps at most SENDERS_PER_USER senders and PLACED_PER_USER
+delivered messages, and the four keys expire KEEP_S after the user's last delivery or move.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import structlog
+
+from spamd.config import UsersConfig
+from spamd.errors import StoreUnavailableError
+from spamd.model import Label, Score
+from spamd.senders import moved_score, way_of
+from spamd.store.redis.connect import Script, user_hash_tag
+from spamd.store.redis.state import RedisState
+
+log = structlog.get_logger()
+
+SENDERS_PER_USER = 2_000
+PLACED_PER_USER = 5_000
+KEEP_S = 400 * 86400
+
+# KEYS: senders, senders_at, placed, placed_at. ARGV: key, 0/1, now, senders cap, placed cap, ttl, senders...
+_BOUNDS = """
+local function bound(hash, at, cap, fields)
+  local n = redis.call('ZCARD', at)
+  if n > cap then
+    local gone = redis.call('ZPOPMIN', at, n - cap)
+    for j = 1, #gone, 2 do
+      if fields then
+        local s = gone[j]
+        redis.call('HDEL', hash, s .. ':d', s .. ':f', s .. ':i', s .. ':o')
+      else
+        redis.call('HDEL', hash, gone[j])
+      end
+    end
+  end
+end
+local function count(sender, field, now)
+  redis.call('HINCRBY', KEYS[1], sender .. field, 1)
+  redis.call('ZADD', KEYS[2], now, sender)
+end
+local function finish()
+  bound(KEYS[1], KEYS[2], tonumber(ARGV[4]), true)
+  bound(KEYS[3], KEYS[4], tonumber(ARGV[5]), false)
+  for i = 1, 4 do redis.call('EXPIRE', KEYS[i], tonumber(ARGV[6])) end
+end
+"""
+
+DELIVER_LUA = _BOUNDS + """
+local key, filed, now = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+for i = 7, #ARGV do
+  count(ARGV[i], ':d', now)
+  if filed == 1 then count(ARGV[i], ':f', now) end
+end
+redis.call('HSET', KEYS[3], key, filed)
+redis.call('ZADD', KEYS[4], now, key)
+finish()
+return 1
+"""
+
+MOVE_LUA = _BOUNDS + """
+local key, to_junk, now = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local place = redis.call('HGET', KEYS[3], key)
+if not place then
+  if #ARGV < 7 then return 0 end
+  place = 1 - to_junk  -- never filed for this user: delivered to the other side
+  for i = 7, #ARGV do
+    count(ARGV[i], ':d', now)
+    if place == 1 then count(ARGV[i], ':f', now) end
+  end
+  redis.call('ZADD', KEYS[4], now, key)
+else
+  place = tonumber(place)
+end
+if place == to_junk then
+  return 0
+end
+redis.call('HSET', KEYS[3], key, to_junk)
+for i = 7, #ARGV do
+  if to_junk == 1 then count(ARGV[i], ':i', now) else count(ARGV[i], ':o', now) end
+end
+finish()
+return 1
+"""
+
+
+def sender_keys_of(prefix: str, user: str) -> list[str]:
+    head = prefix + user_hash_tag(user) + ":"
+    return [head + name for name in ("senders", "senders_at", "placed", "placed_at")]
+
+
+class RedisSenders:
+    """spamd.senders.SenderReputation's interface over Redis (the Engine's `senders` with `[redis] url`)."""
+
+    def __init__(self, state: RedisState, config: UsersConfig):
+        self.state = state
+        self.prefix = state.config.redis.prefix
+        self.moves = config.sender_moves
+        self.share = config.sender_share
+        self.changes = 0
+        self._deliver = Script(state.client, DELIVER_LUA)
+        self._move = Script(state.client, MOVE_LUA)
+
+    def _run(self, script: Script, what: str, user: str, key: bytes, side: int, senders: tuple[int, ...]) -> Any:
+        keys = sender_keys_of(self.prefix, user)
+        args = [key, side, repr(time.time()), SENDERS_PER_USER, PLACED_PER_USER, KEEP_S, *map(str, senders)]
+        return self.state.call(f"{what} of user {user}", lambda: script(keys=keys, args=args), where=self.state.node_of(keys[0]))
+
+    def delivered(self, user: str, key: bytes, senders: tuple[int, ...], filed_spam: bool) -> None:
+        """Counted after the message was delivered: a Redis failure is logged, not raised (the message is safe)."""
+        if not senders or not self.moves:
+            return
+        try:
+            self._run(self._deliver, "counting a delivery", user, key, int(filed_spam), tuple(senders))
+            self.changes += 1
+        except StoreUnavailableError as e:
+            log.warning("sender_delivery_not_counted", user_name=user, error=str(e))
+
+    def moved(self, key: bytes, label: Label, user: str | None = None, senders: tuple[int, ...] = ()) -> bool:
+        """A person's label (StoreUnavailableError if the user's node is down: the training's reply is a
+        temporary error, and the retry counts the move once)."""
+        if user is None or not self.moves:
+            return False
+        moved = self._run(self._move, "counting a move", user, key, int(label == Label.SPAM), tuple(senders)) == 1
+        self.changes += moved
+        return moved
+
+    def counts(self, user: str, senders: tuple[int, ...]) -> list[tuple[int, int, int, int] | None]:
+        key = sender_keys_of(self.prefix, user)[0]
+        fields = [f"{s}:{f}" for s in senders for f in "dfio"]
+        values = self.state.call(
+            f"reading the senders of user {user}", lambda: self.state.client.hmget(key, fields), where=self.state.node_of(key)
+        )
+        numbers = [int(v) if v is not None else 0 for v in values]
+        return [tuple(numbers[4 * i : 4 * i + 4]) if any(numbers[4 * i : 4 * i + 4]) else None for i in range(len(senders))]  # type: ignore[misc]
+
+    def direction(self, user: str, senders: tuple[int, ...]) -> int:
+        return way_of(self.counts(user, tuple(senders)), self.moves, self.share) if senders else 0
+
+    def adjust(self, score: Score, user: str | None, senders: tuple[int, ...], config: Any) -> Score:
+        if user is None or not senders or not self.moves:
+            return score
+        return moved_score(score, self.direction(user, senders), config)
+
+    def summary(self) -> dict[str, dict[str, int]]:
+        """Per user in `<p>users` (those with a layer): the senders their moves turned each way."""
+        names = [n.decode() if isinstance(n, bytes) else str(n) for n in self.state.call("listing users", lambda: self.state.client.zrange(self.state.users, 0, -1))]
+        out: dict[str, dict[str, int]] = {}
+        for user in names:
+            key = sender_keys_of(self.prefix, user)[0]
+            raw = self.state.call(f"reading the senders of user {user}", lambda: self.state.client.hgetall(key), where=self.state.node_of(key))
+            by_sender: dict[str, list[int]] = {}
+            for field, value in raw.items():
+                name = field.decode() if isinstance(field, bytes) else str(field)
+                sender, _, which = name.rpartition(":")
+                by_sender.setdefault(sender, [0, 0, 0, 0])["dfio".index(which)] = int(value)
+            for counts in by_sender.values():
+                way = way_of([tuple(counts)], self.moves, self.share)  # type: ignore[list-item]
+                if way:
+                    row = out.setdefault(user, {"senders_to_junk": 0, "senders_to_inbox": 0})
+                    row["senders_to_junk" if way > 0 else "senders_to_inbox"] += 1
+        return out
+
+    def pairs(self) -> int | None:
+        return None  # counting them would read every user's keys at each scrape
+
+    def export(self) -> dict[str, Any]:
+        return {}  # in Redis, not in the daemon's snapshot
+
+    def restore(self, data: dict[str, Any]) -> None:
+        pass

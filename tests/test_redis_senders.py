@@ -1,0 +1,149 @@
+"""Where each user's mail from a sender goes (spamd/senders.py), kept in Redis (spamd/store/redis/senders.py).
+
+Real redis-server processes (tests/redis_helpers.py): the plain server and a three-master
+cluster (`[cluster]` runs, and the test named `cluster`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+
+from spamd.config import UsersConfig
+from spamd.engine import Engine
+from spamd.errors import StoreUnavailableError
+from spamd.model import Label, Verdict
+from spamd.store.redis.senders import sender_keys_of
+from tests import core_helpers as h
+from tests.daemon_helpers import list_digest, make_message, wait_until_sync
+from tests.redis_helpers import RedisClusterServers, redis_cluster, redis_cluster_url, redis_plain_url, redis_server, redis_url, with_redis  # noqa: F401 (fixtures)
+from tests.test_redis_users import slot_owner
+
+
+def config_for(tmp_path, name: str, url: str | None = None):
+    config = dataclasses.replace(h.small_config(tmp_path / name, hash_bits=12), users=UsersConfig())
+    return with_redis(config, url) if url else config
+
+
+def general_training(engine: Engine) -> None:
+    for n in range(6):
+        engine.train(make_message(Label.SPAM, n), Label.SPAM, "spamctl")
+        engine.train(make_message(Label.HAM, n), Label.HAM, "spamctl")
+        engine.train(list_digest(n), Label.HAM, "spamctl")  # everyone else reads the list
+
+
+def file_copy(engine: Engine, n: int, user: str, verdict: Verdict | None = None) -> None:
+    """Score the user's copy n of the list and file it, as a way in does."""
+    classified = engine.classify(list_digest(n, f"{user}@example.com"), user)
+    filed = classified.score.verdict if verdict is None else verdict
+    engine.remember_verdict(classified.analyzed.key, filed, "smtp", user, classified.analyzed.senders)
+
+
+def test_redis_counts_as_the_embedded_store_does_and_every_daemon_and_a_restart_see_it(tmp_path, redis_url):
+    """The same deliveries and moves, embedded and in Redis: the same directions; a second daemon shares them."""
+    local = Engine.open(config_for(tmp_path, "local"), durable=False)
+    first = Engine.open(config_for(tmp_path, "first", redis_url))
+    second = None
+    try:
+        rng = random.Random(5)
+        events = []
+        for n in range(80):
+            user = rng.choice(["alice", "bob", "carol"])
+            copy = rng.randrange(20)
+            verdict = rng.choice([Verdict.HAM, Verdict.SPAM, Verdict.UNSURE])
+            events.append((user, copy, verdict, rng.random() < 0.4, rng.choice([Label.SPAM, Label.SPAM, Label.HAM])))
+        for engine in (local, first):
+            general_training(engine)
+            for user, copy, verdict, moves, label in events:
+                file_copy(engine, copy, user, verdict)
+                if moves:
+                    engine.train(list_digest(copy, f"{user}@example.com"), label, "maildir", user_name=user)
+            for n in range(100, 103):  # never filed: spamctl train --user
+                engine.train(list_digest(n, "dave@example.com"), Label.SPAM, "spamctl", user_name="dave")
+        probe = first.classify(list_digest(99)).analyzed
+        for user in ("alice", "bob", "carol", "dave"):
+            assert first.senders.direction(user, probe.senders) == local.senders.direction(user, probe.senders), user
+            assert first.classify(list_digest(99), user).score == local.classify(list_digest(99), user).score
+        assert local.senders.summary() == first.senders.summary()
+        assert local.senders.summary()  # someone's moves turned the list
+        second = Engine.open(config_for(tmp_path, "second", redis_url))  # another daemon on the same Redis
+        for user in ("alice", "bob", "carol", "dave"):
+            assert second.classify(list_digest(99), user).score == first.classify(list_digest(99), user).score
+        first.close()
+        first = Engine.open(config_for(tmp_path, "first", redis_url))  # a restart keeps it: it is in Redis
+        assert first.senders.summary() == local.senders.summary()
+    finally:
+        for engine in (local, first, second):
+            if engine is not None:
+                engine.close()
+
+
+def test_a_move_retried_counts_once_and_autolearn_counts_none(tmp_path, redis_plain_url):
+    engine = Engine.open(config_for(tmp_path, "d", redis_plain_url))
+    try:
+        general_training(engine)
+        for n in range(100, 103):
+            file_copy(engine, n, "alice", Verdict.HAM)
+            for _ in range(3):  # a retried training (its first reply a temporary error) moves it once
+                engine.train(list_digest(n, "alice@example.com"), Label.SPAM, "maildir", user_name="alice")
+            engine.train(list_digest(n, "alice@example.com"), Label.HAM, "autolearn", user_name="alice")
+        state = engine.store.state
+        counts = state.client.hgetall(sender_keys_of("spamd:", "alice")[0])
+        moved_in = sorted(int(v) for k, v in counts.items() if k.endswith(b":i"))
+        assert moved_in == [3, 3]  # the List-Id and the From address, three moves each
+        assert engine.classify(list_digest(99, "alice@example.com"), "alice").score.verdict is Verdict.SPAM
+        bobs = list_digest(99, "bob@example.com")
+        assert engine.classify(bobs, "bob").score == engine.classify(bobs).score
+        for key in sender_keys_of("spamd:", "alice"):
+            assert 0 < state.client.ttl(key) <= 400 * 86400
+    finally:
+        engine.close()
+
+
+def test_cluster_senders_node_down_fails_that_users_scoring_only_and_the_retried_move_counts_once(tmp_path):
+    servers = RedisClusterServers(tmp_path / "cluster").start()
+    engine = None
+    try:
+        model_node = servers.node_for("{spamd:}totals")
+        owners = {name: slot_owner(servers, sender_keys_of("spamd:", name)[0]) for name in (f"user{i}" for i in range(12))}
+        victim = next(n for n, (_, node) in owners.items() if node is not model_node)
+        other = next(n for n, (_, node) in owners.items() if node is not owners[victim][1])
+        victim_node = owners[victim][1]
+        engine = Engine.open(config_for(tmp_path, "d", servers.url))
+        general_training(engine)
+        for user in (victim, other):
+            for n in range(100, 102):
+                file_copy(engine, n, user, Verdict.HAM)
+                engine.train(list_digest(n, f"{user}@example.com"), Label.SPAM, "maildir", user_name=user)
+        file_copy(engine, 102, victim, Verdict.HAM)
+        probe = list_digest(99)
+
+        victim_node.kill()
+        with pytest.raises(StoreUnavailableError):  # the training is in; counting the move is not: a temporary error
+            engine.train(list_digest(102, f"{victim}@example.com"), Label.SPAM, "maildir", user_name=victim)
+        with pytest.raises(StoreUnavailableError):
+            engine.classify(probe, victim)
+        file_copy(engine, 102, other, Verdict.HAM)
+        assert engine.train(list_digest(102, f"{other}@example.com"), Label.SPAM, "maildir", user_name=other) == "learned"
+        assert engine.classify(probe, other).score.verdict is Verdict.SPAM  # the other user's third move counts
+
+        victim_node.start()
+        servers.wait_ok()
+
+        def retried() -> bool:
+            try:
+                return engine.train(list_digest(102, f"{victim}@example.com"), Label.SPAM, "maildir", user_name=victim) is not None
+            except StoreUnavailableError:
+                return False
+
+        wait_until_sync(retried, timeout=30, interval=0.5)
+        engine.train(list_digest(102, f"{victim}@example.com"), Label.SPAM, "maildir", user_name=victim)  # once more: no new move
+        counts = victim_node.client().hgetall(sender_keys_of("spamd:", victim)[0])  # the node that holds its slot
+        assert sorted(int(v) for k, v in counts.items() if k.endswith(b":i")) == [3, 3]
+        assert engine.classify(probe, victim).score.verdict is Verdict.SPAM
+    finally:
+        if engine is not None:
+            engine.close()
+        servers.stop()
