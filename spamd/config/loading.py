@@ -48,6 +48,15 @@ def _coerce(value: Any, default: Any, where: str) -> Any:
     raise ConfigError(f"{where}: unsupported value {value!r}")
 
 
+def _check_listen(listen: str, where: str, problems: list[str]) -> None:
+    """An optional listener's address, if set, must be host:port (the problem added, not raised)."""
+    if listen:
+        try:
+            parse_host_port(listen, where)
+        except ConfigError as e:
+            problems.append(str(e))
+
+
 def _validate(config: Config, source: str) -> None:
     m, p, s = config.model, config.parser, config.smtp
     problems = []
@@ -100,11 +109,7 @@ def _validate(config: Config, source: str) -> None:
     if s.max_recipients < 1 or s.max_message_bytes < 1024:
         problems.append("smtp.max_recipients >= 1 and smtp.max_message_bytes >= 1024 required")
     mi = config.milter
-    if mi.listen:
-        try:
-            parse_host_port(mi.listen, "[milter] listen")
-        except ConfigError as e:
-            problems.append(str(e))
+    _check_listen(mi.listen, "[milter] listen", problems)
     if mi.reject_at != 0.0 and not 0.5 < mi.reject_at <= 1.0:
         problems.append(f"milter.reject_at must be 0 (never reject) or above 0.5 and at most 1, got {mi.reject_at}")
     if mi.max_message_bytes < 1024:
@@ -112,11 +117,7 @@ def _validate(config: Config, source: str) -> None:
     if min(mi.idle_timeout_s, mi.message_timeout_s) <= 0:
         problems.append("milter timeouts must be > 0")
     c = config.spamc
-    if c.listen:
-        try:
-            parse_host_port(c.listen, "[spamc] listen")
-        except ConfigError as e:
-            problems.append(str(e))
+    _check_listen(c.listen, "[spamc] listen", problems)
     if c.max_connections < 1 or (c.max_message_bytes and c.max_message_bytes < 1024):
         problems.append("spamc.max_connections >= 1 and spamc.max_message_bytes 0 or >= 1024 required")
     if not c.idle_timeout_s > 0 or not c.data_timeout_s > 0:
