@@ -167,13 +167,19 @@ def test_ablate_model_skips_and_names_files_that_are_no_mail_message(index_with_
     assert "| binary |" in done.stdout
 
 
+def trec_head_index(tmp_path: Path, messages: int = 600) -> Path:
+    """An index of trec07p-dev's first messages, with absolute paths (the scripts run elsewhere)."""
+    corpus = REPO.parent / "shared" / "corpora" / "trec07p-dev" / "full" / "index"
+    lines = [line.split() for line in corpus.read_text().splitlines()[:messages]]
+    index = tmp_path / "index"
+    index.write_text("".join(f"{label} {(corpus.parent / path).resolve()}\n" for label, path in lines))
+    return index
+
+
 @pytest.mark.skipif(not (REPO.parent / "shared" / "corpora" / "trec07p-dev" / "full" / "index").is_file(), reason="corpus absent")
 def test_ablate_models_default_is_spamctl_evals_figure_under_each_protocol(tmp_path: Path) -> None:
     """The script replays spamd's arithmetic itself: its default row must be `spamctl eval` to the last digit shown."""
-    corpus = REPO.parent / "shared" / "corpora" / "trec07p-dev" / "full" / "index"
-    lines = [line.split() for line in corpus.read_text().splitlines()[:600]]
-    index = tmp_path / "index"
-    index.write_text("".join(f"{label} {(corpus.parent / path).resolve()}\n" for label, path in lines))
+    index = trec_head_index(tmp_path)
     done = run_script("ablate_model.py", "--candidates", "default", "--work", str(tmp_path / "w"), str(index),
                       cwd=tmp_path, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -192,10 +198,7 @@ def test_ablate_models_default_is_spamctl_evals_figure_under_each_protocol(tmp_p
 @pytest.mark.skipif(not (REPO.parent / "shared" / "corpora" / "trec07p-dev" / "full" / "index").is_file(), reason="corpus absent")
 def test_ablate_models_estimation_and_margin_rows_are_spamctl_evals_figures(tmp_path: Path) -> None:
     """The switches and the train margin the script runs are spamd's own: its rows are `spamctl eval`'s to the digit."""
-    corpus = REPO.parent / "shared" / "corpora" / "trec07p-dev" / "full" / "index"
-    lines = [line.split() for line in corpus.read_text().splitlines()[:600]]
-    index = tmp_path / "index"
-    index.write_text("".join(f"{label} {(corpus.parent / path).resolve()}\n" for label, path in lines))
+    index = trec_head_index(tmp_path)
     done = run_script("ablate_model.py", "--candidates", "margin1,wnorm+prior", "--feedback", "full,errors",
                       "--work", str(tmp_path / "w"), str(index), cwd=tmp_path, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stderr
