@@ -85,8 +85,6 @@ def sender_keys(message: ParsedMessage) -> tuple[int, ...]:
     return tuple(dict.fromkeys(xxhash.xxh3_64_intdigest(n.encode("utf-8", "surrogatepass")) for n in sender_names(message)))[:4]
 
 
-
-
 def way_of(counts: Iterable[tuple[int, int, int, int] | None], moves: int, share: float) -> int:
     """The rule over a message's senders' counts for one user (delivered, filed into Junk, moved in,
     moved out; None: never heard of): +1 Junk, -1 the inbox (wins), 0 no say."""
