@@ -5,15 +5,15 @@ The candidates a top-tier TREC filter suggests, tried inside spamd's multinomial
 each a set of [model] settings: binary (presence) or other stored counts instead of
 round(4 log(1 + tf)); hashed character n-grams of the first N characters of the
 decoded headers and text; orthogonal sparse bigrams (word pairs at distance 1-4, the
-gap in the feature) of the body; each family weighted (spamd/families.py); the
+gap in the feature) of the body; each family weighted (spamd/model/families.py); the
 smoothing and the evidence prior. The messages are parsed and tokenized by spamd's
 own code once per stream (cached under --work, with the decoded headers and text the
 families read). Also Rennie's weight normalization and the class prior ([model]
 switches), and the training rule ([model] train_margin, the trainer's thick threshold:
 a message its score already files right by the margin is not learned). Each candidate is then
-an online run of spamd.model's MultinomialNB (learn_one, score) on the families of spamd.families, hashed into the one table as
+an online run of spamd.model.bayes's MultinomialNB (learn_one, score) on the families of spamd.model.families, hashed into the one table as
 spamd hashes them, or with --family-tables each family into a table of its own (what
-the collisions between families cost). The feedback is spamd.feedback's, as `spamctl eval --feedback`
+the collisions between families cost). The feedback is spamd.evaluation.feedback's, as `spamctl eval --feedback`
 gives it: `full`, every message trained with its gold label after it is scored
 (TREC); `errors`, only the messages whose verdict was wrong or Unsure; `people`, the
 simulated mailbox owner (seed 1), who corrects some mistakes late and sorts half of
@@ -23,7 +23,7 @@ that scores more mail Unsure is given more labels: read its Unsure % beside it.
 Prints a Markdown table: per candidate and protocol, the geometric mean over the
 streams of its (1-ROCA)% over the default's, the worst stream's ratio, and the two
 development corpora. --streams picks the indexes; with --variants all, each is also
-rewritten into spamd.variants' derived streams (what the defaults are chosen on).
+rewritten into spamd.evaluation.variants' derived streams (what the defaults are chosen on).
 
     python scripts/ablate_model.py --variants all \\
         ../shared/corpora/trec07p-dev/full/index ../shared/corpora/spamassassin/index
@@ -55,14 +55,14 @@ from pathlib import Path
 import numpy as np
 
 from spamd.config import Config, ModelConfig
-from spamd.evaluation import IndexEntry, one_minus_roca, read_index, read_mail, say_skipped
-from spamd.families import families_of, is_weighted, join_families, message_sources
-from spamd.message import parse_message, strip_own_headers
-from spamd.feedback import Event, Feedback, Protocol
-from spamd.model import Features, Label, MultinomialNB, Verdict, featurize
-from spamd.tokenize import tokenize
-from spamd.training import left_unlearned
-from spamd.variants import VARIANTS, write_variant
+from spamd.evaluation.trec import IndexEntry, one_minus_roca, read_index, read_mail, say_skipped
+from spamd.model.families import families_of, is_weighted, join_families, message_sources
+from spamd.mail.message import parse_message, strip_own_headers
+from spamd.evaluation.feedback import Event, Feedback, Protocol
+from spamd.model.bayes import Features, Label, MultinomialNB, Verdict, featurize
+from spamd.mail.tokenize import tokenize
+from spamd.learning.outcomes import left_unlearned
+from spamd.evaluation.variants import VARIANTS, write_variant
 
 # What an analyzed message keeps for every candidate: its tokens, and the decoded
 # headers and text the n-gram families read.
@@ -167,7 +167,7 @@ def features(config: ModelConfig, item: Analyzed, family_tables: bool) -> Featur
 
 
 def run(candidate: Candidate, stream: list[tuple[bool, Analyzed]], protocol: str, family_tables: bool = False) -> tuple[float, int, float]:
-    """One online run under `protocol` (spamd.feedback's full, errors or people, seed 1): (1-ROCA)%, trained, Unsure%."""
+    """One online run under `protocol` (spamd.evaluation.feedback's full, errors or people, seed 1): (1-ROCA)%, trained, Unsure%."""
     config = ModelConfig(**candidate.model)  # type: ignore[arg-type]
     tables = 1 + config.osb + bool(config.char_ngrams) if family_tables else 1
     # A table per family, side by side: 2 more bits of buckets hold up to four.
@@ -185,7 +185,7 @@ def run(candidate: Candidate, stream: list[tuple[bool, Analyzed]], protocol: str
         label = Label(int(event.label))
         source = feedback.protocol.trainer_source(event.source)
         if left_unlearned(config, label, source, lambda: model.score(message)):
-            return  # spamd.training.Trainer's thick threshold, as spamctl eval applies it
+            return  # spamd.engine.trainer.Trainer's thick threshold, as spamctl eval applies it
         model.learn_one(message, label)
         trained += 1
 
@@ -229,7 +229,7 @@ def _job(task: tuple[Candidate, str, Path, str, bool]) -> tuple[str, str, str, f
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog="candidates: " + ", ".join(_BY_NAME))
     parser.add_argument("index", type=Path, nargs="+")
-    parser.add_argument("--variants", default="original", help="comma-separated names from spamd.variants, or 'all'")
+    parser.add_argument("--variants", default="original", help="comma-separated names from spamd.evaluation.variants, or 'all'")
     parser.add_argument("--candidates", default="all", help="comma-separated candidate names (the default is always run)")
     parser.add_argument("--feedback", default="full,errors,people", help="comma-separated: full, errors, people (seed 1)")
     parser.add_argument("--family-tables", action="store_true",

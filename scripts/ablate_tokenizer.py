@@ -4,7 +4,7 @@
 Each tokenizer rule emits tokens with its own prefix, so removing a rule is a
 filter on the tokenizer's output; everything else (parser, model, thresholds) is
 the real code path. Prints (1-ROCA)% and hm% at sm%=0.1 per corpus, full
-tokenizer first. This is how the figures in spamd/tokenize.py were obtained.
+tokenizer first. This is how the figures in spamd/mail/tokenize.py were obtained.
 
     python scripts/ablate_tokenizer.py                  # both corpora
     python scripts/ablate_tokenizer.py --corpus spamassassin
@@ -26,10 +26,10 @@ import numpy as np
 
 from spamd.config import Config
 from spamd.errors import SpamdError
-from spamd.evaluation import hm_at_sm, index_messages, one_minus_roca, read_index
-from spamd.message import parse_message, strip_own_headers
-from spamd.model import Label, MultinomialNB, featurize
-from spamd.tokenize import tokenize
+from spamd.evaluation.trec import hm_at_sm, index_messages, one_minus_roca, read_index
+from spamd.mail.message import parse_message, strip_own_headers
+from spamd.model.bayes import Label, MultinomialNB, featurize
+from spamd.mail.tokenize import tokenize
 
 CORPORA = Path(__file__).resolve().parents[2] / "shared" / "corpora"
 INDEXES = {"trec07p-dev": CORPORA / "trec07p-dev/full/index", "spamassassin": CORPORA / "spamassassin/index"}

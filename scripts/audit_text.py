@@ -20,9 +20,9 @@ from pathlib import Path
 
 from spamd.config import load_config
 from spamd.errors import SpamdError
-from spamd.evaluation import IndexEntry, index_messages, read_index, say_skipped
-from spamd.message import parse_message, strip_own_headers
-from spamd.tokenize import MAX_WORD, body_tokens, tokenize
+from spamd.evaluation.trec import IndexEntry, index_messages, read_index, say_skipped
+from spamd.mail.message import parse_message, strip_own_headers
+from spamd.mail.tokenize import MAX_WORD, body_tokens, tokenize
 
 
 def why_no_body_tokens(parsed) -> str:

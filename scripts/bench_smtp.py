@@ -44,7 +44,7 @@ def read_corpus(index: Path) -> list[tuple[str, bytes]]:
     """('spam' or 'ham', bytes) of each message of a TREC index; each file that is none is named on stderr."""
     sys.path.insert(0, str(ROOT))
     from spamd.errors import SpamdError
-    from spamd.evaluation import index_messages, read_index
+    from spamd.evaluation.trec import index_messages, read_index
 
     try:
         entries = read_index(index)
@@ -60,8 +60,8 @@ def crlf(data: bytes) -> bytes:
 def pretrain(data_dir: Path, config_file: Path, rows: list[tuple[str, bytes]], users: int = 0) -> None:
     sys.path.insert(0, str(ROOT))
     from spamd.config import load_config
-    from spamd.engine import Engine
-    from spamd.model import Label
+    from spamd.engine.engine import Engine
+    from spamd.model.bayes import Label
 
     engine = Engine.open(load_config(config_file, data_dir=data_dir))
     try:

@@ -5,13 +5,13 @@ For each message in index order: score it (spamd: the real Engine; bogofilter:
 `bogofilter -T`, whose spamicity is the score), then train what the protocol's
 feedback says (spamd: Trainer; bogofilter: `-s` / `-n`, `-Sn` / `-Ns` to change a
 label), each with a fresh model in a temp dir. `--feedback full,errors,people`
-runs each protocol (spamd.feedback; the options are `spamctl eval`'s); bogofilter
+runs each protocol (spamd.evaluation.feedback; the options are `spamctl eval`'s); bogofilter
 gets the labels people give, spamd also its own autolearn and settled learning as
 configured, since that is what each ships. Prints (1-ROCA)%, hm% at sm%=0.1 and
 lam% for both, and the ratio of their (1-ROCA)%.
 
 With --variants, each index is first rewritten into the derived streams of
-`spamd.variants` (headers reduced to Subject, no empty line after the headers,
+`spamd.evaluation.variants` (headers reduced to Subject, no empty line after the headers,
 CRLF, an mbox From line, no Received, HTML only, Cyrillic, CJK, a bare
 tokenized export), and every stream is measured; the last line is the geometric
 mean over all streams of spamd's (1-ROCA)% over bogofilter's, per protocol.
@@ -44,16 +44,16 @@ from pathlib import Path
 from spamd.config import load_config
 from spamd.cli.evaluate import add_protocol_arguments, protocol_of, with_train_margin
 from spamd.errors import SpamdError
-from spamd.evaluation import IndexEntry, Result, evaluate_index, index_messages, mail_entries, read_index, read_mail, summarize
-from spamd.feedback import Event, Feedback, Protocol
-from spamd.model import Label, Verdict
-from spamd.variants import VARIANTS, write_variant
+from spamd.evaluation.trec import IndexEntry, Result, evaluate_index, index_messages, mail_entries, read_index, read_mail, summarize
+from spamd.evaluation.feedback import Event, Feedback, Protocol
+from spamd.model.bayes import Label, Verdict
+from spamd.evaluation.variants import VARIANTS, write_variant
 
 
 def run_bogofilter(entries: list[IndexEntry], protocol: Protocol) -> tuple[list[Result], int, float]:
     """One bogofilter process per message for scoring (-T) and one per training event, as TREC runs did.
 
-    The same feedback protocol as spamd's (spamd.feedback): the events it makes of
+    The same feedback protocol as spamd's (spamd.evaluation.feedback): the events it makes of
     each verdict are applied as `-s` / `-n`, and a label that changes an earlier
     one as `-Sn` / `-Ns` (bogofilter's unregister-and-register), with the same rule
     as spamd's ledger: autolearn and settled never override a person's label.
@@ -168,7 +168,7 @@ def explain_worst(config, entries: list[IndexEntry], worst: list[tuple[str, Resu
     """
     import dataclasses
 
-    from spamd.engine import Engine
+    from spamd.engine.engine import Engine
 
     wanted = {r.name: (kind, r) for kind, r in worst}
     lines: dict[str, str] = {}
@@ -190,7 +190,7 @@ def explain_worst(config, entries: list[IndexEntry], worst: list[tuple[str, Resu
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("index", type=Path, nargs="+")
-    parser.add_argument("--variants", default="original", help="comma-separated names from spamd.variants, or 'all'")
+    parser.add_argument("--variants", default="original", help="comma-separated names from spamd.evaluation.variants, or 'all'")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "spamd-variants",
                         help="where derived streams and bogofilter's cached results are kept")  # fmt: skip
     parser.add_argument("--no-bogofilter", action="store_true", help="spamd only (ratios from the cache if there)")

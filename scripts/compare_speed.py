@@ -42,8 +42,8 @@ from pathlib import Path
 
 from compare_bogofilter import bogofilter_missing  # this script's sibling in scripts/
 from spamd.errors import SpamdError
-from spamd.evaluation import IndexEntry, mail_entries, read_index
-from spamd.model import Label
+from spamd.evaluation.trec import IndexEntry, mail_entries, read_index
+from spamd.model.bayes import Label
 
 TARGET_MSGS_PER_S = 1500
 REFERENCE_BOGOFILTER_MSGS_PER_S = 2911  # bulk classify on the machine the target was set on

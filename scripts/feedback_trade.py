@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """spamd under the feedback people give, setting by setting: the table behind the learning defaults.
 
-Runs `spamctl eval`'s protocols (spamd/feedback.py) on each index for a list of
+Runs `spamctl eval`'s protocols (spamd/evaluation/feedback.py) on each index for a list of
 settings — the Unsure band, autolearn, settled learning of spamd's own filing and
 its margin — and prints a Markdown table of (1-ROCA)% and the share of Unsure mail.
 The `people` protocol is a seeded simulation, so it runs once per seed and reports
@@ -23,8 +23,8 @@ from pathlib import Path
 
 from spamd.config import load_config
 from spamd.errors import SpamdError
-from spamd.evaluation import evaluate_index
-from spamd.feedback import People, Protocol
+from spamd.evaluation.trec import evaluate_index
+from spamd.evaluation.feedback import People, Protocol
 
 # (name, [model] overrides, protocol overrides): each measured under the protocols asked for.
 SETTINGS: list[tuple[str, dict, dict]] = [

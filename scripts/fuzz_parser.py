@@ -81,10 +81,10 @@ def instrument_for_atheris() -> None:
         import email.header  # noqa: F401
         import html  # noqa: F401
 
-        import spamd.classifier  # noqa: F401
-        import spamd.message  # noqa: F401
-        import spamd.model  # noqa: F401
-        import spamd.tokenize  # noqa: F401
+        import spamd.learning.classifier  # noqa: F401
+        import spamd.mail.message  # noqa: F401
+        import spamd.model.bayes  # noqa: F401
+        import spamd.mail.tokenize  # noqa: F401
 
 
 def save(out: Path, kind: str, raw: bytes, note: str) -> Path:

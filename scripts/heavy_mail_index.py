@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 from spamd.errors import SpamdError
-from spamd.evaluation import index_messages, read_index
+from spamd.evaluation.trec import index_messages, read_index
 
 _HTML_RE = re.compile(rb"<html|text/html", re.IGNORECASE)
 

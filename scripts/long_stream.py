@@ -43,10 +43,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from spamd.config import Config, ModelConfig, StoreConfig
-from spamd.engine import Engine
+from spamd.engine.engine import Engine
 from spamd.errors import SpamdError
-from spamd.evaluation import index_messages, read_index
-from spamd.model import Label
+from spamd.evaluation.trec import index_messages, read_index
+from spamd.model.bayes import Label
 
 CORPORA = Path(__file__).resolve().parents[2] / "shared" / "corpora"
 DEFAULT_INDEXES = [CORPORA / "trec07p-dev" / "full" / "index", CORPORA / "spamassassin" / "index"]

@@ -62,7 +62,7 @@ def build_indexes(index: Path, out: Path, disputed: list[str], seed: int) -> tup
     messages. Every index deals the corpus to the same users (one seed): they differ
     only in the disputed list's messages.
     """
-    from spamd.evaluation import read_index
+    from spamd.evaluation.trec import read_index
 
     rng = random.Random(seed)
     dealt = [(entry.label, entry.path.resolve(), rng.choice(USERS)) for entry in read_index(index)]
@@ -135,8 +135,8 @@ def disputed_path(path: str, disputed: str) -> bool:
 def scoring_cost(index: Path, messages: int) -> tuple[float, float]:
     """Microseconds per message scored for its user and by the shared model alone, after training the stream."""
     from spamd.config import Config, UsersConfig
-    from spamd.engine import Engine
-    from spamd.evaluation import index_messages, read_index
+    from spamd.engine.engine import Engine
+    from spamd.evaluation.trec import index_messages, read_index
 
     entries = read_index(index)[: 2 * messages]
     with tempfile.TemporaryDirectory(prefix="spamd-users-cost-") as tmp:

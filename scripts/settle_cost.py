@@ -38,12 +38,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from spamd.config import Config, LogConfig, MaildirConfig, ModelConfig  # noqa: E402
-from spamd.engine import Engine  # noqa: E402
+from spamd.engine.engine import Engine  # noqa: E402
 from spamd.frontends.maildir.mailbox import Mailbox  # noqa: E402
 from spamd.frontends.maildir.seen import SeenIndex, encode_indexes  # noqa: E402
 from spamd.frontends.maildir.watcher import MaildirWatcher  # noqa: E402
-from spamd.logs import configure_logging  # noqa: E402
-from spamd.scoring import Metrics, Scorer  # noqa: E402
+from spamd.runtime.logs import configure_logging  # noqa: E402
+from spamd.engine.scoring import Metrics, Scorer  # noqa: E402
 
 DAY = 86400.0
 WORDS = (

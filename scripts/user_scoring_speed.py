@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 from spamd.config import Config, UsersConfig
-from spamd.engine import Engine
-from spamd.evaluation import index_messages, read_index
+from spamd.engine.engine import Engine
+from spamd.evaluation.trec import index_messages, read_index
 
 
 def main() -> int:

@@ -1,9 +1,18 @@
 """spamd: an online spam filter daemon that learns from moves into and out of Junk.
 
-Bytes in (spamd.frontends.smtp, spamd.frontends.maildir) -> parsed message (spamd.message) -> tokens
-(spamd.tokenize) -> score (spamd.model, via spamd.classifier) -> verdict and
-delivery -> training (spamd.training, spamd.store). spamd.engine holds the open
-model state; spamd.daemon wires the service; spamd.cli is spamctl.
+The packages, top to bottom, as a message travels (each imports only those below it;
+the contract is in pyproject.toml's [tool.importlinter]):
+
+- `cli` (spamctl), `daemon` (the running service's wiring)
+- `frontends` (SMTP, milter, spamc, Maildirs, control, metrics) | `evaluation`
+- `web` (the console and the HTTP server under /metrics)
+- `engine` (the open model state: scoring for delivery, applying a training)
+- `store` (where counts, layers and the ledger live: local or Redis)
+- `learning` (the classifier path, the rules of training)
+- `people` (per-user layers, senders, live accuracy)
+- `model` (naive Bayes, estimation, feature families)
+- `mail` (bytes -> parsed message -> tokens)
+- `runtime` (helpers, scheduling, logs), `config`, `errors`
 """
 
 import os as _os

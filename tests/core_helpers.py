@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from spamd.config import Config, ModelConfig, ParserConfig, StoreConfig
-from spamd.model import Features, featurize
+from spamd.model.bayes import Features, featurize
 
 CORPORA = Path(__file__).resolve().parents[2] / "shared" / "corpora"
 TREC_INDEX = CORPORA / "trec07p-dev" / "full" / "index"

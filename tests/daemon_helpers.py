@@ -19,7 +19,7 @@ from pathlib import Path
 from spamd.config import Config, MaildirConfig, ModelConfig, SmtpConfig, StoreConfig
 from spamd.daemon import Daemon
 from spamd.frontends.maildir.layout import unique_name
-from spamd.model import Label
+from spamd.model.bayes import Label
 
 SPAM_WORDS = "viagra casino winner prize claim cheap pills offer unsubscribe bitcoin lottery free money urgent".split()
 HAM_WORDS = "meeting agenda minutes project review deadline lunch report schedule budget draft notes team".split()

@@ -16,10 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spamd.classifier import Classifier
+from spamd.learning.classifier import Classifier
 from spamd.config import Config
-from spamd.evaluation import read_index
-from spamd.model import MultinomialNB
+from spamd.evaluation.trec import read_index
+from spamd.model.bayes import MultinomialNB
 from tests import core_helpers as h
 
 CORPORA = Path(__file__).resolve().parents[2] / "shared" / "corpora"

@@ -30,8 +30,8 @@ from typing import Any
 from aiosmtpd.smtp import SMTP
 
 from spamd.config import load_config
-from spamd.engine import Engine
-from spamd.model import Label
+from spamd.engine.engine import Engine
+from spamd.model.bayes import Label
 from tests.attack_helpers import NextHop
 from tests.daemon_helpers import DaemonProcess, crlf, make_message, wait_until_sync, write_config
 from tests.doc_snippets import main_cf_settings, master_cf_services, snippet, with_placeholders

@@ -1,4 +1,4 @@
-"""Analysis in helper processes (spamd/analyzers.py): the same features as on the loop, and no message
+"""Analysis in helper processes (spamd/engine/analyzers.py): the same features as on the loop, and no message
 lost when a helper dies, hangs or is not there yet. Real processes, real signals."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from spamd.analyzers import AnalysisProcesses, AnalysisUnavailable
-from spamd.classifier import Analyzed, Classifier
+from spamd.engine.analyzers import AnalysisProcesses, AnalysisUnavailable
+from spamd.learning.classifier import Analyzed, Classifier
 from spamd.config import Config, ModelConfig, ParserConfig
-from spamd.model import Label
+from spamd.model.bayes import Label
 from tests import fuzz_helpers as fh
 from tests.core_helpers import PLAIN, TREC_INDEX, corpus_sample
 from tests.daemon_helpers import daemon_config, files, make_message, running, send, train, wait_until
@@ -153,7 +153,7 @@ async def test_the_daemon_delivers_every_message_while_its_helper_is_killed(tmp_
 
 
 async def test_no_helper_outlives_a_killed_daemon(tmp_path: Path) -> None:
-    # Both kinds: the analysis process and the delivery process (spamd/helper_processes.py).
+    # Both kinds: the analysis process and the delivery process (spamd/runtime/helper_processes.py).
     (tmp_path / "spamd.toml").write_text("[parser]\nprocesses = 1\n[maildir]\nfsync = false\ndelivery_processes = 1\n")
     log = (tmp_path / "spamd.log").open("wb")
     daemon = subprocess.Popen(
@@ -171,7 +171,7 @@ async def test_no_helper_outlives_a_killed_daemon(tmp_path: Path) -> None:
                 args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
                 if args[1:2] == [b"-m"]:
                     found[args[2].decode()] = int(pid)
-        return found if {"spamd.analyzers", "spamd.frontends.delivery"} <= found.keys() else None
+        return found if {"spamd.engine.analyzers", "spamd.frontends.delivery"} <= found.keys() else None
 
     try:
         found = await wait_until(helpers, timeout=30)
@@ -247,7 +247,7 @@ async def test_helpers_that_cannot_start_leave_every_message_to_the_loop(
 ) -> None:
     # A broken install: the helper exits at once, or cannot be run at all. spamd keeps
     # analyzing on the loop, and stops trying after a few starts instead of every second.
-    monkeypatch.setattr("spamd.helper_processes.RESTART_INTERVAL_S", 0.01)
+    monkeypatch.setattr("spamd.runtime.helper_processes.RESTART_INTERVAL_S", 0.01)
     monkeypatch.setattr(sys, "executable", interpreter)
     helpers = AnalysisProcesses(CONFIG, 1)
     await helpers.start()

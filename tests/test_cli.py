@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from spamd.cli.inputs import holds_several_mbox_messages
 from spamd.config import load_config
 from spamd.frontends.control import ControlClient, ControlError
-from spamd.engine import Engine
-from spamd.model import Label
+from spamd.engine.engine import Engine
+from spamd.model.bayes import Label
 from tests.cli_helpers import HAM, SPAM, SPAMCTL, classify_inputs, home, run_spamctl, wait_until, write_maildir, write_mbox  # noqa: F401 (home is a fixture)
 
 
@@ -591,4 +591,4 @@ def test_classify_of_many_files_for_a_user_scores_each_with_their_layer_as_one_f
     one_at_a_time = [fields(ctl(home, "--json", "classify", "--user", "alice", p).stdout) for p in probes]
     shared = [fields(line) for line in ctl(home, "--json", "classify", *probes).stdout.splitlines()]
     assert many == one_at_a_time
-    assert many[0][2] > shared[0][2]  # her trainings turned the list's next copy towards spam (spamd/senders.py)
+    assert many[0][2] > shared[0][2]  # her trainings turned the list's next copy towards spam (spamd/people/senders.py)

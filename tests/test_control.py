@@ -32,9 +32,9 @@ from spamd.frontends.control import (
     op_classify,
     op_explain,
 )
-from spamd.engine import Engine
-from spamd.message import looks_like_message
-from spamd.model import Label
+from spamd.engine.engine import Engine
+from spamd.mail.message import looks_like_message
+from spamd.model.bayes import Label
 from tests.cli_helpers import HAM, SPAM, classify_inputs, home, run_spamctl_async, write_maildir  # noqa: F401 (home is a fixture)
 
 

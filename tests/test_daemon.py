@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from spamd.config import load_config
-from spamd.engine import Engine
-from spamd.model import Label
+from spamd.engine.engine import Engine
+from spamd.model.bayes import Label
 from tests.daemon_helpers import (
     DaemonProcess,
     folder_files,

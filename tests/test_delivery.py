@@ -24,7 +24,7 @@ from spamd.frontends.delivery import DeliveryProcesses, DeliveryUnavailable, dec
 from spamd.frontends.maildir.files import write_file
 from spamd.frontends.maildir.layout import INBOX, Ownership
 from spamd.frontends.maildir.mailbox import Mailbox
-from spamd.model import Label
+from spamd.model.bayes import Label
 from tests.daemon_helpers import daemon_config, files, make_message, running, send, train, wait_until
 from tests.test_full_disk import fill, tmpfs  # noqa: F401 (a fixture)
 
@@ -228,7 +228,7 @@ async def test_with_or_without_a_delivery_process_the_maildir_is_the_same(tmp_pa
 async def test_delivery_processes_that_cannot_start_leave_every_delivery_to_the_threads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("spamd.helper_processes.RESTART_INTERVAL_S", 0.01)
+    monkeypatch.setattr("spamd.runtime.helper_processes.RESTART_INTERVAL_S", 0.01)
     mailbox = maildir(tmp_path)
     monkeypatch.setattr(sys, "executable", "/bin/false")
     writers = DeliveryProcesses(1)
@@ -269,7 +269,7 @@ def test_a_helper_whose_daemon_is_gone_finishes_the_writes_it_started_and_drops_
     import socket
     import subprocess
 
-    from spamd.helper_processes import frame
+    from spamd.runtime.helper_processes import frame
 
     mailbox = maildir(tmp_path)
     ours, theirs = socket.socketpair()

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from spamd.model import Label
+from spamd.model.bayes import Label
 from tests.daemon_helpers import make_message, send, wait_until_sync
 from tests.dovecot_helpers import (
     MAIL_GID,

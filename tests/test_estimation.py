@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from spamd.config import Config, ModelConfig, UsersConfig, load_config
 from spamd.errors import ConfigError
-from spamd.estimation import class_norms, log_masses
-from spamd.model import PRIOR_ROW, Features, Label, MultinomialNB, featurize, score_counts, verdict_of
-from spamd.users import UserLayers, explain_for_user, score_for_user
+from spamd.model.estimation import class_norms, log_masses
+from spamd.model.bayes import PRIOR_ROW, Features, Label, MultinomialNB, featurize, score_counts, verdict_of
+from spamd.people.users import UserLayers, explain_for_user, score_for_user
 
 TINY = ModelConfig(hash_bits=10)  # small enough that random vocabularies collide
 SWITCHES = {

@@ -13,14 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spamd import evaluation
-from spamd.classifier import Classifier
+from spamd.evaluation import trec as evaluation
+from spamd.learning.classifier import Classifier
 from spamd.config import Config, ModelConfig
-from spamd.engine import Engine
+from spamd.engine.engine import Engine
 from spamd.errors import SpamdError
-from spamd.evaluation import evaluate_index, hm_at_sm, lam, one_minus_roca, read_index, roc_points
-from spamd.message import looks_like_message
-from spamd.model import Label, MultinomialNB
+from spamd.evaluation.trec import evaluate_index, hm_at_sm, lam, one_minus_roca, read_index, roc_points
+from spamd.mail.message import looks_like_message
+from spamd.model.bayes import Label, MultinomialNB
 
 SPAM_WORDS = "viagra cheap pills casino winner prize offer bitcoin loan refinance".split()
 HAM_WORDS = "meeting agenda patch review kernel thanks lunch budget draft minutes".split()

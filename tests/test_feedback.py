@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from spamd.config import Config, ModelConfig
-from spamd.engine import Engine
-from spamd.evaluation import evaluate_index
-from spamd.feedback import AUTOLEARN, PERSON, SETTLED, Feedback, People, Protocol
-from spamd.model import Label, Score, Verdict, verdict_of
-from spamd.training import Outcome, confidently_right
+from spamd.engine.engine import Engine
+from spamd.evaluation.trec import evaluate_index
+from spamd.evaluation.feedback import AUTOLEARN, PERSON, SETTLED, Feedback, People, Protocol
+from spamd.model.bayes import Label, Score, Verdict, verdict_of
+from spamd.learning.outcomes import Outcome, confidently_right
 from tests import core_helpers as h
 
 S, H, U = Verdict.SPAM, Verdict.HAM, Verdict.UNSURE

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from spamd.accuracy import (
+from spamd.people.accuracy import (
     AGREED,
     DAY_S,
     FALSE_POSITIVE,
@@ -28,8 +28,8 @@ from spamd.accuracy import (
     judgement,
 )
 from spamd.config import Config, ModelConfig, StoreConfig
-from spamd.engine import Engine
-from spamd.model import Label, Verdict
+from spamd.engine.engine import Engine
+from spamd.model.bayes import Label, Verdict
 from spamd.store import decode_snapshot, encode_snapshot
 from tests.daemon_helpers import DaemonProcess, folder_files, imap_move, send, set_flags, write_config
 

@@ -14,7 +14,7 @@ import pytest
 import structlog
 
 from spamd.config import LogConfig
-from spamd.logs import configure_logging, set_level
+from spamd.runtime.logs import configure_logging, set_level
 
 
 @pytest.fixture

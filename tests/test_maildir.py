@@ -19,7 +19,7 @@ import pytest
 
 from spamd.frontends.maildir.layout import FILED_MARK, base_of
 from spamd.frontends.maildir.seen import RecentNames
-from spamd.model import Label
+from spamd.model.bayes import Label
 from tests.daemon_helpers import (
     daemon_config,
     drop,

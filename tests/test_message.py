@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spamd.config import ParserConfig
-from spamd.message import (
+from spamd.mail.message import (
     _ASCII_TABLE_CODECS,
     ParsedMessage,
     decode_header_value,

@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from spamd import __version__
 from spamd.config import Config, load_config, metrics_address
 from spamd.errors import ConfigError
-from spamd.model import Label
+from spamd.model.bayes import Label
 from tests.daemon_helpers import (
     DaemonProcess,
     daemon_config,

@@ -27,7 +27,7 @@ from spamd.frontends.milter import (
     SMFIC_OPTNEG,
     packet,
 )
-from spamd.model import Label
+from spamd.model.bayes import Label
 from tests.attack_helpers import WellBehaved, spamctl, tag_of
 from tests.daemon_helpers import crlf, list_digest, make_message, wait_until_sync
 from tests.postfix_helpers import (

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spamd.config import ModelConfig
-from spamd.model import Label, MultinomialNB, Verdict, featurize, spam_probability, token_id
+from spamd.model.bayes import Label, MultinomialNB, Verdict, featurize, spam_probability, token_id
 
 # 2**10 buckets: small enough that random vocabularies collide, which is the hard case.
 TINY = ModelConfig(hash_bits=10)

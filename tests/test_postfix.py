@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from spamd.model import Label
+from spamd.model.bayes import Label
 from tests.postfix_helpers import (
     Postfix,
     Sink,

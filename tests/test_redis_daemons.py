@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 
 from spamd.config import Config, ModelConfig
-from spamd.engine import Engine
+from spamd.engine.engine import Engine
 from spamd.frontends.control import ControlClient
-from spamd.model import Label
+from spamd.model.bayes import Label
 from tests.daemon_helpers import DaemonProcess, crlf, folder_files, imap_move, make_message, wait_until_sync, write_config
 from tests.cli_helpers import run_spamctl
 from tests.redis_helpers import RedisClusterServers, RedisServer, free_port, redis_cluster, redis_cluster_url, redis_plain_url, redis_server, redis_url  # noqa: F401 (fixtures)

@@ -1,4 +1,4 @@
-"""Where each user's mail from a sender goes (spamd/senders.py), kept in Redis (spamd/store/redis/senders.py).
+"""Where each user's mail from a sender goes (spamd/people/senders.py), kept in Redis (spamd/store/redis/senders.py).
 
 Real redis-server processes (tests/redis_helpers.py): the plain server and a three-master
 cluster (`[cluster]` runs, and the test named `cluster`).
@@ -12,9 +12,9 @@ import random
 import pytest
 
 from spamd.config import UsersConfig
-from spamd.engine import Engine
+from spamd.engine.engine import Engine
 from spamd.errors import StoreUnavailableError
-from spamd.model import Label, Verdict
+from spamd.model.bayes import Label, Verdict
 from spamd.store.redis.senders import sender_keys_of
 from tests import core_helpers as h
 from tests.daemon_helpers import list_digest, make_message, wait_until_sync

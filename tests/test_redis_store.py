@@ -9,12 +9,12 @@ import dataclasses
 
 import pytest
 
-from spamd.classifier import Classifier
-from spamd.addresses import parse_cluster_url
+from spamd.learning.classifier import Classifier
+from spamd.config.addresses import parse_cluster_url
 from spamd.config import ModelConfig, StoreConfig, load_config
-from spamd.engine import Engine
+from spamd.engine.engine import Engine
 from spamd.errors import ConfigError, CorruptStateError, StoreError, StoreUnavailableError
-from spamd.model import Label
+from spamd.model.bayes import Label
 from spamd.store import decode_snapshot
 from spamd.store.redis import RedisModel, RedisState, RedisTrainer
 from tests import cli_helpers as c

@@ -13,12 +13,12 @@ import subprocess
 import pytest
 
 from spamd.config import UsersConfig
-from spamd.engine import Engine
+from spamd.engine.engine import Engine
 from spamd.errors import StoreUnavailableError
-from spamd.model import Label
+from spamd.model.bayes import Label
 from spamd.store import decode_snapshot
 from spamd.store.redis.connect import user_keys
-from spamd.users import TRIM_SLACK
+from spamd.people.users import TRIM_SLACK
 from tests import cli_helpers as c
 from tests import core_helpers as h
 from tests.daemon_helpers import wait_until_sync

@@ -1,5 +1,5 @@
 """Every thread and process the daemon starts, but its event loop's, is a batch task
-(spamd/scheduling.py): delivery threads, watchdog's threads, the analysis process.
+(spamd/runtime/scheduling.py): delivery threads, watchdog's threads, the analysis process.
 A real daemon on this test's loop, a real SMTP delivery and a real helper process."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from spamd.scheduling import background_executor, threads_started_here_yield_to_the_loop
+from spamd.runtime.scheduling import background_executor, threads_started_here_yield_to_the_loop
 from tests.core_helpers import PLAIN
 from tests.daemon_helpers import daemon_config, files, running, send, wait_until
 

@@ -1,4 +1,4 @@
-"""Where each user's mail from a sender ends up (spamd/senders.py): the rule, its bounds, its persistence.
+"""Where each user's mail from a sender ends up (spamd/people/senders.py): the rule, its bounds, its persistence.
 
 The daemon's own path (real Maildirs, moves, two users who disagree) is in
 tests/test_users_daemon.py; the measurement on real lists in scripts/multi_user_stream.py.
@@ -12,12 +12,12 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spamd.classifier import Analyzed
+from spamd.learning.classifier import Analyzed
 from spamd.config import Config, ModelConfig, StoreConfig, UsersConfig
-from spamd.engine import Engine
-from spamd.message import ParsedMessage, parse_message
-from spamd.model import Label, ModelConfig as _ModelConfig, Verdict, verdict_of
-from spamd.senders import FLOOR, PUSH, SenderReputation, sender_keys, sender_names
+from spamd.engine.engine import Engine
+from spamd.mail.message import ParsedMessage, parse_message
+from spamd.model.bayes import Label, ModelConfig as _ModelConfig, Verdict, verdict_of
+from spamd.people.senders import FLOOR, PUSH, SenderReputation, sender_keys, sender_names
 from tests.daemon_helpers import list_digest, make_message
 
 MODEL = _ModelConfig()

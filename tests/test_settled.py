@@ -24,7 +24,7 @@ import pytest
 from spamd.config import load_config
 from spamd.errors import ConfigError
 from spamd.frontends.maildir.settle import SettleQueue, arrival, settles_as
-from spamd.model import Label
+from spamd.model.bayes import Label
 from tests.daemon_helpers import (
     DaemonProcess,
     daemon_config,
@@ -263,8 +263,8 @@ async def test_spamds_own_filing_settles_only_beyond_the_margin(tmp_path):
 
 
 def test_delivered_log_odds_reads_spamds_own_header():
-    from spamd.model import Score, Verdict
-    from spamd.scoring import delivered_log_odds, spam_headers
+    from spamd.model.bayes import Score, Verdict
+    from spamd.engine.scoring import delivered_log_odds, spam_headers
 
     header = "".join(f"{k}: {v}\n" for k, v in spam_headers(Score(-0.4321, 0.09, Verdict.HAM), 0.15, 0.85))
     assert delivered_log_odds(header.encode() + b"\nbody log_odds=9\n") == -0.432
@@ -305,7 +305,7 @@ async def test_a_persons_later_move_corrects_settled_mail_exactly_once(tmp_path)
         assert trained(daemon) == (2, 1)
         assert events(daemon) == {"settled:learned": 3, "maildir:corrected": 4}
         # The Trainer declines settled learning over a person's decision (autolearn's rule).
-        from spamd.training import Outcome
+        from spamd.learning.outcomes import Outcome
 
         assert daemon.scorer.learn(in_junk.read_bytes(), Label.HAM, "settled", user=False) == Outcome.DECLINED
 

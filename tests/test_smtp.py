@@ -10,7 +10,7 @@ import socket
 import pytest
 from aiosmtpd.smtp import SMTP
 
-from spamd.model import Label
+from spamd.model.bayes import Label
 from tests.daemon_helpers import crlf, daemon_config, files, make_message, running, send, train, wait_until
 
 pytestmark = pytest.mark.asyncio

@@ -33,7 +33,7 @@ from spamd.daemon import Daemon
 from spamd.errors import ConfigError
 from spamd.frontends.spamc.answers import sa_score, shown_score, symbol_name
 from spamd.frontends.spamc.protocol import Ex, Request, RequestParser, SpamcRequestError
-from spamd.model import Label, Score, Verdict
+from spamd.model.bayes import Label, Score, Verdict
 from tests.attack_helpers import RawClient, WellBehaved, tagged_message
 from tests.daemon_helpers import daemon_config, make_message, running, train, wait_until_sync
 from tests.spamc_helpers import (
@@ -566,7 +566,7 @@ def test_a_request_as_spamc_frames_it_parses_back(body, verb, user, compress):
 
 
 def _verdict(p: float, ham: float, spam: float) -> Verdict:
-    # As the model decides (spamd.model.MultinomialNB._verdict).
+    # As the model decides (spamd.model.bayes.MultinomialNB._verdict).
     return Verdict.SPAM if p >= spam else Verdict.HAM if p < ham else Verdict.UNSURE
 
 

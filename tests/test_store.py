@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spamd.config import ModelConfig, StoreConfig
-from spamd.engine import Engine
+from spamd.engine.engine import Engine
 from spamd.errors import CorruptStateError, StateLockedError, StoreError
-from spamd.model import Label, MultinomialNB, featurize
+from spamd.model.bayes import Label, MultinomialNB, featurize
 from spamd.store import (
     JOURNAL_MAGIC,
     Ledger,
@@ -420,9 +420,9 @@ def test_journal_append_past_the_file_size_limit(tmp_path):
         import json, os, resource, signal, sys
         from pathlib import Path
         sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
-        from spamd.engine import Engine
+        from spamd.engine.engine import Engine
         from spamd.errors import StoreError
-        from spamd.model import Label
+        from spamd.model.bayes import Label
         from tests import core_helpers as h
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         engine = Engine.open(h.small_config(Path({str(tmp_path)!r})))

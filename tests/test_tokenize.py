@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spamd.config import ParserConfig
-from spamd.message import parse_message
-from spamd.model import featurize
-from spamd.tokenize import MAX_HOST_LABELS, MAX_WORD, tokenize, words
+from spamd.mail.message import parse_message
+from spamd.model.bayes import featurize
+from spamd.mail.tokenize import MAX_HOST_LABELS, MAX_WORD, tokenize, words
 
 LIMITS = ParserConfig()
 
@@ -64,7 +64,7 @@ def test_each_token_family_appears():
 
 
 def test_own_verdict_headers_do_not_become_tokens():
-    from spamd.message import strip_own_headers
+    from spamd.mail.message import strip_own_headers
 
     scored = b"X-Spam-Status: Yes, score=0.99\nX-Spam-Flag: YES\n" + MAIL
     assert tokens_of(strip_own_headers(scored)) == tokens_of(MAIL)
@@ -126,7 +126,7 @@ _WORD_EDGE_TEXT = st.lists(
 def test_possessive_word_patterns_find_what_backtracking_ones_did(text):
     import re
 
-    import spamd.tokenize as tokenize_module
+    import spamd.mail.tokenize as tokenize_module
 
     for name, backtracking in _BACKTRACKING_WORD_PATTERNS.items():
         for sample in (text, text.lower()):

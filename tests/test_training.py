@@ -9,13 +9,14 @@ from hypothesis import strategies as st
 
 from hypothesis import HealthCheck
 
-from spamd.classifier import Classifier
+from spamd.learning.classifier import Classifier
 from spamd.config import Config, ModelConfig
-from spamd.engine import Engine
-from spamd.message import message_key, strip_own_headers, with_own_headers
-from spamd.model import Label, MultinomialNB
+from spamd.engine.engine import Engine
+from spamd.mail.message import message_key, strip_own_headers, with_own_headers
+from spamd.model.bayes import Label, MultinomialNB
 from spamd.store import Ledger
-from spamd.training import Outcome, Trainer
+from spamd.engine.trainer import Trainer
+from spamd.learning.outcomes import Outcome
 from tests import core_helpers as h
 from tests.redis_helpers import redis_cluster, redis_cluster_url, redis_plain_url, redis_server, redis_url, with_redis  # noqa: F401 (fixtures)
 
@@ -87,7 +88,7 @@ def test_correction_moves_the_counts_exactly(new_trainer):
 
 def test_correction_of_a_message_whose_tokens_all_stay_in_the_model(new_trainer):
     """Unlearning frees no bucket (another message holds them all): the distinct count moves by 0."""
-    from spamd.classifier import Analyzed
+    from spamd.learning.classifier import Analyzed
 
     first, twin = (Analyzed(bytes([i]) * 16, ANALYZED[0].features) for i in (1, 2))
     trainer = new_trainer()

@@ -1,4 +1,4 @@
-"""Per-user layers (spamd/users.py) through the real trainer, store and engine: exactness, ledger, scoring, snapshots."""
+"""Per-user layers (spamd/people/users.py) through the real trainer, store and engine: exactness, ledger, scoring, snapshots."""
 
 from __future__ import annotations
 
@@ -10,14 +10,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spamd.config import Config, ModelConfig, UsersConfig
-from spamd.engine import Engine
-from spamd.evaluation import read_index
-from spamd.model import Features, Label, MultinomialNB
+from spamd.engine.engine import Engine
+from spamd.evaluation.trec import read_index
+from spamd.model.bayes import Features, Label, MultinomialNB
 from spamd.store import Ledger, Store, TrainingRecord
-from spamd.training import Outcome, Trainer
+from spamd.engine.trainer import Trainer
+from spamd.learning.outcomes import Outcome
 from tests import core_helpers as h
-from spamd.users import TRIM_SLACK, UserLayer, UserLayers, UserNameError, check_user_name, recipient_name, recipients_user, score_for_user, user_ledger_key
-from spamd.classifier import Analyzed
+from spamd.people.users import TRIM_SLACK, UserLayer, UserLayers, UserNameError, check_user_name, recipient_name, recipients_user, score_for_user, user_ledger_key
+from spamd.learning.classifier import Analyzed
 
 MODEL = ModelConfig(hash_bits=12)
 

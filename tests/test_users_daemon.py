@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from spamd.model import Label
+from spamd.model.bayes import Label
 from tests.daemon_helpers import (
     DaemonProcess,
     crlf,
@@ -162,7 +162,7 @@ def test_spamc_u_trains_and_scores_with_the_users_layer_and_restarts_keep_every_
 @needs_spamc
 @pytest.mark.parametrize("store", ["local", "redis"])
 def test_spamc_u_tells_turn_a_list_for_that_user_alone_as_shipped_and_kill_9_keeps_it(tmp_path, store, request):
-    """The default: no token layer; each user's TELLs of one list decide where their copies go (spamd/senders.py);
+    """The default: no token layer; each user's TELLs of one list decide where their copies go (spamd/people/senders.py);
     embedded (in snapshots and the journal) and in Redis."""
     redis = f'[redis]\nurl = "{request.getfixturevalue("redis_plain_url")}"\n' if store == "redis" else ""
     daemon = start_spamd(tmp_path / "d", f"allow_tell = true\n{redis}")

@@ -26,7 +26,7 @@ import pytest_asyncio
 
 from spamd.config import Config, load_config, web_address
 from spamd.errors import ConfigError
-from spamd.model import Label
+from spamd.model.bayes import Label
 from spamd.web.auth import LoginThrottle, hash_password, load_or_create_token, token_path, verify_password
 from spamd.web.history import History, HistorySettings
 from tests.cli_helpers import SPAMCTL, spamctl_env

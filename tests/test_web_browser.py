@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from spamd.model import Label
+from spamd.model.bayes import Label
 from spamd.web.auth import load_or_create_token
 from tests.cli_helpers import SPAMCTL, spamctl_env
 from tests.daemon_helpers import DaemonProcess, make_message, send, wait_until_sync, write_config

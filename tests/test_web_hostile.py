@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from spamd.model import Label
+from spamd.model.bayes import Label
 from spamd.web.app import LIMITS, MAX_UPLOAD_BYTES
 from spamd.web.auth import load_or_create_token
 from tests.daemon_helpers import DaemonProcess, make_message, send, write_config

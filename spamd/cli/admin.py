@@ -11,7 +11,7 @@ from spamd.cli.backends import open_backend
 from spamd.cli.inputs import _read_file
 from spamd.cli.output import emit_json, format_stats, table, user_request
 from spamd.config import Config
-from spamd.humanize import human_bytes
+from spamd.runtime.humanize import human_bytes
 from spamd.errors import SpamdError
 from spamd.frontends.control import DaemonNotRunning
 from spamd.store import write_atomically
@@ -58,7 +58,7 @@ def cmd_report(config: Config, args: argparse.Namespace) -> int:
     with closing(open_backend(config)) as backend:
         days = backend.request("live_days")["days"]
     if args.plot:
-        from spamd.plots import plot_live_accuracy  # optional matplotlib: only when asked
+        from spamd.evaluation.plots import plot_live_accuracy  # optional matplotlib: only when asked
 
         plot_live_accuracy(days, Path(args.plot))
     if args.json:

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from spamd.config import Config
-from spamd.engine import Engine
+from spamd.engine.engine import Engine
 from spamd.errors import SpamdError, StateLockedError
 from spamd.frontends.control import ENGINE_OPERATIONS, MAX_FRAME_BYTES, ControlClient, DaemonNotRunning
 

@@ -14,12 +14,12 @@ from spamd.cli.backends import BATCH_BYTES, MAX_MESSAGE_BYTES, OfflineBackend, o
 from spamd.cli.inputs import Inputs, file_messages, input_kind, read_message, too_large
 from spamd.cli.output import emit_json, table, user_request
 from spamd.config import Config
-from spamd.humanize import human_bytes
+from spamd.runtime.humanize import human_bytes
 from spamd.errors import SpamdError
 from spamd.frontends.control import score_fields
 
 if TYPE_CHECKING:
-    from spamd.classifier import Classifier
+    from spamd.learning.classifier import Classifier
 
 
 def cmd_classify(config: Config, args: argparse.Namespace) -> int:
@@ -142,7 +142,7 @@ def _classify_many(config: Config, args: argparse.Namespace, inputs: Inputs) -> 
                 print(f"{name} {result['verdict']} {result['probability']:.4f} {result['score']:+.4f}")
 
     with closing(inputs), closing(open_backend(config)) as backend:
-        from spamd.classifier import AnalysisWorkers, default_jobs
+        from spamd.learning.classifier import AnalysisWorkers, default_jobs
 
         jobs = default_jobs()
         if isinstance(backend, OfflineBackend) and jobs:

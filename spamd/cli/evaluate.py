@@ -1,4 +1,4 @@
-"""spamctl eval: TREC-style online evaluation under a feedback protocol (spamd.evaluation does the work)."""
+"""spamctl eval: TREC-style online evaluation under a feedback protocol (spamd.evaluation.trec does the work)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from spamd.config import Config
 from spamd.errors import SpamdError
-from spamd.feedback import FEEDBACKS, People, Protocol
+from spamd.evaluation.feedback import FEEDBACKS, People, Protocol
 
 
 def add_eval_arguments(evaluate: argparse.ArgumentParser) -> None:
@@ -33,7 +33,7 @@ def add_eval_arguments(evaluate: argparse.ArgumentParser) -> None:
 def add_protocol_arguments(evaluate: argparse.ArgumentParser, several: bool = False) -> None:
     """The feedback protocol's options; `several` lets --feedback name a comma-separated list (scripts)."""
     protocol = evaluate.add_argument_group(
-        "feedback protocol", "who labels which message, and when (spamd/feedback.py); delays count messages scored"
+        "feedback protocol", "who labels which message, and when (spamd/evaluation/feedback.py); delays count messages scored"
     )
     protocol.add_argument(
         "--feedback", default=["full"] if several else "full", type=_feedbacks if several else _feedback,
@@ -126,8 +126,8 @@ def with_train_margin(config: Config, args: argparse.Namespace) -> Config:
 
 
 def cmd_eval(config: Config, args: argparse.Namespace) -> int:
-    from spamd.classifier import default_jobs
-    from spamd.evaluation import eval_command  # heavy (numpy reports, optional matplotlib): only when asked
+    from spamd.learning.classifier import default_jobs
+    from spamd.evaluation.trec import eval_command  # heavy (numpy reports, optional matplotlib): only when asked
 
     if args.jobs is not None and args.jobs < 1:
         raise SpamdError(f"--jobs {args.jobs}: need at least 1 (1 = analyze in this process)")

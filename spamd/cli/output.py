@@ -7,7 +7,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from spamd.humanize import human_bytes, human_duration
+from spamd.runtime.humanize import human_bytes, human_duration
 
 
 def emit_json(value: Any) -> None:
@@ -156,7 +156,7 @@ def format_live_accuracy(live: dict[str, Any]) -> str:
 
 def user_request(args: Any) -> dict[str, str]:
     """The request arguments for spamctl's --user: {} without one; a bad name is an error before anything is sent."""
-    from spamd.users import check_user_name
+    from spamd.people.users import check_user_name
 
     name = getattr(args, "user", None)
     return {} if name is None else {"user": check_user_name(name, "--user")}

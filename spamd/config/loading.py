@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from spamd.addresses import CLUSTER_SCHEMES, parse_cluster_url, parse_host_port
+from spamd.config.addresses import CLUSTER_SCHEMES, parse_cluster_url, parse_host_port
 from spamd.config.sections import MAX_NGRAM_CHARS, STORED_COUNTS, Config, metrics_address, web_address
 from spamd.errors import ConfigError
 

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spamd.addresses import parse_host_port
+from spamd.config.addresses import parse_host_port
 
 DEFAULT_DATA_DIR = Path("~/.local/share/spamd")
 
@@ -29,7 +29,7 @@ class ParserConfig:
     # Characters of decoded text per part handed to the tokenizer.
     max_text_chars: int = 128 * 1024
     # Processes that parse and tokenize for the daemon beside its event loop
-    # (spamd/analyzers.py): -1 for one per core but the loop's, 0 for none.
+    # (spamd/engine/analyzers.py): -1 for one per core but the loop's, 0 for none.
     processes: int = -1
 
 
@@ -84,7 +84,7 @@ class ModelConfig:
     # the ham in Junk, the costly error, for twice the Unsure mail.
     ham_threshold: float = 0.15
     spam_threshold: float = 0.85
-    # Feature families (spamd/families.py), all off: none keeps full feedback where it
+    # Feature families (spamd/model/families.py), all off: none keeps full feedback where it
     # is (docs/accuracy.md). Each but the weights changes what the counts mean, so a
     # model built with other settings is refused. What a message adds to a token's
     # count for tf occurrences: "log" round(4 log(1 + tf)), "binary" 1, "log2" round(2 log(1 + tf)).
@@ -100,7 +100,7 @@ class ModelConfig:
     # denominator); the tokenizer's own tokens weigh 1.
     ngram_weight: float = 1.0
     osb_weight: float = 1.0
-    # Estimation (spamd/estimation.py), both off (docs/accuracy.md "Estimation and the
+    # Estimation (spamd/model/estimation.py), both off (docs/accuracy.md "Estimation and the
     # training rule"; scripts/ablate_model.py, 20 streams, geometric mean of the (1-ROCA)%
     # ratios full / errors / people). Rennie's weight normalization: each class's
     # log P(t|c) divided by its L1 norm over the buckets seen before the difference:
@@ -134,7 +134,7 @@ class StoreConfig:
     snapshots_kept: int = 2
     # Entries of the trained-message ledger; the oldest are forgotten beyond this
     # (trimmed in batches: it may run up to 5% over before a trim). The same cap
-    # bounds the verdicts remembered for live accuracy (spamd/accuracy.py).
+    # bounds the verdicts remembered for live accuracy (spamd/people/accuracy.py).
     ledger_max_entries: int = 2_000_000
 
 
@@ -248,7 +248,7 @@ class MaildirConfig:
 
 @dataclass(frozen=True)
 class UsersConfig:
-    """Per-user layers over the shared model (spamd/users.py, docs/users.md)."""
+    """Per-user layers over the shared model (spamd/people/users.py, docs/users.md)."""
 
     # Distinct tokens one user's layer holds at most; past it the least counted go.
     max_tokens: int = 20_000
@@ -256,7 +256,7 @@ class UsersConfig:
     max_users: int = 10_000
     # Where a user's log-odds for a token and everyone else's differ in sign, the shared
     # log-odds move towards the user's by n / (n + backoff), n the user's count of the
-    # token (about 3 a message): measured in spamd/users.py.
+    # token (about 3 a message): measured in spamd/people/users.py.
     backoff: float = 15.0
     # Score each user's mail as theirs: by where their mail from the message's senders
     # ends up (sender_moves), and with their token layer if token_moves. The layers
@@ -269,11 +269,11 @@ class UsersConfig:
     # way after 5 corrections 16-97% of the time under errors-only feedback (0-97%
     # under full), and cost 1.10x the shared model's (1-ROCA)% per user where users
     # agree (sa; 1.08x on trec); the senders' rule below files all nine 100% her way at
-    # 1.00x, and the layer joined to it costs 1.14x (spamd/senders.py).
+    # 1.00x, and the layer joined to it costs 1.14x (spamd/people/senders.py).
     token_moves: bool = False
     # A user's next message from a sender (List-Id, From address) goes where they
     # moved this many of its messages (into Junk, or out of it), once that is where at
-    # least sender_share of the sender's mail to them lies (spamd/senders.py); 0: off.
+    # least sender_share of the sender's mail to them lies (spamd/people/senders.py); 0: off.
     sender_moves: int = 3
     sender_share: float = 0.8
     # (user, sender) pairs remembered at most; past it the one heard of least recently goes.

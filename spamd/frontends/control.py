@@ -36,10 +36,10 @@ import msgpack
 import structlog
 
 from spamd.errors import SpamdError, StoreUnavailableError
-from spamd.message import looks_like_message
-from spamd.model import Label, Score
-from spamd.scoring import explanation
-from spamd.users import check_user_name
+from spamd.mail.message import looks_like_message
+from spamd.model.bayes import Label, Score
+from spamd.engine.scoring import explanation
+from spamd.people.users import check_user_name
 
 log = structlog.get_logger()
 
@@ -102,7 +102,7 @@ def _to_plain(value: Any) -> Any:
 
 
 class EngineLike(Protocol):
-    """What the operations need: spamd.engine.Engine."""
+    """What the operations need: spamd.engine.engine.Engine."""
 
     classifier: Any
 

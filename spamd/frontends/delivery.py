@@ -35,10 +35,10 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from spamd.classifier import usable_cores
+from spamd.learning.classifier import usable_cores
 from spamd.frontends.maildir.files import maildir_lines, write_file
 from spamd.frontends.maildir.layout import Ownership
-from spamd.helper_processes import HelperProcesses, HelperUnavailable, frame, frames, ignore_stop_signals
+from spamd.runtime.helper_processes import HelperProcesses, HelperUnavailable, frame, frames, ignore_stop_signals
 
 _WORK = struct.Struct("!BIIHHIHH")
 _ERROR = struct.Struct("!iH")
@@ -135,7 +135,7 @@ def serve(sock: socket.socket) -> None:
     that went away with them queued answered nothing for them, so their senders send
     them again, and writing them too would only leave a second copy.
     """
-    from spamd.scheduling import yield_to_the_loop
+    from spamd.runtime.scheduling import yield_to_the_loop
 
     ignore_stop_signals()
     yield_to_the_loop()  # the writer threads started below inherit it

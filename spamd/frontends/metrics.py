@@ -29,13 +29,13 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from spamd import __version__
-from spamd.accuracy import JUDGEMENTS, WAYS_IN
-from spamd.analyzers import AnalysisProcesses
-from spamd.engine import Engine
+from spamd.people.accuracy import JUDGEMENTS, WAYS_IN
+from spamd.engine.analyzers import AnalysisProcesses
+from spamd.engine.engine import Engine
 from spamd.frontends.delivery import DeliveryProcesses
-from spamd.helper_processes import HelperProcesses
-from spamd.model import Label, Verdict
-from spamd.scoring import SCAN_BUCKETS_S, Metrics
+from spamd.runtime.helper_processes import HelperProcesses
+from spamd.model.bayes import Label, Verdict
+from spamd.engine.scoring import SCAN_BUCKETS_S, Metrics
 from spamd.web.server import BoundedServer, Limits, bounded_application
 
 log = structlog.get_logger()
@@ -187,7 +187,7 @@ class SpamdCollector(Collector):
             pairs = engine.senders.pairs()  # None in Redis: counting them would read every user's keys
             if pairs is not None:
                 yield GaugeMetricFamily(
-                    "spamd_user_senders", "(user, sender) pairs whose mail this daemon counts (spamd/senders.py).",
+                    "spamd_user_senders", "(user, sender) pairs whose mail this daemon counts (spamd/people/senders.py).",
                     value=pairs,
                 )  # fmt: skip
         yield GaugeMetricFamily(

@@ -2,7 +2,7 @@
 
 Speaks the Sendmail milter protocol (version 6, as Postfix's src/milter/milter8.c does)
 on the daemon's event loop. At end of message it scores the reassembled message through
-the Scorer, for the one user the envelope recipients name (spamd.users.recipients_user;
+the Scorer, for the one user the envelope recipients name (spamd.people.users.recipients_user;
 several users: the shared model alone), and answers with header changes (remove every X-Spam-* header the message
 arrived with, add spamd's own), a 554 5.7.1 refusal at `milter.reject_at`, or a
 451 4.7.1 tempfail for its own failures, so the MTA keeps the message and nothing is
@@ -20,8 +20,8 @@ from collections.abc import Callable
 import structlog
 
 from spamd.config import Config
-from spamd.scoring import Scored, Scorer
-from spamd.users import recipient_name, recipients_user
+from spamd.engine.scoring import Scored, Scorer
+from spamd.people.users import recipient_name, recipients_user
 
 log = structlog.get_logger()
 

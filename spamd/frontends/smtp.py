@@ -27,9 +27,9 @@ from spamd.frontends.delivery import DeliveryProcesses
 from spamd.frontends.maildir.deliver import deliver
 from spamd.frontends.maildir.layout import Location
 from spamd.frontends.maildir.mailbox import Mailbox, mailbox_for
-from spamd.model import Label, Verdict
-from spamd.scoring import Scored, Scorer
-from spamd.users import recipients_user
+from spamd.model.bayes import Label, Verdict
+from spamd.engine.scoring import Scored, Scorer
+from spamd.people.users import recipients_user
 
 log = structlog.get_logger()
 
@@ -272,7 +272,7 @@ class SmtpHandler:
         """Whose layer scores this message: the recipients' one user, or None (the shared model) for several.
 
         Deliver mode: the Maildir user every recipient's mail goes to (`mailboxes`, one
-        per recipient); relay: the recipients' one local part (spamd.users.recipients_user).
+        per recipient); relay: the recipients' one local part (spamd.people.users.recipients_user).
         """
         if config.smtp.mode == "relay":
             return self.scorer.engine.layer_user(recipients_user(list(envelope.rcpt_tos)))

@@ -3,7 +3,7 @@
 Two stores implement it:
 
 - `spamd.store.local` (the default): msgpack snapshots (`snapshot`) plus an fsynced
-  journal (`journal`) of training records (`records`) in the state directory; `spamd.training.Trainer` over `MultinomialNB` and `Ledger`.
+  journal (`journal`) of training records (`records`) in the state directory; `spamd.engine.trainer.Trainer` over `MultinomialNB` and `Ledger`.
 - `spamd.store.redis` (`[redis] url`): one Redis shared by many daemons;
   `RedisTrainer` over `RedisModel` and `RedisLedger`, every training one Lua script.
 
@@ -40,11 +40,11 @@ from spamd.store.snapshot import (
 if TYPE_CHECKING:
     import numpy as np
 
-    from spamd.classifier import Analyzed
+    from spamd.learning.classifier import Analyzed
     from spamd.config import ModelConfig
-    from spamd.model import Contribution, Features, Label, Score
-    from spamd.training import Outcome
-    from spamd.users import UserLayers
+    from spamd.model.bayes import Contribution, Features, Label, Score
+    from spamd.learning.outcomes import Outcome
+    from spamd.people.users import UserLayers
 
 
 class ModelView(Protocol):
@@ -68,13 +68,13 @@ class LedgerView(Protocol):
 
 
 class TrainerLike(Protocol):
-    """Learn, correct, skip repeats, untrain (spamd.training.Trainer, RedisTrainer): same outcomes for the same history."""
+    """Learn, correct, skip repeats, untrain (spamd.engine.trainer.Trainer, RedisTrainer): same outcomes for the same history."""
 
     model: ModelView
     ledger: LedgerView
     seq: int
     events: Counter[tuple[str, str]]
-    users: UserLayers | None  # per-user layers (spamd/users.py); None: the store keeps none
+    users: UserLayers | None  # per-user layers (spamd/people/users.py); None: the store keeps none
 
     def train(
         self, analyzed: Analyzed, label: Label, source: str, user: bool = True, user_name: str | None = None

@@ -30,12 +30,12 @@ import structlog
 
 from spamd.config import ModelConfig, StoreConfig, UsersConfig
 from spamd.errors import CorruptStateError, StateLockedError, StoreError
-from spamd.model import Label, MultinomialNB
+from spamd.model.bayes import Label, MultinomialNB
 from spamd.store.durable import fsync_directory, remove_stale_temps, write_atomically
 from spamd.store.journal import JOURNAL_MAGIC, JournalScan, frame_record, scan_journal
 from spamd.store.records import Ledger, TrainingRecord, apply_record
 from spamd.store.snapshot import Snapshot, check_count_settings, decode_snapshot
-from spamd.users import UserLayers
+from spamd.people.users import UserLayers
 
 log = structlog.get_logger()
 
@@ -66,7 +66,7 @@ class LoadedState:
     live: dict[str, Any] = field(default_factory=dict)
     # The records replayed over the snapshot, without their features: (key, label,
     # previous, user, source, time, user name, senders), so live accuracy and the senders'
-    # state (spamd/senders.py) can re-derive what they meant.
+    # state (spamd/people/senders.py) can re-derive what they meant.
     replayed: list[tuple[bytes, Label | None, Label | None, bool, str, float, str | None, tuple[int, ...]]] = field(default_factory=list)
     users: UserLayers = field(default_factory=lambda: UserLayers(UsersConfig()))
 

@@ -9,9 +9,9 @@ import msgpack
 import numpy as np
 
 from spamd.config import ModelConfig
-from spamd.families import count_settings
-from spamd.model import Features, Label, MultinomialNB
-from spamd.users import UserLayers, check_user_name, user_ledger_key
+from spamd.model.families import count_settings
+from spamd.model.bayes import Features, Label, MultinomialNB
+from spamd.people.users import UserLayers, check_user_name, user_ledger_key
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,13 +28,13 @@ class TrainingRecord:
     time: float
     # The bucket space the ids live in; replay into another one is refused.
     hash_bits: int
-    # Whose training (spamd/users.py): it teaches that user's layer as well as the
+    # Whose training (spamd/people/users.py): it teaches that user's layer as well as the
     # shared model. None: the shared model alone, as before users existed.
     user_name: str | None = None
     # What the counts mean (ModelConfig.count_settings): replay under other [model]
     # families is refused. None: the defaults (records written before they were kept).
     count_settings: dict[str, Any] | None = None
-    # Who the message is from (spamd/senders.py), kept with a user's training so a
+    # Who the message is from (spamd/people/senders.py), kept with a user's training so a
     # replay counts it where that user's mail from those senders goes.
     senders: tuple[int, ...] = ()
 

@@ -12,10 +12,10 @@ import numpy as np
 
 from spamd.config import ModelConfig, UsersConfig
 from spamd.errors import CorruptStateError
-from spamd.families import count_settings
-from spamd.model import Label, MultinomialNB
+from spamd.model.families import count_settings
+from spamd.model.bayes import Label, MultinomialNB
 from spamd.store.records import Ledger
-from spamd.users import UserLayers
+from spamd.people.users import UserLayers
 
 SNAPSHOT_FORMAT = "spamd-snapshot"
 
@@ -47,10 +47,10 @@ def encode_snapshot(
 
     `counters` are running totals kept across restarts (messages scored by verdict);
     they ride along with the snapshot so they are written atomically with it, as does
-    `live` (spamd/accuracy.py: remembered verdicts and per-day counts). Both are
+    `live` (spamd/people/accuracy.py: remembered verdicts and per-day counts). Both are
     optional keys of the version-1 payload: older snapshots load without them, and an
     older spamd reading this one ignores them. So are the per-user layers (`users`,
-    spamd/users.py), written only when there are any.
+    spamd/people/users.py), written only when there are any.
     """
     rows = {}
     for label in Label:

@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from spamd.message import decode_header_value, split_head_body
+from spamd.mail.message import decode_header_value, split_head_body
 
 MINUTES_KEPT = 6 * 60
 VERDICT_COLUMNS = ("ham", "unsure", "spam")  # the per-minute counts, in this order

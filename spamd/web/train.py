@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spamd.errors import SpamdError
-from spamd.message import looks_like_message
-from spamd.model import Label
+from spamd.mail.message import looks_like_message
+from spamd.model.bayes import Label
 
 SOURCE = "web"
 ACTIONS = ("spam", "ham", "forget")

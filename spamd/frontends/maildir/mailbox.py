@@ -22,7 +22,7 @@ from spamd.config import MaildirConfig
 from spamd.errors import StoreError
 from spamd.frontends.maildir.layout import INBOX, Location, Ownership, _made_by_root_spamd, _make_dir, _open_dir, _open_root
 from spamd.frontends.maildir.seen import RecentNames, SeenIndex
-from spamd.model import Label
+from spamd.model.bayes import Label
 
 log = structlog.get_logger()
 
@@ -36,7 +36,7 @@ class Mailbox:
         self.root = Path(root)
         self.config = config
         self.user = user
-        # The user whose layer (spamd/users.py) this Maildir's moves train and its mail is
+        # The user whose layer (spamd/people/users.py) this Maildir's moves train and its mail is
         # scored with: `user` when spamd serves one Maildir per user (maildir.root, or
         # several paths); None for the one Maildir of a single-user install (the shared model).
         self.layer_user: str | None = None

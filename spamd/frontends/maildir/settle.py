@@ -64,8 +64,8 @@ import structlog
 
 from spamd.errors import SpamdError
 from spamd.frontends.maildir.layout import Location, base_of
-from spamd.model import Label
-from spamd.scoring import delivered_log_odds
+from spamd.model.bayes import Label
+from spamd.engine.scoring import delivered_log_odds
 
 if TYPE_CHECKING:
     from spamd.config import MaildirConfig

@@ -58,10 +58,10 @@ from spamd.frontends.maildir.files import write_message
 from spamd.frontends.maildir.layout import _SIZE_FIELDS_RE, FILED_MARK, INBOX, Location, base_of, filed_base
 from spamd.frontends.maildir.mailbox import Mailbox
 from spamd.frontends.maildir.settle import Settler
-from spamd.message import message_key
-from spamd.model import Label, Verdict
-from spamd.scheduling import threads_started_here_yield_to_the_loop
-from spamd.scoring import Scored, has_spam_status, spam_flagged
+from spamd.mail.message import message_key
+from spamd.model.bayes import Label, Verdict
+from spamd.runtime.scheduling import threads_started_here_yield_to_the_loop
+from spamd.engine.scoring import Scored, has_spam_status, spam_flagged
 
 log = structlog.get_logger()
 

@@ -8,7 +8,7 @@ import re
 from typing import Any
 
 from spamd.frontends.spamc.protocol import Request
-from spamd.model import Score, Verdict
+from spamd.model.bayes import Score, Verdict
 
 # Tokens named in SYMBOLS and listed in REPORT, each way.
 SYMBOL_TOKENS = 5

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 from spamd.errors import SpamdError
-from spamd.model import Label
+from spamd.model.bayes import Label
 
 # spamc builds its whole request head in an 8 KiB buffer; no real client sends a longer line.
 MAX_LINE_BYTES = 8192

@@ -13,7 +13,7 @@ from typing import Any
 
 import structlog
 
-from spamd.addresses import parse_host_port
+from spamd.config.addresses import parse_host_port
 from spamd.config import Config
 from spamd.errors import SpamdError, StoreUnavailableError
 from spamd.frontends.spamc.answers import (
@@ -31,10 +31,10 @@ from spamd.frontends.spamc.protocol import (
     SpamcRequestError,
     protocol_error,
 )
-from spamd.message import looks_like_message
-from spamd.model import Verdict
-from spamd.scoring import Scorer, explanation, message_id
-from spamd.training import Outcome
+from spamd.mail.message import looks_like_message
+from spamd.model.bayes import Verdict
+from spamd.engine.scoring import Scorer, explanation, message_id
+from spamd.learning.outcomes import Outcome
 
 log = structlog.get_logger()
 

@@ -26,7 +26,7 @@ from redis.exceptions import (
 )
 from redis.retry import Retry
 
-from spamd.addresses import CLUSTER_SCHEMES, parse_cluster_url
+from spamd.config.addresses import CLUSTER_SCHEMES, parse_cluster_url
 from spamd.config import RedisConfig
 from spamd.errors import StoreError, StoreUnavailableError
 

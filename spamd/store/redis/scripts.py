@@ -4,14 +4,14 @@ Texts only: which keys they get and how their replies are read is spamd.store.re
 and spamd.store.redis.users'. Each script touches the keys of one slot (a cluster runs no other).
 """
 
-from spamd.users import TRIM_SLACK
+from spamd.people.users import TRIM_SLACK
 
 # KEYS: ham, spam, totals, ledger, ledger:order, events, outcomes, users
 # ARGV: op ("train" | "untrain"), ledger key, label, user (0/1), source, time,
 #       ledger_max_entries, events_max, user name ("" for none), users.max_users,
 #       then n bucket ids and n stored counts.
 # Returns {outcome, seq, apply, from, ledger value, expired user names}. Mirrors
-# spamd.training.Trainer and spamd.store.records.apply_record for the shared counts.
+# spamd.engine.trainer.Trainer and spamd.store.records.apply_record for the shared counts.
 #
 # A training that names a user also leaves its user's layer a change to apply, which a
 # second script does on the user's slot (spamd.store.redis.users). Until that is

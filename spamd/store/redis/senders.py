@@ -1,4 +1,4 @@
-"""Where each user's mail from a sender ends up (spamd/senders.py), in Redis: every daemon counts into one place.
+"""Where each user's mail from a sender ends up (spamd/people/senders.py), in Redis: every daemon counts into one place.
 
 Keys of one user, on the user's slot (hash tag `{u:NAME}`, as the user's layer):
 
@@ -23,8 +23,8 @@ import structlog
 
 from spamd.config import UsersConfig
 from spamd.errors import StoreUnavailableError
-from spamd.model import Label, Score
-from spamd.senders import moved_score, way_of
+from spamd.model.bayes import Label, Score
+from spamd.people.senders import moved_score, way_of
 from spamd.store.redis.connect import Script, user_hash_tag
 from spamd.store.redis.state import RedisState
 
@@ -105,7 +105,7 @@ def sender_keys_of(prefix: str, user: str) -> list[str]:
 
 
 class RedisSenders:
-    """spamd.senders.SenderReputation's interface over Redis (the Engine's `senders` with `[redis] url`)."""
+    """spamd.people.senders.SenderReputation's interface over Redis (the Engine's `senders` with `[redis] url`)."""
 
     def __init__(self, state: RedisState, config: UsersConfig):
         self.state = state

@@ -15,12 +15,12 @@ import numpy as np
 import redis
 import structlog
 
-from spamd.classifier import Analyzed
-from spamd.addresses import redact_url
+from spamd.learning.classifier import Analyzed
+from spamd.config.addresses import redact_url
 from spamd.config import Config, ModelConfig
 from spamd.errors import CorruptStateError, StoreError, StoreUnavailableError
-from spamd.families import count_settings
-from spamd.model import Label, MultinomialNB
+from spamd.model.families import count_settings
+from spamd.model.bayes import Label, MultinomialNB
 from spamd.store.records import Ledger
 from spamd.store.snapshot import check_count_settings
 from spamd.store.redis.connect import NOT_UNAVAILABLE, UNAVAILABLE, Script, connect, is_cluster, model_keys

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from spamd.config import Config
 from spamd.errors import CorruptStateError, StoreError, StoreUnavailableError
-from spamd.model import Label
+from spamd.model.bayes import Label
 from spamd.store.local import Recovery, Store
 from spamd.store.redis.senders import RedisSenders
 from spamd.store.redis.state import RedisState

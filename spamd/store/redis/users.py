@@ -39,14 +39,14 @@ from typing import Any
 import numpy as np
 import structlog
 
-from spamd.classifier import Analyzed
+from spamd.learning.classifier import Analyzed
 from spamd.config import UsersConfig
 from spamd.errors import StoreUnavailableError
-from spamd.model import Contribution, Features, Label, MultinomialNB, Score, features_of
+from spamd.model.bayes import Contribution, Features, Label, MultinomialNB, Score, features_of
 from spamd.store.redis.connect import Script, user_keys
 from spamd.store.redis.scripts import ACK_LUA, SCORE_LUA, USER_LUA
 from spamd.store.redis.state import RedisState, SharedTraining
-from spamd.users import (
+from spamd.people.users import (
     SharedCounts,
     UserLayer,
     UserLayers,
@@ -138,7 +138,7 @@ class RedisUsers:
         return shared, layer, scoring_table(layer, model.config, self.config.backoff, layer_tokens)
 
     def score_for(self, model: Any, user_name: str, features: Features) -> Score:
-        """`user_name`'s score (spamd.users.score_for_user's rule): the shared counts and theirs of the message's tokens."""
+        """`user_name`'s score (spamd.people.users.score_for_user's rule): the shared counts and theirs of the message's tokens."""
         if len(features) == 0:
             return model.score(features)
         return score_counts_for_user(*self._joined(model, user_name, features), features)

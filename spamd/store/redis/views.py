@@ -10,19 +10,19 @@ from typing import Any
 
 import numpy as np
 
-from spamd.classifier import Analyzed, score_as_delivered
-from spamd.model import Contribution, Features, Label, MultinomialNB, Score, explain_counts, features_of, score_counts, verdict_of
+from spamd.learning.classifier import Analyzed, score_as_delivered
+from spamd.model.bayes import Contribution, Features, Label, MultinomialNB, Score, explain_counts, features_of, score_counts, verdict_of
 from spamd.store.redis.state import UNTRAINED, RedisState
 from spamd.store.redis.users import RedisUsers
-from spamd.training import Outcome, left_unlearned
-from spamd.users import check_user_name, user_ledger_key
+from spamd.learning.outcomes import Outcome, left_unlearned
+from spamd.people.users import check_user_name, user_ledger_key
 
 
 class RedisModel:
     """The model as the Engine and Classifier use it (score, explain, totals), read from Redis on each call.
 
     Does not learn: training goes through RedisTrainer's script. Scores with the
-    embedded model's own functions (spamd.model.score_counts), so the numbers are the same.
+    embedded model's own functions (spamd.model.bayes.score_counts), so the numbers are the same.
     """
 
     def __init__(self, state: RedisState, config: Any):
@@ -88,7 +88,7 @@ class RedisLedger:
 
 
 class RedisTrainer:
-    """spamd.training.Trainer's interface, each training one atomic script in Redis (learned once, across daemons).
+    """spamd.engine.trainer.Trainer's interface, each training one atomic script in Redis (learned once, across daemons).
 
     Keeps no ledger of its own: every daemon on the same Redis sees the same one.
     """
@@ -114,7 +114,7 @@ class RedisTrainer:
             return score_as_delivered(self.model, self.users, self.state.config.users, analyzed.features, user_name)
 
         if left_unlearned(self.model.config, label, source, now_if_new):
-            self.events[(source, Outcome.CONFIDENT.value)] += 1  # thick threshold, as spamd.training.Trainer (this daemon's count)
+            self.events[(source, Outcome.CONFIDENT.value)] += 1  # thick threshold, as spamd.engine.trainer.Trainer (this daemon's count)
             return Outcome.CONFIDENT
         return self._run("train", analyzed, label, user, source, user_name)
 

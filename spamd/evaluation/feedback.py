@@ -18,7 +18,7 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field
 
-from spamd.model import Label, Verdict
+from spamd.model.bayes import Label, Verdict
 
 FEEDBACKS = ("full", "errors", "people")
 
@@ -75,7 +75,7 @@ class Protocol:
         """The source the trainer is told for an event's `source`.
 
         Under errors and people a person's label is a move, which the daemon always learns
-        ("person": spamd.training's thick threshold is for labels no person gave message by
+        ("person": spamd.engine.trainer's thick threshold is for labels no person gave message by
         message); under full feedback every message's label is, as TREC gives it (PERSON).
         """
         return "person" if source == PERSON and self.feedback != "full" else source

@@ -22,8 +22,8 @@ from __future__ import annotations
 import numpy as np
 
 from spamd.config import ModelConfig
-from spamd.message import ParsedMessage
-from spamd.tokenize import words
+from spamd.mail.message import ParsedMessage
+from spamd.mail.tokenize import words
 
 NGRAM_PREFIX = "g:"
 # Pairs of the body's words at distance 1..OSB_REACH (CRM114's OSB), among its first

@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from spamd.errors import SpamdError
-from spamd.families import is_weighted
-from spamd.feedback import SETTLED, Event, Feedback, Protocol
-from spamd.message import looks_like_message, read_message_file
-from spamd.model import Label, Verdict
-from spamd.users import is_user_name
+from spamd.model.families import is_weighted
+from spamd.evaluation.feedback import SETTLED, Event, Feedback, Protocol
+from spamd.mail.message import looks_like_message, read_message_file
+from spamd.model.bayes import Label, Verdict
+from spamd.people.users import is_user_name
 
 if TYPE_CHECKING:
-    from spamd.classifier import Classifier
+    from spamd.learning.classifier import Classifier
     from spamd.config import Config
 
 Prepared = TypeVar("Prepared")  # what the caller's analysis makes of a message
@@ -38,7 +38,7 @@ class IndexEntry:
     label: Label
     name: str  # the path as written in the index
     path: Path  # resolved against the index's directory
-    user: str | None = None  # an optional third field: whose mail it is (spamd/users.py)
+    user: str | None = None  # an optional third field: whose mail it is (spamd/people/users.py)
 
 
 def read_index(index: Path) -> list[IndexEntry]:
@@ -281,8 +281,8 @@ def _read_and_analyze(classifier: "Classifier", paths: list[str]) -> AnalyzedChu
 
 def _unpacked(entries: list[IndexEntry], chunk: AnalyzedChunk) -> Batch:
     """A worker's answer as the Batch `read_batches` would have made of the same entries."""
-    from spamd.classifier import Analyzed
-    from spamd.model import Features
+    from spamd.learning.classifier import Analyzed
+    from spamd.model.bayes import Features
 
     keys, senders, ids, counts, lengths, failed, weights = chunk
     ends = np.cumsum(lengths).tolist()
@@ -303,7 +303,7 @@ def analyze_in_workers(config: "Config", entries: list[IndexEntry], jobs: int) -
     the same scores as one process, to the last digit (tests/test_evaluation.py).
     Batches stop at BATCH_MESSAGES only (workers read the files; sizes are not known here).
     """
-    from spamd.classifier import AnalysisWorkers
+    from spamd.learning.classifier import AnalysisWorkers
 
     chunks = [entries[i : i + BATCH_MESSAGES] for i in range(0, len(entries), BATCH_MESSAGES)]
     with AnalysisWorkers(config, jobs) as workers:
@@ -453,9 +453,9 @@ def evaluate_index(
     import dataclasses
     import tempfile
 
-    from spamd.classifier import Analyzed
-    from spamd.engine import Engine
-    from spamd.model import Verdict
+    from spamd.learning.classifier import Analyzed
+    from spamd.engine.engine import Engine
+    from spamd.model.bayes import Verdict
 
     entries = read_index(index)
     with tempfile.TemporaryDirectory(prefix="spamd-eval-") as tmp:
@@ -555,7 +555,7 @@ def eval_command(
         except OSError as e:
             raise SpamdError(f"{results}: cannot write results: {e.strerror}") from None
     if plot is not None:
-        from spamd.plots import plot_roc  # optional matplotlib: only when asked
+        from spamd.evaluation.plots import plot_roc  # optional matplotlib: only when asked
 
         scores = np.array([r.score for r in found], dtype=np.float64)
         is_spam = np.array([r.gold == Label.SPAM for r in found], dtype=bool)

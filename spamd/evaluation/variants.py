@@ -27,7 +27,7 @@ from collections.abc import Callable
 from email.message import Message
 from pathlib import Path
 
-from spamd.evaluation import read_index, read_mail
+from spamd.evaluation.trec import read_index, read_mail
 
 _HEADER_END_RE = re.compile(rb"\r?\n\r?\n")
 _FIELD_NAME_RE = re.compile(rb"^([!-9;-~]+):", re.MULTILINE)

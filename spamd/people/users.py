@@ -7,7 +7,7 @@ scored with the shared counts and that user's counts of the same tokens
 (`score_for_user`); a user without a layer, or whose layer holds none of the
 message's tokens, is scored by the shared model itself, to the last bit.
 
-This module does not journal and keeps no ledger: spamd.training does, and
+This module does not journal and keeps no ledger: spamd.engine.trainer does, and
 spamd.store.records applies each record to the shared model and the layer alike.
 """
 
@@ -24,8 +24,8 @@ import numpy as np
 
 from spamd.config import ModelConfig, UsersConfig
 from spamd.errors import SpamdError
-from spamd.estimation import log_masses
-from spamd.model import (
+from spamd.model.estimation import log_masses
+from spamd.model.bayes import (
     Contribution,
     Features,
     Label,

@@ -1,7 +1,7 @@
 """The one path from raw bytes to features and a score, shared by the daemon, spamctl and eval.
 
 bytes -> strip spamd's own headers -> parse (capped) -> tokens -> hashed features -> score.
-It does not learn: `spamd.training.Trainer` does, through the journal and ledger.
+It does not learn: `spamd.engine.trainer.Trainer` does, through the journal and ledger.
 """
 
 from __future__ import annotations
@@ -13,18 +13,18 @@ from typing import Any, TypeVar
 
 
 from spamd.config import Config, UsersConfig
-from spamd.families import with_families
-from spamd.gc_tuning import tune_gc_for_message_streams
-from spamd.message import parse_message, strip_own_headers, stripped_message_key
-from spamd.model import Features, MultinomialNB, Score, featurize
-from spamd.senders import SenderCounts, sender_keys
-from spamd.tokenize import tokenize
-from spamd.users import LayerScorer
+from spamd.model.families import with_families
+from spamd.runtime.gc_tuning import tune_gc_for_message_streams
+from spamd.mail.message import parse_message, strip_own_headers, stripped_message_key
+from spamd.model.bayes import Features, MultinomialNB, Score, featurize
+from spamd.people.senders import SenderCounts, sender_keys
+from spamd.mail.tokenize import tokenize
+from spamd.people.users import LayerScorer
 
 
 @dataclass(frozen=True, slots=True)
 class Analyzed:
-    """A message ready to score or learn: its ledger key, its features and who it is from (spamd.senders)."""
+    """A message ready to score or learn: its ledger key, its features and who it is from (spamd.people.senders)."""
 
     key: bytes
     features: Features
@@ -56,7 +56,7 @@ class Classifier:
         stage that runs over a batch keeps its code and data in the CPU's caches;
         one message at a time, each stage evicts the last: `spamctl eval` on
         trec07p-dev 871 -> 1,092 msgs/s in batches of 64 (median of 3 runs each,
-        interleaved; see spamd.evaluation).
+        interleaved; see spamd.evaluation.trec).
         """
         stripped = [strip_own_headers(raw) for raw in raws]  # once: for the key and for the tokens
         parsed = [parse_message(message, self.config.parser) for message in stripped]
@@ -73,7 +73,7 @@ class Classifier:
 
     def score(self, analyzed: Analyzed, user_name: str | None = None) -> Score:
         """The shared model's score, or `user_name`'s: with their layer ([users] token_moves) and where their
-        mail from the message's senders ends up (spamd/senders.py); the shared one if neither says anything."""
+        mail from the message's senders ends up (spamd/people/senders.py); the shared one if neither says anything."""
         score = score_as_delivered(self.model, self.users, self.config.users, analyzed.features, user_name)
         if self.senders is None or user_name is None or not self.config.users.score_per_user:
             return score

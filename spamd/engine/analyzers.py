@@ -9,11 +9,11 @@ training and every reply stay on the loop, in arrival order per process.
 Nothing depends on a helper being there. A message it cannot answer for (it
 exited, was killed, took longer than `answer_timeout_s`, or its analysis raised)
 is analyzed on the loop instead, exactly as without helpers, and a replacement
-process is started. The helpers run `python -m spamd.analyzers FD`: a fresh
+process is started. The helpers run `python -m spamd.engine.analyzers FD`: a fresh
 interpreter (no fork of a threaded daemon) that exits when the daemon's end of
 its socket closes, SIGKILL of the daemon included.
 
-The frames are spamd.helper_processes'. The configuration is pickle((ParserConfig,
+The frames are spamd.runtime.helper_processes'. The configuration is pickle((ParserConfig,
 ModelConfig)); work is the message's bytes; an answer is b"A" + key length (2 bytes) +
 key + ids + counts (uint32 each), b"W" the same + the ids' family weights (float64,
 when a [model] family weighs other than 1), or b"E" + the error's text.
@@ -28,15 +28,15 @@ import sys
 
 import numpy as np
 
-from spamd.classifier import Analyzed, Classifier, usable_cores
+from spamd.learning.classifier import Analyzed, Classifier, usable_cores
 from spamd.config import Config
-from spamd.gc_tuning import tune_gc_for_message_streams
-from spamd.helper_processes import HelperProcesses, HelperUnavailable, frame, frames, ignore_stop_signals
-from spamd.model import Features
-from spamd.scheduling import yield_to_the_loop
+from spamd.runtime.gc_tuning import tune_gc_for_message_streams
+from spamd.runtime.helper_processes import HelperProcesses, HelperUnavailable, frame, frames, ignore_stop_signals
+from spamd.model.bayes import Features
+from spamd.runtime.scheduling import yield_to_the_loop
 
 _KEY_LENGTH = struct.Struct("!H")
-_SENDERS = struct.Struct("!B")  # how many sender keys (uint64, spamd.senders) follow the key
+_SENDERS = struct.Struct("!B")  # how many sender keys (uint64, spamd.people.senders) follow the key
 
 
 class AnalysisUnavailable(HelperUnavailable):
@@ -51,7 +51,7 @@ def default_processes() -> int:
 class AnalysisProcesses(HelperProcesses[Analyzed]):
     """Helper processes that analyze messages for the loop; `analyze` picks the least busy."""
 
-    module = "spamd.analyzers"
+    module = "spamd.engine.analyzers"
     kind = "analysis"
     fallback = "messages are analyzed on the loop"
     unavailable = AnalysisUnavailable

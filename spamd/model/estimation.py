@@ -1,8 +1,8 @@
 """Estimation choices beside the plain log-odds, switched in [model]: Rennie's weight normalization and the class prior.
 
 Pure functions over count arrays and class totals; both switches are off by default
-and then none of this runs (spamd.model takes its plain path, to the bit). Does not
-hold the model: spamd.model keeps the per-class log masses these read.
+and then none of this runs (spamd.model.bayes takes its plain path, to the bit). Does not
+hold the model: spamd.model.bayes keeps the per-class log masses these read.
 
 Weight normalization (Rennie et al. 2003, WCNB): each class's vector of log P(t|c)
 over the buckets seen is divided by its L1 norm before the two are subtracted, so a

@@ -17,11 +17,11 @@ from typing import Any
 
 import structlog
 
-from spamd.analyzers import AnalysisProcesses, AnalysisUnavailable
-from spamd.engine import Classified, Engine
-from spamd.message import split_head_body, with_own_headers
-from spamd.model import Contribution, Label, Score, Verdict
-from spamd.training import Outcome
+from spamd.engine.analyzers import AnalysisProcesses, AnalysisUnavailable
+from spamd.engine.engine import Classified, Engine
+from spamd.mail.message import split_head_body, with_own_headers
+from spamd.model.bayes import Contribution, Label, Score, Verdict
+from spamd.learning.outcomes import Outcome
 
 log = structlog.get_logger()
 

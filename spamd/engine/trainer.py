@@ -6,12 +6,12 @@ journal record. The journal record is fsynced before the model changes and
 before the caller hears the outcome, so an acknowledged training survives a
 power cut. The trainer knows where an event came from only as a `source` tag.
 
-A training may name a user (`user_name`, spamd/users.py): it then teaches that
+A training may name a user (`user_name`, spamd/people/users.py): it then teaches that
 user's layer and the shared model in one record, and the ledger holds one entry
 per (user, message), so the same message trained by two people counts for each.
 
 A new label that comes from no person's decision on that message (spamd's own filing
-settled or autolearned, an evaluation's stream of labels: spamd.accuracy.NOT_A_PERSON)
+settled or autolearned, an evaluation's stream of labels: spamd.people.accuracy.NOT_A_PERSON)
 is not learned when the message's score already says it by `[model] train_margin`
 (thick-threshold training, `confidently_right`); the ledger does not hold it, so a later
 correction learns it as new. A person's move, TELL, train or click is always learned.
@@ -23,47 +23,14 @@ import math
 import time
 from collections import Counter
 from collections.abc import Callable
-from enum import Enum
 
-from spamd.accuracy import NOT_A_PERSON
-from spamd.classifier import Analyzed, score_as_delivered
+from spamd.learning.classifier import Analyzed, score_as_delivered
 from spamd.config import ModelConfig, UsersConfig
-from spamd.families import count_settings
-from spamd.model import Label, MultinomialNB, Score, Verdict
+from spamd.model.families import count_settings
+from spamd.model.bayes import Label, MultinomialNB, Score, Verdict
+from spamd.learning.outcomes import Outcome, left_unlearned
 from spamd.store import Ledger, Store, TrainingRecord, apply_record
-from spamd.users import UserLayers, user_ledger_key
-
-
-class Outcome(str, Enum):
-    LEARNED = "learned"  # new to the model
-    CORRECTED = "corrected"  # was trained with the other label; moved
-    REPEAT = "skipped_repeat"  # already trained this way; nothing changed
-    UNLEARNED = "unlearned"  # removed from the model
-    NOT_TRAINED = "not_trained"  # untrain of a message the model does not hold
-    DECLINED = "declined"  # autolearn that would override a person's decision
-    CONFIDENT = "skipped_confident"  # no person's label, new, already scored this way by train_margin: not learned
-
-
-def left_unlearned(config: ModelConfig, label: Label, source: str, score: Callable[[], Score | None]) -> bool:
-    """Whether the thick threshold leaves a new label: no person's (NOT_A_PERSON), and `score()`, the message's
-    score now as its user's mail is scored, files it that way by [model] train_margin.
-
-    `score` is called only when the rule can apply; it answers None where it does not after all
-    (a store that finds the message already trained).
-    """
-    margin = config.train_margin
-    if margin == math.inf or source not in NOT_A_PERSON:
-        return False
-    now = score()
-    return now is not None and confidently_right(now, label, margin)
-
-
-def confidently_right(score: Score, label: Label, margin: float) -> bool:
-    """Whether thick-threshold training leaves a message: its verdict is `label`, by at least `margin`.
-
-    [model] train_margin's measurements are in spamd.config.sections.
-    """
-    return score.verdict is (Verdict.SPAM if label == Label.SPAM else Verdict.HAM) and abs(score.log_odds) >= margin
+from spamd.people.users import UserLayers, user_ledger_key
 
 
 class Trainer:

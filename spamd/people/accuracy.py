@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from spamd.model import Label, Verdict
+from spamd.model.bayes import Label, Verdict
 
 # Ways a message comes in; the label of `spamd_messages_scored_total`.
 WAYS_IN = ("smtp", "milter", "spamc", "maildir")

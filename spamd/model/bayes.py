@@ -16,8 +16,8 @@ import numpy as np
 import xxhash
 
 from spamd.config import ModelConfig
-from spamd.estimation import log_mass, log_masses, normalized_log_odds, prior_log_odds
-from spamd.families import token_weights
+from spamd.model.estimation import log_mass, log_masses, normalized_log_odds, prior_log_odds
+from spamd.model.families import token_weights
 
 
 class Label(IntEnum):
@@ -44,7 +44,7 @@ class Features:
 
     ids: np.ndarray  # uint32, sorted, unique
     counts: np.ndarray  # uint32, >= 1
-    # float64 per id (spamd/families.py); None: every id weighs 1, the default and the fast path.
+    # float64 per id (spamd/model/families.py); None: every id weighs 1, the default and the fast path.
     weights: np.ndarray | None = None
 
     def __len__(self) -> int:
@@ -137,7 +137,7 @@ class MultinomialNB:
         self.token_totals = np.zeros(2, dtype=np.int64)  # sum of counts per class
         self.doc_totals = np.zeros(2, dtype=np.int64)  # messages learned per class
         self.distinct = 0  # buckets with a non-zero count in either class
-        # weight_normalization only: the per-class log masses (spamd.estimation), kept by
+        # weight_normalization only: the per-class log masses (spamd.model.estimation), kept by
         # learn and unlearn, recounted when the totals say the counts changed otherwise.
         self._log_masses: np.ndarray | None = None
         self._log_masses_of: tuple[float, ...] = ()
@@ -287,7 +287,7 @@ def token_log_odds(
     These are also the weights of complement naive Bayes (Rennie et al. 2003): with two
     classes the complement of spam is ham, so CNB's log P(t|not ham) - log P(t|not spam)
     is this very difference (docs/accuracy.md). With weight_normalization, each class's
-    log P(t|c) is divided by its L1 norm first (spamd.estimation; `masses` the model's
+    log P(t|c) is divided by its L1 norm first (spamd.model.estimation; `masses` the model's
     class_log_masses, required then).
     """
     alpha = config.alpha

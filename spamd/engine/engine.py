@@ -12,15 +12,16 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from spamd.accuracy import LiveAccuracy, is_person
-from spamd.classifier import Analyzed, Classifier
+from spamd.people.accuracy import LiveAccuracy, is_person
+from spamd.learning.classifier import Analyzed, Classifier
 from spamd.config import Config
 from spamd.errors import CorruptStateError, StoreError
-from spamd.model import Contribution, Label, Score, Verdict
-from spamd.senders import SenderCounts, SenderReputation
+from spamd.model.bayes import Contribution, Label, Score, Verdict
+from spamd.people.senders import SenderCounts, SenderReputation
 from spamd.store import LoadedState, Recovery, StateStore, Store, TrainerLike, decode_snapshot, encode_snapshot
-from spamd.training import Outcome, Trainer
-from spamd.users import is_user_name
+from spamd.engine.trainer import Trainer
+from spamd.learning.outcomes import Outcome
+from spamd.people.users import is_user_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +46,7 @@ class Engine:
         self.trainer = trainer
         self.model = trainer.model
         self.users = trainer.users  # per-user layers: UserLayers, or RedisUsers with the model in Redis
-        # Where each user's mail from each sender ended up (spamd/senders.py), persisted in snapshots.
+        # Where each user's mail from each sender ended up (spamd/people/senders.py), persisted in snapshots.
         self.senders = senders if senders is not None else new_senders(config)
         self.classifier = Classifier(config, trainer.model, self.users, self.senders)
         self.recovery = recovery
@@ -55,7 +56,7 @@ class Engine:
         self.scored_before: Counter[str] = Counter(
             {k.removeprefix("scored:"): v for k, v in (counters or {}).items() if k.startswith("scored:")}
         )
-        # What people's moves say of spamd's verdicts (spamd/accuracy.py), persisted in snapshots.
+        # What people's moves say of spamd's verdicts (spamd/people/accuracy.py), persisted in snapshots.
         self.live = live if live is not None else LiveAccuracy(config.store.ledger_max_entries)
         self.live_changes = 0  # mutations of `live`, so a shutdown knows a snapshot is worth it
         self._saved_live_changes = 0
@@ -91,7 +92,7 @@ class Engine:
         """Apply a reloaded config's live settings: thresholds, smoothing, parser caps, snapshot policy.
 
         Does not resize the model or move the state: the caller keeps `hash_bits`, the
-        families' count settings (spamd/families.py), `data_dir` and the store settings
+        families' count settings (spamd/model/families.py), `data_dir` and the store settings
         unchanged (they need a restart); the families' weights apply at once.
         """
         self.config = config
@@ -153,14 +154,14 @@ class Engine:
         self, key: bytes, verdict: Verdict, way_in: str, user_name: str | None = None, senders: tuple[int, ...] = ()
     ) -> None:
         """spamd's verdict on a message it delivered or answered, for live accuracy (no I/O); with the
-        user it was filed for, where that user's mail from its senders went (spamd/senders.py)."""
+        user it was filed for, where that user's mail from its senders went (spamd/people/senders.py)."""
         self.live.scored(key, verdict, way_in)
         self.live_changes += 1
         if user_name is not None:
             self.senders.delivered(user_name, key, senders, verdict is Verdict.SPAM)
 
     def record_move(self, analyzed: Analyzed, label: Label, source: str, user: bool, user_name: str | None) -> None:
-        """A person's label: a move into or out of Junk for the user's senders (spamd/senders.py),
+        """A person's label: a move into or out of Junk for the user's senders (spamd/people/senders.py),
         unless spamd gave it (autolearn, settled mail)."""
         if user and source not in SPAMDS_OWN and self.senders.moved(analyzed.key, label, user_name, analyzed.senders):
             self.live_changes += 1

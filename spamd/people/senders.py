@@ -13,7 +13,7 @@ mail to them now lies, their next message from it is filed that way: the score
 moves by PUSH and at least to FLOOR past the middle. A list that relays the odd
 spam does not turn: its copies lie mostly in the inbox, whatever the person moved.
 
-Pure state with no I/O, like spamd.accuracy.LiveAccuracy: the Engine records the
+Pure state with no I/O, like spamd.people.accuracy.LiveAccuracy: the Engine records the
 deliveries and moves, and persists the state in snapshots (deliveries since the
 last snapshot are lost in a crash; moves replayed from the journal are counted
 again against the deliveries the snapshot remembers).
@@ -28,11 +28,11 @@ from typing import Any, Protocol
 
 import xxhash
 
-from spamd.message import ParsedMessage
-from spamd.model import Label, Score, verdict_of
+from spamd.mail.message import ParsedMessage
+from spamd.model.bayes import Label, Score, verdict_of
 
 # How far a sender's verdict moves a message's score (mean log-odds; the spam cut is
-# 0.315, spamd.model.PROBABILITY_SLOPE), and how far past the middle it lands at
+# 0.315, spamd.model.bayes.PROBABILITY_SLOPE), and how far past the middle it lands at
 # least. Measured online (an in-process replay of scripts/multi_user_stream.py) on
 # nine disputed lists (spamassassin: freshrpms, ilug, razor-users, spamassassin-talk,
 # exmh-workers; trec07p-dev: r-help, samba-cvs, perl6-internals, beginners.perl) and

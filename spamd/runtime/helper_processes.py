@@ -2,7 +2,7 @@
 
 The loop owns the model and every reply; work that needs neither (analysing a
 message, writing one into a Maildir) can run in a helper process, where it takes
-no turn of the loop's GIL. `spamd.analyzers` and `spamd.frontends.delivery` are
+no turn of the loop's GIL. `spamd.engine.analyzers` and `spamd.frontends.delivery` are
 the two kinds. Nothing depends on a helper being there: a request no helper can
 take, or one whose helper exited, was killed or did not answer within
 `answer_timeout_s`, fails with the kind's `Unavailable` error and the caller does
