@@ -87,7 +87,9 @@ CANDIDATES = [
     Candidate("cng5-w0.3", {"char_ngrams": 5, "ngram_weight": 0.3}),
     Candidate("osb+cng4-w0.3", {"osb": True, "osb_weight": 0.3, "char_ngrams": 4, "ngram_weight": 0.3}),
     # The same in four times the buckets: the families' collisions with the tokens, thinned.
-    Candidate("osb+cng4-w0.3-bits24", {"osb": True, "osb_weight": 0.3, "char_ngrams": 4, "ngram_weight": 0.3, "hash_bits": 24}),
+    Candidate(
+        "osb+cng4-w0.3-bits24", {"osb": True, "osb_weight": 0.3, "char_ngrams": 4, "ngram_weight": 0.3, "hash_bits": 24}
+    ),
     Candidate("alpha0.1", {"alpha": 0.1}),
     Candidate("evidence6", {"evidence_prior": 6.0}),
     Candidate("evidence9", {"evidence_prior": 9.0}),
@@ -166,7 +168,9 @@ def features(config: ModelConfig, item: Analyzed, family_tables: bool) -> Featur
     )
 
 
-def run(candidate: Candidate, stream: list[tuple[bool, Analyzed]], protocol: str, family_tables: bool = False) -> tuple[float, int, float]:
+def run(
+    candidate: Candidate, stream: list[tuple[bool, Analyzed]], protocol: str, family_tables: bool = False
+) -> tuple[float, int, float]:
     """One online run under `protocol` (spamd.evaluation.feedback's full, errors or people, seed 1): (1-ROCA)%, trained, Unsure%."""
     config = ModelConfig(**candidate.model)  # type: ignore[arg-type]
     tables = 1 + config.osb + bool(config.char_ngrams) if family_tables else 1
@@ -229,21 +233,41 @@ def _job(task: tuple[Candidate, str, Path, str, bool]) -> tuple[str, str, str, f
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog="candidates: " + ", ".join(_BY_NAME))
     parser.add_argument("index", type=Path, nargs="+")
-    parser.add_argument("--variants", default="original", help="comma-separated names from spamd.evaluation.variants, or 'all'")
-    parser.add_argument("--candidates", default="all", help="comma-separated candidate names (the default is always run)")
-    parser.add_argument("--feedback", default="full,errors,people", help="comma-separated: full, errors, people (seed 1)")
-    parser.add_argument("--family-tables", action="store_true",
-                        help="hash each family into a table of its own (spamd hashes them all into one)")
-    parser.add_argument("--time", action="store_true",
-                        help="only time each candidate's score and learn_one on the first stream, one process (no table of accuracy)")
+    parser.add_argument(
+        "--variants", default="original", help="comma-separated names from spamd.evaluation.variants, or 'all'"
+    )
+    parser.add_argument(
+        "--candidates", default="all", help="comma-separated candidate names (the default is always run)"
+    )
+    parser.add_argument(
+        "--feedback", default="full,errors,people", help="comma-separated: full, errors, people (seed 1)"
+    )
+    parser.add_argument(
+        "--family-tables",
+        action="store_true",
+        help="hash each family into a table of its own (spamd hashes them all into one)",
+    )
+    parser.add_argument(
+        "--time",
+        action="store_true",
+        help="only time each candidate's score and learn_one on the first stream, one process (no table of accuracy)",
+    )
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write every stream's figures here")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "spamd-ablate-model")
     args = parser.parse_args()
-    names = list(_BY_NAME) if args.candidates == "all" else ["default", *[n for n in args.candidates.split(",") if n != "default"]]
+    names = (
+        list(_BY_NAME)
+        if args.candidates == "all"
+        else ["default", *[n for n in args.candidates.split(",") if n != "default"]]
+    )
     unknown = [n for n in names if n not in _BY_NAME]
     if unknown:
         parser.error(f"unknown candidates: {', '.join(unknown)}")
-    variants = [v for v in VARIANTS if v != "original"] if args.variants == "all" else [v for v in args.variants.split(",") if v != "original"]
+    variants = (
+        [v for v in VARIANTS if v != "original"]
+        if args.variants == "all"
+        else [v for v in args.variants.split(",") if v != "original"]
+    )
     protocols = args.feedback.split(",")
     args.work.mkdir(parents=True, exist_ok=True)
     caches: list[tuple[str, Path]] = []
@@ -262,7 +286,9 @@ def main() -> int:
             print(f"analyzed {name}: {size} messages", file=sys.stderr)
     if args.time:
         stream = pickle.loads(caches[0][1].read_bytes())
-        print(f"| candidate | score us/msg | learn_one us/msg |  ({caches[0][0]}, full feedback, best of 3)\n|---|---|---|")
+        print(
+            f"| candidate | score us/msg | learn_one us/msg |  ({caches[0][0]}, full feedback, best of 3)\n|---|---|---|"
+        )
         for n in names:
             scoring, learning = model_time(_BY_NAME[n], stream)
             print(f"| {n} | {scoring:.1f} | {learning:.1f} |")
@@ -276,13 +302,19 @@ def main() -> int:
         for candidate, protocol, name, roca, trained, unsure in pool.imap_unordered(_job, tasks):
             results[candidate, protocol, name] = (roca, trained, unsure)
     first, second = caches[0][0], caches[min(len(caches) - 1, 1 + len(variants))][0]
-    header = "| candidate | " + " | ".join(f"{p}: geo-mean ratio | worst | {first} | {second} | Unsure %" for p in protocols) + " |"
+    header = (
+        "| candidate | "
+        + " | ".join(f"{p}: geo-mean ratio | worst | {first} | {second} | Unsure %" for p in protocols)
+        + " |"
+    )
     print(header)
     print("|" + "---|" * (1 + 5 * len(protocols)))
     for n in names:
         cells = [n]
         for p in protocols:
-            ratios = [results[n, p, s][0] / results["default", p, s][0] for s, _ in caches if results["default", p, s][0] > 0]
+            ratios = [
+                results[n, p, s][0] / results["default", p, s][0] for s, _ in caches if results["default", p, s][0] > 0
+            ]
             unsure = sum(results[n, p, s][2] for s, _ in caches) / len(caches)
             cells += [f"{math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}", f"{max(ratios):.2f}",
                       f"{results[n, p, first][0]:.4f}", f"{results[n, p, second][0]:.4f}", f"{unsure:.1f}"]  # fmt: skip

@@ -102,7 +102,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-postfix-") as tmp:
         work = Path(tmp)
         reinject, smtp_port, milter_port = free_port(), free_port(), free_port()
-        config = write_config(work / "spamd.toml", f'[smtp]\nmode = "relay"\nnext_hop_port = {reinject}\n[maildir]\nfsync = false\n')
+        config = write_config(
+            work / "spamd.toml", f'[smtp]\nmode = "relay"\nnext_hop_port = {reinject}\n[maildir]\nfsync = false\n'
+        )
         config.write_text(config.read_text().replace("hash_bits = 16", "hash_bits = 22"))
         pretrain(work / "data", config, train)
         ports = {"none": 0, "milter": free_port(), "content_filter": free_port()}
@@ -137,14 +139,21 @@ def main() -> int:
                     results[way]["spamd_ms_p50"] = round(statistics.median(spent), 2)  # type: ignore[index]
         finally:
             spamd.kill()
-    results["setup"] = {"corpus": str(args.index), "trained": len(train), "clients": args.clients, "messages_per_way": len(messages)}
+    results["setup"] = {
+        "corpus": str(args.index),
+        "trained": len(train),
+        "clients": args.clients,
+        "messages_per_way": len(messages),
+    }
     if args.json:
         print(json.dumps(results, indent=2))
     else:
         for way in ("none", "milter", "content_filter"):
             r = results[way]
-            print(f"{way:15} {r['msgs_per_s']:7} msgs/s  client wait p50 {r['client_wait_ms_p50']} ms, p99 {r['client_wait_ms_p99']} ms"  # type: ignore[index]
-                  f"  spamd p50 {r.get('spamd_ms_p50', '-')} ms  arrived {r['arrived']}/{r['sent']} refused {r['refused']}")  # type: ignore[union-attr,index]
+            print(
+                f"{way:15} {r['msgs_per_s']:7} msgs/s  client wait p50 {r['client_wait_ms_p50']} ms, p99 {r['client_wait_ms_p99']} ms"  # type: ignore[index]
+                f"  spamd p50 {r.get('spamd_ms_p50', '-')} ms  arrived {r['arrived']}/{r['sent']} refused {r['refused']}"
+            )  # type: ignore[union-attr,index]
     return 0
 
 

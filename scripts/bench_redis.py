@@ -123,7 +123,9 @@ def main() -> int:
         redis.stop()
         shutil.rmtree(work, ignore_errors=True)
     embedded = statistics.median(r["msgs_per_s"] for r in results["embedded"])
-    print(f"\n{args.clients} clients, {len(messages)} messages, {args.rounds} round(s), redis appendfsync {args.appendfsync}; medians:")
+    print(
+        f"\n{args.clients} clients, {len(messages)} messages, {args.rounds} round(s), redis appendfsync {args.appendfsync}; medians:"
+    )
     for name, rounds in results.items():
         rate = statistics.median(r["msgs_per_s"] for r in rounds)
         p99 = statistics.median(r["p99"] for r in rounds)

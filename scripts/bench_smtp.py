@@ -74,7 +74,9 @@ def pretrain(data_dir: Path, config_file: Path, rows: list[tuple[str, bytes]], u
         engine.close()
 
 
-def start_daemon(data_dir: Path, config_file: Path, log_file: Path, profile: Path | None, tree: Path = ROOT) -> tuple[subprocess.Popen, int]:
+def start_daemon(
+    data_dir: Path, config_file: Path, log_file: Path, profile: Path | None, tree: Path = ROOT
+) -> tuple[subprocess.Popen, int]:
     log = open(log_file, "wb")
     runner = ["-m", "cProfile", "-o", str(profile)] if profile else []
     proc = subprocess.Popen(
@@ -149,7 +151,9 @@ def main() -> int:
              "the runs alternate between them, --rounds times each",
     )  # fmt: skip
     parser.add_argument(
-        "--web", choices=["off", "on"], action="append",
+        "--web",
+        choices=["off", "on"],
+        action="append",
         help="the web console off or listening (nobody looking); given twice, the runs alternate between them",
     )
     parser.add_argument(
@@ -164,7 +168,9 @@ def main() -> int:
              "between them: an A/B of two commits in the same run (git worktree add /tmp/old HEAD~1)",
     )  # fmt: skip
     parser.add_argument("--rounds", type=int, default=1, help="runs of each setting, interleaved")
-    parser.add_argument("--settle", type=float, default=420, help="longest wait (s) for file creation at rest before a round")
+    parser.add_argument(
+        "--settle", type=float, default=420, help="longest wait (s) for file creation at rest before a round"
+    )
     parser.add_argument("--resting-us", type=float, default=60, help="file creation cost (us) taken as at rest")
     args = parser.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # progress shows in a log file too
@@ -209,8 +215,14 @@ def main() -> int:
 
 
 def run_once(
-    args: argparse.Namespace, rows: list[tuple[str, bytes]], replay: list[bytes], processes: int | None, tree: Path, work: Path,
-    web: bool = False, users: int = 0,
+    args: argparse.Namespace,
+    rows: list[tuple[str, bytes]],
+    replay: list[bytes],
+    processes: int | None,
+    tree: Path,
+    work: Path,
+    web: bool = False,
+    users: int = 0,
 ) -> tuple[float, float, bool]:
     """One fresh spamd, pretrained, replayed to by the clients: (msgs/s, p99 latency in ms, every message delivered)."""
     config_file = work / "spamd.toml"
@@ -240,7 +252,9 @@ def run_once(
         shares = [replay[i :: args.clients] for i in range(args.clients)]
         latencies: list[float] = []
         errors: list[str] = []
-        threads = [threading.Thread(target=client, args=(port, share, latencies, errors, recipients)) for share in shares]
+        threads = [
+            threading.Thread(target=client, args=(port, share, latencies, errors, recipients)) for share in shares
+        ]
         client_cpu = time.process_time()
         started = time.perf_counter()
         for thread in threads:
@@ -255,7 +269,9 @@ def run_once(
         code = os.waitstatus_to_exitcode(status)
         proc.returncode = code
         cpu = usage.ru_utime + usage.ru_stime
-        print(f"spamd user {usage.ru_utime:.1f} s, system {usage.ru_stime:.1f} s, voluntary switches {usage.ru_nvcsw}, involuntary {usage.ru_nivcsw}")
+        print(
+            f"spamd user {usage.ru_utime:.1f} s, system {usage.ru_stime:.1f} s, voluntary switches {usage.ru_nvcsw}, involuntary {usage.ru_nivcsw}"
+        )
     delivered = sum(len(os.listdir(maildir / d / "new")) for maildir in maildirs for d in ("", ".Junk"))
     rate = len(latencies) / elapsed
     print(

@@ -50,7 +50,9 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=9000)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--verb", default="CHECK", choices=["CHECK", "SYMBOLS", "REPORT", "PROCESS", "HEADERS"])
-    parser.add_argument("--processes", type=int, help="[parser] processes for spamd (default: its own, one per core but one)")
+    parser.add_argument(
+        "--processes", type=int, help="[parser] processes for spamd (default: its own, one per core but one)"
+    )
     args = parser.parse_args()
     if not args.index.is_file():
         raise SystemExit(f"{args.index}: no such corpus index (../shared/corpora)")

@@ -44,7 +44,16 @@ from pathlib import Path
 from spamd.config import load_config
 from spamd.cli.evaluate import add_protocol_arguments, protocol_of, with_train_margin
 from spamd.errors import SpamdError
-from spamd.evaluation.trec import IndexEntry, Result, evaluate_index, index_messages, mail_entries, read_index, read_mail, summarize
+from spamd.evaluation.trec import (
+    IndexEntry,
+    Result,
+    evaluate_index,
+    index_messages,
+    mail_entries,
+    read_index,
+    read_mail,
+    summarize,
+)
 from spamd.evaluation.feedback import Event, Feedback, Protocol
 from spamd.model.bayes import Label, Verdict
 from spamd.evaluation.variants import VARIANTS, write_variant
@@ -74,7 +83,9 @@ def run_bogofilter(entries: list[IndexEntry], protocol: Protocol) -> tuple[list[
                     continue
                 flag = "-Ns" if event.label == Label.SPAM else "-Sn"
             trained[event.message] = (event.label, event.person)
-            subprocess.run(["bogofilter", flag, "-d", wordlist], input=raws[event.message], check=True, capture_output=True)
+            subprocess.run(
+                ["bogofilter", flag, "-d", wordlist], input=raws[event.message], check=True, capture_output=True
+            )
         for event in events:
             if not feedback.waits_for(event.message):
                 raws.pop(event.message, None)
@@ -131,7 +142,9 @@ def cache_name(entries: list[IndexEntry], protocol: Protocol) -> str:
     return f"bogofilter-{stream_digest(entries)}{suffix}.json"
 
 
-def bogofilter_report(entries: list[IndexEntry], cache_dir: Path, version: str, protocol: Protocol) -> dict[str, float | int]:
+def bogofilter_report(
+    entries: list[IndexEntry], cache_dir: Path, version: str, protocol: Protocol
+) -> dict[str, float | int]:
     """bogofilter's report on a stream under a protocol, from the cache when it has run on the same bytes before."""
     cache = cache_dir / cache_name(entries, protocol)
     if cache.exists():
@@ -190,7 +203,9 @@ def explain_worst(config, entries: list[IndexEntry], worst: list[tuple[str, Resu
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("index", type=Path, nargs="+")
-    parser.add_argument("--variants", default="original", help="comma-separated names from spamd.evaluation.variants, or 'all'")
+    parser.add_argument(
+        "--variants", default="original", help="comma-separated names from spamd.evaluation.variants, or 'all'"
+    )
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "spamd-variants",
                         help="where derived streams and bogofilter's cached results are kept")  # fmt: skip
     parser.add_argument("--no-bogofilter", action="store_true", help="spamd only (ratios from the cache if there)")
@@ -231,7 +246,9 @@ def main() -> int:
                     if cache.exists():
                         bogo_row = json.loads(cache.read_text())["report"]
                 else:
-                    bogo_row = bogofilter_report(entries, args.work / "bogofilter-cache", version, peer_protocol(protocol))
+                    bogo_row = bogofilter_report(
+                        entries, args.work / "bogofilter-cache", version, peer_protocol(protocol)
+                    )
                 row = {
                     "corpus": corpus, "variant": name, "feedback": protocol.describe(), "messages": report.messages,
                     "spamd": spamd_row, "bogofilter": bogo_row,
@@ -251,7 +268,9 @@ def main() -> int:
         geomean = math.exp(sum(math.log(max(x, 1e-9)) for x in ratios) / len(ratios)) if ratios else float("nan")
         summary[protocol.describe()] = geomean
         if not args.json:
-            print(f"geometric mean over {len(ratios)} streams of (1-ROCA)% spamd / bogofilter, {protocol.describe()}: {geomean:.3f}")
+            print(
+                f"geometric mean over {len(ratios)} streams of (1-ROCA)% spamd / bogofilter, {protocol.describe()}: {geomean:.3f}"
+            )
     if args.json:
         print(json.dumps({"bogofilter_version": version, "rows": rows, "geomean_roca_ratio": summary}))
     return 0

@@ -93,7 +93,10 @@ def trained_data_dir(entries: list[IndexEntry], where: Path, per_user: bool = Fa
         except ValueError:
             raise SystemExit(f"spamctl train failed: {done.stderr.strip()[-500:]}") from None
         for problem in report.get("problems", []):
-            print(f"{Path(sys.argv[0]).name}: skipped {problem['path']}: {problem['problem']} (spamctl train)", file=sys.stderr)
+            print(
+                f"{Path(sys.argv[0]).name}: skipped {problem['path']}: {problem['problem']} (spamctl train)",
+                file=sys.stderr,
+            )
         if report.get("error"):
             raise SystemExit(f"spamctl train failed: {report['error']}")
     # A snapshot, so that each classifying process loads the model (as bogofilter opens
@@ -104,7 +107,9 @@ def trained_data_dir(entries: list[IndexEntry], where: Path, per_user: bool = Fa
     return data
 
 
-def spamd_bulk_classify_rate(entries: list[IndexEntry], data: Path, config: Path | None = None, per_user: bool = False) -> float:
+def spamd_bulk_classify_rate(
+    entries: list[IndexEntry], data: Path, config: Path | None = None, per_user: bool = False
+) -> float:
     """msgs/s of `spamctl classify FILE...` over the index's messages, process start included (as bogofilter's).
 
     `per_user`: one `spamctl classify --user NAME` for each user's messages (theirs
@@ -115,7 +120,13 @@ def spamd_bulk_classify_rate(entries: list[IndexEntry], data: Path, config: Path
     seconds = 0.0
     for user in users:
         paths = [str(e.path) for e in entries if (e.user or "") == user]
-        command = [*spamctl_command(), "--data-dir", str(data), *(["--config", str(config)] if config else []), "classify"]
+        command = [
+            *spamctl_command(),
+            "--data-dir",
+            str(data),
+            *(["--config", str(config)] if config else []),
+            "classify",
+        ]
         if per_user and user:
             command += ["--user", user]
         started = time.perf_counter()
@@ -137,7 +148,9 @@ def bogofilter_bulk_rate(entries: list[IndexEntry]) -> tuple[float, float]:
         trained = time.perf_counter() - started
         started = time.perf_counter()
         # Exit status 3 is an error; 0/1/2 are the last message's verdict.
-        done = subprocess.run(["bogofilter", "-d", wordlist, "-b", "-v"], input=everything, text=True, capture_output=True)
+        done = subprocess.run(
+            ["bogofilter", "-d", wordlist, "-b", "-v"], input=everything, text=True, capture_output=True
+        )
         classified = time.perf_counter() - started
         if done.returncode == 3:
             raise SystemExit(f"bogofilter failed: {done.stderr.strip()}")
@@ -222,16 +235,24 @@ def main() -> int:
     print(f"spamctl eval (score + journaled training)   {summary['spamd_eval_msgs_per_s']:>8,.0f} msgs/s")
     print(f"spamctl eval --jobs 1 (one process)         {summary['spamd_eval_one_process_msgs_per_s']:>8,.0f} msgs/s")
     print(f"spamctl classify FILE... (bulk)             {summary['spamd_bulk_classify_msgs_per_s']:>8,.0f} msgs/s")
-    print(f"bogofilter bulk classify (-b)                {summary['bogofilter_bulk_classify_msgs_per_s']:>8,.0f} msgs/s")
+    print(
+        f"bogofilter bulk classify (-b)                {summary['bogofilter_bulk_classify_msgs_per_s']:>8,.0f} msgs/s"
+    )
     print(f"bogofilter bulk train (-s/-n -b)             {summary['bogofilter_bulk_train_msgs_per_s']:>8,.0f} msgs/s")
     print(
         f"ratio spamd eval / bogofilter classify       {summary['ratio_spamd_eval_over_bogofilter_classify']:>8.3f}"
         f"   (target {summary['target_ratio']:.3f} = {TARGET_MSGS_PER_S:,} / {REFERENCE_BOGOFILTER_MSGS_PER_S:,})"
     )
-    print(f"ratio spamd classify / bogofilter classify   {summary['ratio_spamd_classify_over_bogofilter_classify']:>8.3f}")
+    print(
+        f"ratio spamd classify / bogofilter classify   {summary['ratio_spamd_classify_over_bogofilter_classify']:>8.3f}"
+    )
     if args.per_user:
-        print(f"spamctl classify --user, layers joined      {summary['spamd_bulk_classify_per_user_msgs_per_s']:>8,.0f} msgs/s")
-        print(f"per-user scoring cost (shared / per-user)    {summary['per_user_scoring_cost']:>8.3f}   (target at most 1.3)")
+        print(
+            f"spamctl classify --user, layers joined      {summary['spamd_bulk_classify_per_user_msgs_per_s']:>8,.0f} msgs/s"
+        )
+        print(
+            f"per-user scoring cost (shared / per-user)    {summary['per_user_scoring_cost']:>8.3f}   (target at most 1.3)"
+        )
     print(
         f"spamctl eval scaled to the reference machine {summary['spamd_eval_msgs_per_s_on_reference_machine']:>7,.0f} msgs/s"
         f"   (target {TARGET_MSGS_PER_S:,})"

@@ -46,8 +46,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=600.0, help="time budget (default 600)")
     default_engine = "atheris" if importlib.util.find_spec("atheris") else "random"
-    parser.add_argument("--engine", choices=("atheris", "random"), default=default_engine,
-                        help=f"default here: {default_engine}")
+    parser.add_argument(
+        "--engine", choices=("atheris", "random"), default=default_engine, help=f"default here: {default_engine}"
+    )
     parser.add_argument("--out", type=Path, default=Path("fuzz-out"), help="where findings go (default fuzz-out/)")
     parser.add_argument("--seeds", type=int, default=2000, help="corpus messages used as seeds (default 2000)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (random engine)")
@@ -122,8 +123,12 @@ class Campaign:
         if now >= self.next_progress:
             self.next_progress = now + 30
             t = self.tally
-            print(f"fuzz: {t.inputs:,} inputs, {t.inputs / (now - self.started):,.0f}/s, slowest "
-                  f"{t.slowest_seconds:.3f} s, crashes {len(t.crashes)}, slow {len(t.slow)}", file=sys.stderr, flush=True)
+            print(
+                f"fuzz: {t.inputs:,} inputs, {t.inputs / (now - self.started):,.0f}/s, slowest "
+                f"{t.slowest_seconds:.3f} s, crashes {len(t.crashes)}, slow {len(t.slow)}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def report(self) -> dict[str, object]:
         t = self.tally
@@ -211,9 +216,15 @@ def run_atheris(campaign: Campaign) -> int:
         return fh.mutate(data, rng, campaign.seeds, max_size)
 
     argv = [
-        sys.argv[0], str(corpus_dir), f"-dict={dict_path}", f"-max_len={fh.MAX_INPUT}",
-        f"-max_total_time={int(campaign.args.seconds) + 120}", "-timeout=60", "-rss_limit_mb=4096",
-        f"-artifact_prefix={out}/libfuzzer-", "-print_final_stats=1",
+        sys.argv[0],
+        str(corpus_dir),
+        f"-dict={dict_path}",
+        f"-max_len={fh.MAX_INPUT}",
+        f"-max_total_time={int(campaign.args.seconds) + 120}",
+        "-timeout=60",
+        "-rss_limit_mb=4096",
+        f"-artifact_prefix={out}/libfuzzer-",
+        "-print_final_stats=1",
     ]
     atheris.Setup(argv, one_input, custom_mutator=custom_mutator)
     atheris.Fuzz()
@@ -227,13 +238,19 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.engine == "atheris":
         if importlib.util.find_spec("atheris") is None:
-            print("fuzz_parser: atheris is not installed (pip install -e '.[fuzz]'), or use --engine random",
-                  file=sys.stderr)
+            print(
+                "fuzz_parser: atheris is not installed (pip install -e '.[fuzz]'), or use --engine random",
+                file=sys.stderr,
+            )
             return 2
         instrument_for_atheris()
     campaign = Campaign(args)
-    print(f"fuzz: {args.engine}, {len(campaign.seeds)} seeds ({campaign.corpus_seeds} from the corpora), "
-          f"{args.seconds:.0f} s, findings in {args.out}", file=sys.stderr, flush=True)
+    print(
+        f"fuzz: {args.engine}, {len(campaign.seeds)} seeds ({campaign.corpus_seeds} from the corpora), "
+        f"{args.seconds:.0f} s, findings in {args.out}",
+        file=sys.stderr,
+        flush=True,
+    )
     return run_atheris(campaign) if args.engine == "atheris" else run_random(campaign)
 
 

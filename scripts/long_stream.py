@@ -60,7 +60,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--sample-every", type=int, default=10_000, help="messages between samples (default 10,000)")
     parser.add_argument("--ledger-max", type=int, default=20_000, help="store.ledger_max_entries (default 20,000)")
-    parser.add_argument("--journal-max-bytes", type=int, default=1 << 20, help="store.journal_max_bytes (default 1 MiB)")
+    parser.add_argument(
+        "--journal-max-bytes", type=int, default=1 << 20, help="store.journal_max_bytes (default 1 MiB)"
+    )
     parser.add_argument("--snapshots-kept", type=int, default=2)
     parser.add_argument("--hash-bits", type=int, default=ModelConfig().hash_bits)
     parser.add_argument("--index", type=Path, action="append", help="TREC index (repeatable; default both corpora)")
@@ -142,8 +144,11 @@ def state_files(state_dir: Path) -> dict[str, list[int]]:
     for path in state_dir.iterdir():
         if path.name == "lock":
             continue
-        kind = "snapshot" if path.name.startswith("snapshot-") and path.suffix == ".spamd" else (
-            "journal" if path.name.startswith("journal-") and path.suffix == ".log" else "other")
+        kind = (
+            "snapshot"
+            if path.name.startswith("snapshot-") and path.suffix == ".spamd"
+            else ("journal" if path.name.startswith("journal-") and path.suffix == ".log" else "other")
+        )
         kinds[kind].append(path.stat().st_size)
     return kinds
 
@@ -165,8 +170,11 @@ class Bounds:
         self.journal_files_max = max(self.journal_files_max, len(files["journal"]))
         self.journal_segment_bytes_max = max([self.journal_segment_bytes_max, *files["journal"]])
         if files["other"]:
-            self.other_files.update(p.name for p in state_dir.iterdir() if p.name != "lock"
-                                    and not p.name.startswith(("snapshot-", "journal-")))
+            self.other_files.update(
+                p.name
+                for p in state_dir.iterdir()
+                if p.name != "lock" and not p.name.startswith(("snapshot-", "journal-"))
+            )
         return files
 
 
@@ -182,8 +190,10 @@ def run(args: argparse.Namespace, data_dir: Path) -> dict[str, object]:
         data_dir=data_dir,
         model=ModelConfig(hash_bits=args.hash_bits),
         store=StoreConfig(
-            journal_max_bytes=args.journal_max_bytes, snapshots_kept=args.snapshots_kept,
-            ledger_max_entries=args.ledger_max, snapshot_interval_s=1e9,  # only the journal size triggers them
+            journal_max_bytes=args.journal_max_bytes,
+            snapshots_kept=args.snapshots_kept,
+            ledger_max_entries=args.ledger_max,
+            snapshot_interval_s=1e9,  # only the journal size triggers them
         ),
     )
     engine = Engine.open(config, durable=args.durable)
@@ -199,17 +209,19 @@ def run(args: argparse.Namespace, data_dir: Path) -> dict[str, object]:
     def sample(n: int, interval_start: float, interval_messages: int) -> float:
         files = bounds.check_files(engine.store.state_dir)
         now = time.perf_counter()
-        samples.append({
-            "messages": n,
-            "rss_mib": round(rss_kib() / 1024, 1),
-            "ledger": len(engine.trainer.ledger),
-            "distinct_buckets": int(engine.model.distinct),
-            "snapshots": len(files["snapshot"]),
-            "snapshot_bytes": sorted(files["snapshot"]),
-            "journals": len(files["journal"]),
-            "journal_bytes": sorted(files["journal"]),
-            "msgs_per_s": round(interval_messages / (now - interval_start), 1) if interval_messages else None,
-        })
+        samples.append(
+            {
+                "messages": n,
+                "rss_mib": round(rss_kib() / 1024, 1),
+                "ledger": len(engine.trainer.ledger),
+                "distinct_buckets": int(engine.model.distinct),
+                "snapshots": len(files["snapshot"]),
+                "snapshot_bytes": sorted(files["snapshot"]),
+                "journals": len(files["journal"]),
+                "journal_bytes": sorted(files["journal"]),
+                "msgs_per_s": round(interval_messages / (now - interval_start), 1) if interval_messages else None,
+            }
+        )
         return now
 
     interval_start = sample(0, time.perf_counter(), 0)
@@ -294,12 +306,16 @@ def run(args: argparse.Namespace, data_dir: Path) -> dict[str, object]:
 
 
 def print_table(report: dict[str, object]) -> None:
-    print(f"{'messages':>9} {'RSS MiB':>8} {'ledger':>7} {'buckets':>9} {'snaps':>5} {'snapshot bytes':>22} "
-          f"{'jrnls':>5} {'journal bytes':>22} {'msgs/s':>7}")
+    print(
+        f"{'messages':>9} {'RSS MiB':>8} {'ledger':>7} {'buckets':>9} {'snaps':>5} {'snapshot bytes':>22} "
+        f"{'jrnls':>5} {'journal bytes':>22} {'msgs/s':>7}"
+    )
     for s in report["samples"]:
-        print(f"{s['messages']:>9,} {s['rss_mib']:>8} {s['ledger']:>7,} {s['distinct_buckets']:>9,} {s['snapshots']:>5} "
-              f"{','.join(map(str, s['snapshot_bytes'])):>22} {s['journals']:>5} "
-              f"{','.join(map(str, s['journal_bytes'])):>22} {s['msgs_per_s'] or '':>7}")
+        print(
+            f"{s['messages']:>9,} {s['rss_mib']:>8} {s['ledger']:>7,} {s['distinct_buckets']:>9,} {s['snapshots']:>5} "
+            f"{','.join(map(str, s['snapshot_bytes'])):>22} {s['journals']:>5} "
+            f"{','.join(map(str, s['journal_bytes'])):>22} {s['msgs_per_s'] or '':>7}"
+        )
     for key, value in report.items():
         if key != "samples":
             print(f"{key:>28}: {value}")

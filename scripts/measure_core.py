@@ -176,16 +176,25 @@ def print_table(r: dict[str, object]) -> None:
     caps = r["parser_caps"]
     rows = [
         ("corpus", f"{r['corpus']} ({r['messages']:,} messages, {r['corpus_bytes'] / 1e6:.1f} MB)"),
-        ("parse + tokenize", f"{r['parse_tokenize_msgs_per_s']:,.0f} msgs/s ({r['parse_tokenize_seconds']} s, in memory)"),
+        (
+            "parse + tokenize",
+            f"{r['parse_tokenize_msgs_per_s']:,.0f} msgs/s ({r['parse_tokenize_seconds']} s, in memory)",
+        ),
         ("train (end to end, no fsync)", f"{r['train_msgs_per_s']:,.0f} msgs/s"),
         ("model memory", f"{r['model_memory_bytes']:,} bytes (hash_bits={r['hash_bits']}, fixed size)"),
         ("distinct token strings", f"{r['distinct_token_strings']:,}"),
         ("distinct buckets (model.distinct)", f"{r['distinct_buckets']:,}"),
         ("model bytes per distinct token", f"{r['model_bytes_per_distinct_token']:,}"),
         ("hash collision rate", f"{100 * r['collision_rate']:.3f} % (1 - buckets/strings)"),
-        ("ledger", f"{r['ledger_entries']:,} entries, {r['ledger_bytes_per_entry']} bytes/entry ({r['ledger_bytes_method']})"),
+        (
+            "ledger",
+            f"{r['ledger_entries']:,} entries, {r['ledger_bytes_per_entry']} bytes/entry ({r['ledger_bytes_method']})",
+        ),
         ("snapshot size", f"{r['snapshot_bytes']:,} bytes"),
-        ("snapshot save (fsync), median of 3", f"{1000 * r['snapshot_save_seconds_median3']:.1f} ms on {r['snapshot_filesystem']}"),
+        (
+            "snapshot save (fsync), median of 3",
+            f"{1000 * r['snapshot_save_seconds_median3']:.1f} ms on {r['snapshot_filesystem']}",
+        ),
         ("snapshot load, median of 3", f"{1000 * r['snapshot_load_seconds_median3']:.1f} ms"),
     ]
     for cap in CAPS:
@@ -194,8 +203,10 @@ def print_table(r: dict[str, object]) -> None:
     for name, value in rows:
         print(f"{name:<{width}}  {value}")
     p = r["parser_config"]
-    print(f"{'parser config':<{width}}  max_bytes={p['max_bytes']:,} max_parts={p['max_parts']} "
-          f"max_depth={p['max_depth']} max_text_chars={p['max_text_chars']:,}")
+    print(
+        f"{'parser config':<{width}}  max_bytes={p['max_bytes']:,} max_parts={p['max_parts']} "
+        f"max_depth={p['max_depth']} max_text_chars={p['max_text_chars']:,}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -84,7 +84,9 @@ def build_indexes(index: Path, out: Path, disputed: list[str], seed: int) -> tup
     return out / "agree.index", disagree
 
 
-def run_eval(index: Path, user_layer: bool, config: Path | None, feedback: str = "full") -> tuple[dict, list[tuple[str, bool]]]:
+def run_eval(
+    index: Path, user_layer: bool, config: Path | None, feedback: str = "full"
+) -> tuple[dict, list[tuple[str, bool]]]:
     """`spamctl eval --json` on `index`; the report and each message's (gold, judged spam) in index order."""
     with tempfile.NamedTemporaryFile(suffix=".results") as results:
         spamctl = Path(sys.executable).parent / "spamctl"  # the one installed beside this Python
@@ -96,7 +98,9 @@ def run_eval(index: Path, user_layer: bool, config: Path | None, feedback: str =
         if done.returncode != 0:
             raise SystemExit(f"{' '.join(command)}: exit {done.returncode}: {done.stderr.strip()[-500:]}")
         report = json.loads(done.stdout.strip().splitlines()[-1])
-        verdicts = [(line.split()[1], line.split()[3] == "spam") for line in Path(results.name).read_text().splitlines()]
+        verdicts = [
+            (line.split()[1], line.split()[3] == "spam") for line in Path(results.name).read_text().splitlines()
+        ]
     return report, verdicts
 
 
@@ -140,7 +144,9 @@ def scoring_cost(index: Path, messages: int) -> tuple[float, float]:
 
     entries = read_index(index)[: 2 * messages]
     with tempfile.TemporaryDirectory(prefix="spamd-users-cost-") as tmp:
-        engine = Engine.open(dataclasses.replace(Config(users=UsersConfig(score_per_user=True)), data_dir=Path(tmp)), durable=False)
+        engine = Engine.open(
+            dataclasses.replace(Config(users=UsersConfig(score_per_user=True)), data_dir=Path(tmp)), durable=False
+        )
         try:
             pairs = [(entry, raw) for entry, raw in index_messages(entries)]
             analyzed = engine.classifier.analyze_many([raw for _, raw in pairs])
@@ -163,13 +169,26 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("index", type=Path, help="a TREC index (spamassassin: it holds mailing lists)")
     parser.add_argument("--out", type=Path, default=Path("multi-user-stream"), help="where the indexes go")
-    parser.add_argument("--disputed", action="append", help="List-Id (or part of it) of a list users disagree on; give it"
-                        f" several times for a disagree stream each (default: {DEFAULT_DISPUTED})")
+    parser.add_argument(
+        "--disputed",
+        action="append",
+        help="List-Id (or part of it) of a list users disagree on; give it"
+        f" several times for a disagree stream each (default: {DEFAULT_DISPUTED})",
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--config", type=Path, help="a spamd.toml for spamctl eval (e.g. other [users] settings)")
-    parser.add_argument("--feedback", default="full", help="spamctl eval's protocol: full, errors or people (with errors and people,"
-                        " a user's layer starts as the corrections they make: often one class only)")
-    parser.add_argument("--cost-messages", type=int, default=2000, help="messages trained, then as many scored, for the cost (0: no cost measured)")
+    parser.add_argument(
+        "--feedback",
+        default="full",
+        help="spamctl eval's protocol: full, errors or people (with errors and people,"
+        " a user's layer starts as the corrections they make: often one class only)",
+    )
+    parser.add_argument(
+        "--cost-messages",
+        type=int,
+        default=2000,
+        help="messages trained, then as many scored, for the cost (0: no cost measured)",
+    )
     args = parser.parse_args()
     agree, disagree = build_indexes(args.index, args.out, args.disputed or [DEFAULT_DISPUTED], args.seed)
     for name, (path, n_disputed) in disagree.items():
@@ -194,7 +213,9 @@ def main() -> int:
             summary[f"{title}/{how}"] = entry
     if args.cost_messages > 0:
         user_us, shared_us = scoring_cost(agree, args.cost_messages)
-        print(f"scoring cost: {user_us:.1f} us/msg for a user, {shared_us:.1f} us/msg shared only ({user_us / shared_us:.2f}x)")
+        print(
+            f"scoring cost: {user_us:.1f} us/msg for a user, {shared_us:.1f} us/msg shared only ({user_us / shared_us:.2f}x)"
+        )
         summary["cost_us"] = {"user": user_us, "shared": shared_us}
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
     return 0

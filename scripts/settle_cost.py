@@ -68,10 +68,13 @@ def build(maildir: Path, count: int, seed: int = 1) -> dict[str, int]:
         spam = kind == "junk"
         status = b"X-Spam-Status: Yes, score=0.99\nX-Spam-Flag: YES\n" if spam else b"X-Spam-Status: No, score=0.02\n"
         body = " ".join(rng.choice(WORDS) for _ in range(60))
-        data = status + (
-            f"From: sender{n % 977}@example.org\nTo: user@example.com\nSubject: {' '.join(rng.sample(WORDS, 4))}\n"
-            f"Message-ID: <cost-{n}@example.org>\nDate: Mon, 1 Jan 2024 00:00:00 +0000\n\n{body}\nserial{n}\n"
-        ).encode()
+        data = (
+            status
+            + (
+                f"From: sender{n % 977}@example.org\nTo: user@example.com\nSubject: {' '.join(rng.sample(WORDS, 4))}\n"
+                f"Message-ID: <cost-{n}@example.org>\nDate: Mon, 1 Jan 2024 00:00:00 +0000\n\n{body}\nserial{n}\n"
+            ).encode()
+        )
         name = f"{start + n}.M{n}P1.cost"
         if kind == "junk":
             path = maildir / ".Junk" / "new" / name

@@ -33,7 +33,9 @@ def main() -> int:
     args = parser.parse_args()
     entries = read_index(args.index)[: 2 * args.messages]
     with tempfile.TemporaryDirectory(prefix="spamd-user-speed-") as tmp:
-        engine = Engine.open(dataclasses.replace(Config(users=UsersConfig(score_per_user=True)), data_dir=Path(tmp)), durable=False)
+        engine = Engine.open(
+            dataclasses.replace(Config(users=UsersConfig(score_per_user=True)), data_dir=Path(tmp)), durable=False
+        )
         try:
             pairs = list(index_messages(entries, on_skip=lambda entry, reason: None))
             analyzed = engine.classifier.analyze_many([raw for _, raw in pairs])

@@ -87,7 +87,9 @@ class Vocabulary:
         return Features(ids.astype(np.uint32), counts.astype(np.uint32))
 
 
-def train_users(engine: Engine, vocabulary: Vocabulary, users: int, rounds: range, tokens: int, progress: bool) -> float:
+def train_users(
+    engine: Engine, vocabulary: Vocabulary, users: int, rounds: range, tokens: int, progress: bool
+) -> float:
     """`rounds` of one training per user, interleaved; seconds taken (wall clock)."""
     started = time.perf_counter()
     done = 0
@@ -123,7 +125,9 @@ def config_for(state: Path) -> Config:
 
 def open_in_fresh_process(state: Path) -> dict[str, float]:
     """Engine.open of `state` in a new Python (as a starting daemon): seconds, and the RSS before and after."""
-    done = subprocess.run([sys.executable, __file__, "--open-only", str(state)], capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, __file__, "--open-only", str(state)], capture_output=True, text=True, check=True
+    )
     return json.loads(done.stdout)
 
 
@@ -146,8 +150,12 @@ def main() -> int:
     parser.add_argument("--trainings", type=int, default=200, help="trainings per user")
     parser.add_argument("--tokens", type=int, default=250, help="tokens drawn per message (about 150 distinct)")
     parser.add_argument("--vocabulary", type=int, default=200_000, help="words in the Zipf-like vocabulary")
-    parser.add_argument("--replay", type=int, default=10_000, help="trainings left in the journal for the second start-up")
-    parser.add_argument("--dir", type=Path, default=None, help="where the temporary state directory goes (default: TMPDIR)")
+    parser.add_argument(
+        "--replay", type=int, default=10_000, help="trainings left in the journal for the second start-up"
+    )
+    parser.add_argument(
+        "--dir", type=Path, default=None, help="where the temporary state directory goes (default: TMPDIR)"
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--open-only", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -174,7 +182,9 @@ def main() -> int:
         print(f"layers: {len(layers):,} users, {tokens:,} tokens ({tokens / max(len(layers), 1):,.0f} a user), "
               f"arrays {mib(layers.memory_bytes)} ({layers.memory_bytes / max(len(layers), 1) / 1024:,.1f} KiB a user), "
               f"with Python's objects {mib(layer_overhead_bytes(engine))}")  # fmt: skip
-        print(f"shared model: {engine.model.distinct:,} distinct buckets; ledger: {len(engine.trainer.ledger):,} entries")
+        print(
+            f"shared model: {engine.model.distinct:,} distinct buckets; ledger: {len(engine.trainer.ledger):,} entries"
+        )
         print(f"process RSS: {mib(rss_start)} at start, {mib(rss_before)} with the Engine open, "
               f"{mib(rss_after)} after the build (+{mib(rss_after - rss_before)}: layers, ledger, journal buffers)")  # fmt: skip
         started = time.perf_counter()

@@ -198,7 +198,11 @@ class Daemon:
 
         loop = asyncio.get_running_loop()
         s = config.smtp
-        writers = default_delivery_processes() if config.maildir.delivery_processes == -1 else config.maildir.delivery_processes
+        writers = (
+            default_delivery_processes()
+            if config.maildir.delivery_processes == -1
+            else config.maildir.delivery_processes
+        )
         if writers and s.mode == "deliver":
             self.writers = DeliveryProcesses(writers)
             await self.writers.start()
@@ -209,7 +213,9 @@ class Daemon:
         try:
             self.server = await loop.create_server(lambda: FilterSMTP(self.smtp, self.config, loop), s.host, s.port)
         except OSError as e:
-            raise SpamdError(f"cannot listen for SMTP on {s.host}:{s.port}: {e.strerror} (smtp.host / smtp.port, or --smtp)") from None
+            raise SpamdError(
+                f"cannot listen for SMTP on {s.host}:{s.port}: {e.strerror} (smtp.host / smtp.port, or --smtp)"
+            ) from None
         self.smtp_address = self.server.sockets[0].getsockname()[:2]
         if config.milter.listen:
             await self._start_milter(config)
@@ -314,7 +320,9 @@ class Daemon:
         try:
             self.milter_server = await asyncio.start_server(self.milter.handle, host, port)
         except OSError as e:
-            raise SpamdError(f"cannot listen for milter connections on {host}:{port}: {e.strerror} ([milter] listen, or --milter)") from None
+            raise SpamdError(
+                f"cannot listen for milter connections on {host}:{port}: {e.strerror} ([milter] listen, or --milter)"
+            ) from None
         self.milter_address = self.milter_server.sockets[0].getsockname()[:2]
 
     def request_exit(self) -> None:
@@ -523,20 +531,28 @@ class Daemon:
             smtp_listen=None if self.smtp_address is None else f"{self.smtp_address[0]}:{self.smtp_address[1]}",
             smtp_mode=self.config.smtp.mode,
             metrics_listen=None if self.metrics_server is None else "{}:{}".format(*self.metrics_server.address),
-            web_listen=None if self.web_server is None or self.web_server.address is None else "{}:{}".format(*self.web_server.address),
+            web_listen=None
+            if self.web_server is None or self.web_server.address is None
+            else "{}:{}".format(*self.web_server.address),
             smtp_sessions=0 if self.smtp is None else len(self.smtp.sessions),
             smtp_in_flight=0 if self.smtp is None else self.smtp.in_flight,
             smtp_accepted=0 if self.smtp is None else self.smtp.accepted,
             milter_listen=None if self.milter_address is None else f"{self.milter_address[0]}:{self.milter_address[1]}",
             milter_sessions=0 if self.milter is None else len(self.milter.sessions),
             milter_in_flight=0 if self.milter is None else self.milter.in_flight,
-            spamc_listen=None if self.spamc is None or self.spamc.address is None
+            spamc_listen=None
+            if self.spamc is None or self.spamc.address is None
             else f"{self.spamc.address[0]}:{self.spamc.address[1]}",
             spamc_connections=0 if self.spamc is None else len(self.spamc.connections),
             spamc_in_flight=0 if self.spamc is None else self.spamc.in_flight,
             spamc_answered=0 if self.spamc is None else self.spamc.answered,
             maildirs=[
-                {"path": str(m.root), "user": m.user, "indexed_messages": len(m.index), "settled_messages": len(m.index.settled)}
+                {
+                    "path": str(m.root),
+                    "user": m.user,
+                    "indexed_messages": len(m.index),
+                    "settled_messages": len(m.index.settled),
+                }
                 for m in self.mailboxes
             ],
             maildir_events_queued=0 if self.watcher is None else self.watcher.queue.qsize(),
@@ -563,14 +579,33 @@ def raise_open_files_limit() -> int:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="spamd", description="Online spam filter daemon (SMTP content filter, milter, SpamAssassin spamc protocol, Maildir watcher).")
-    parser.add_argument("--config", type=Path, help="TOML config file (default: embedded defaults; see config/spamd.toml)")
-    parser.add_argument("--data-dir", type=Path, help="data directory: model state and the default Maildir (overrides data_dir)")
+    parser = argparse.ArgumentParser(
+        prog="spamd",
+        description="Online spam filter daemon (SMTP content filter, milter, SpamAssassin spamc protocol, Maildir watcher).",
+    )
+    parser.add_argument(
+        "--config", type=Path, help="TOML config file (default: embedded defaults; see config/spamd.toml)"
+    )
+    parser.add_argument(
+        "--data-dir", type=Path, help="data directory: model state and the default Maildir (overrides data_dir)"
+    )
     parser.add_argument("--smtp", metavar="HOST:PORT", help="SMTP listen address (overrides [smtp] host and port)")
-    parser.add_argument("--milter", metavar="HOST:PORT", help="milter listen address for Postfix smtpd_milters (overrides [milter] listen)")
-    parser.add_argument("--spamc", metavar="HOST:PORT", help="serve SpamAssassin's spamc protocol here (overrides [spamc] listen)")
-    parser.add_argument("--redis", metavar="URL", help="share the model through Redis, e.g. redis://127.0.0.1:6379/0 (overrides [redis] url)")
-    parser.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus /metrics here (overrides [metrics] listen)")
+    parser.add_argument(
+        "--milter",
+        metavar="HOST:PORT",
+        help="milter listen address for Postfix smtpd_milters (overrides [milter] listen)",
+    )
+    parser.add_argument(
+        "--spamc", metavar="HOST:PORT", help="serve SpamAssassin's spamc protocol here (overrides [spamc] listen)"
+    )
+    parser.add_argument(
+        "--redis",
+        metavar="URL",
+        help="share the model through Redis, e.g. redis://127.0.0.1:6379/0 (overrides [redis] url)",
+    )
+    parser.add_argument(
+        "--metrics", metavar="HOST:PORT", help="serve Prometheus /metrics here (overrides [metrics] listen)"
+    )
     parser.add_argument("--web", metavar="HOST:PORT", help="serve the web console here (overrides [web] listen)")
     return parser.parse_args(argv)
 
@@ -580,8 +615,14 @@ def main(argv: list[str] | None = None) -> int:
     tune_gc_for_message_streams()
     try:
         daemon = Daemon(
-            args.config, data_dir=args.data_dir, smtp_listen=args.smtp, milter_listen=args.milter, spamc_listen=args.spamc,
-            redis_url=args.redis, metrics_listen=args.metrics, web_listen=args.web,
+            args.config,
+            data_dir=args.data_dir,
+            smtp_listen=args.smtp,
+            milter_listen=args.milter,
+            spamc_listen=args.spamc,
+            redis_url=args.redis,
+            metrics_listen=args.metrics,
+            web_listen=args.web,
         )
         configure_logging(daemon.config.log)
         asyncio.run(daemon.run())

@@ -236,7 +236,10 @@ class CrashRounds:
             report.recovery_problems = list(started.get("recovery_problems") or [])
             self.check(number, next_hop, daemon.proc.pid)
             stop = threading.Event()
-            threads = [threading.Thread(target=self._client, args=(started["smtp_port"], stop, report)) for _ in range(self.clients)]
+            threads = [
+                threading.Thread(target=self._client, args=(started["smtp_port"], stop, report))
+                for _ in range(self.clients)
+            ]
             threads.append(threading.Thread(target=self._trainer, args=(stop, report)))
             for t in threads:
                 t.start()
@@ -303,7 +306,9 @@ class CrashRounds:
                 path.write_bytes(tagged_message(tag, spam=label == "spam"))
                 batch.append(path)
             first = False
-            done = spamctl("--config", self.config, "--data-dir", self.data, "train", "--json", f"--{label}", *batch, timeout=60)
+            done = spamctl(
+                "--config", self.config, "--data-dir", self.data, "train", "--json", f"--{label}", *batch, timeout=60
+            )
             result: dict[str, Any] = {}
             if done.returncode == 0:
                 result = json.loads(done.stdout)
@@ -349,7 +354,9 @@ class CrashRounds:
             assert next_hop is not None
             received = next_hop.snapshot()
             missing = self.acked - set(received)
-            assert not missing, f"{where}: {len(missing)} acknowledged messages never reached the next hop: {sorted(missing)[:5]}"
+            assert not missing, (
+                f"{where}: {len(missing)} acknowledged messages never reached the next hop: {sorted(missing)[:5]}"
+            )
             twice = [t for t, n in received.items() if n > 1]
             assert not twice, f"{where}: the next hop got these more than once: {twice[:5]}"
         else:
@@ -372,7 +379,9 @@ class CrashRounds:
                 f"{where}: {stats[f'trained_{label}']} {label} in the model; spamctl reported {low} done "
                 f"and {high - low} cut off"
             )
-        assert stats["ledger_entries"] == stats["trained_spam"] + stats["trained_ham"], f"{where}: ledger and model disagree"
+        assert stats["ledger_entries"] == stats["trained_spam"] + stats["trained_ham"], (
+            f"{where}: ledger and model disagree"
+        )
         # Trainings of cut-off spamctl runs that were journaled before the kill (not promised, kept).
         self.cut_off_in_model = stats["ledger_entries"] - sum(len(v) for v in self.trained.values())
 
@@ -386,7 +395,17 @@ class CrashRounds:
                 paths = sorted(self.trained[label])
                 if not paths:
                     continue
-                done = spamctl("--config", self.config, "--data-dir", self.data, "train", "--json", f"--{label}", *paths, timeout=120)
+                done = spamctl(
+                    "--config",
+                    self.config,
+                    "--data-dir",
+                    self.data,
+                    "train",
+                    "--json",
+                    f"--{label}",
+                    *paths,
+                    timeout=120,
+                )
                 assert done.returncode == 0, done.stderr
                 result = json.loads(done.stdout)
                 assert result["skipped_repeat"] == len(paths), (
@@ -417,8 +436,12 @@ class CrashRounds:
             "damaged_snapshots_skipped": sum("snapshot" in p and "torn tail" not in p for p in problems),
             "damage_injected": sum(bool(r.damage) for r in reports),
             "restart_s_max": round(max((r.restart_s for r in reports), default=0.0), 3),
-            "kill_after_s_range": [round(min(r.kill_after_s for r in reports), 3), round(max(r.kill_after_s for r in reports), 3)]
-            if reports else [],
+            "kill_after_s_range": [
+                round(min(r.kill_after_s for r in reports), 3),
+                round(max(r.kill_after_s for r in reports), 3),
+            ]
+            if reports
+            else [],
         }
 
 
@@ -508,7 +531,9 @@ class WellBehaved:
 
     def _send_smtp(self, tag: str) -> None:
         with smtplib.SMTP("127.0.0.1", self.port, timeout=10) as client:
-            client.sendmail("probe@example.org", ["user@example.com"], tagged_message(tag, spam=False).replace(b"\n", b"\r\n"))
+            client.sendmail(
+                "probe@example.org", ["user@example.com"], tagged_message(tag, spam=False).replace(b"\n", b"\r\n")
+            )
 
     def __enter__(self) -> "WellBehaved":
         self._thread.start()

@@ -72,16 +72,13 @@ Hi Bob, shall we meet for lunch on Friday at noon?
 Alice
 """
 
-BASE64_TEXT = (
-    b"""From: sender@example.com
+BASE64_TEXT = b"""From: sender@example.com
 Subject: base64 body
 MIME-Version: 1.0
 Content-Type: text/plain; charset=utf-8
 Content-Transfer-Encoding: base64
 
-"""
-    + b64("Grüße aus München, prices from $99!".encode("utf-8"))
-)
+""" + b64("Grüße aus München, prices from $99!".encode("utf-8"))
 
 QP_TEXT = b"""From: sender@example.com
 Subject: qp body

@@ -212,7 +212,9 @@ class DaemonProcess:
             if self.proc.poll() is not None and len(self.events(name)) < count:
                 self._reader.join(timeout=2)
                 if len(self.events(name)) < count:
-                    raise AssertionError(f"spamd exited ({self.proc.returncode}) before {name}:\n" + "\n".join(self.lines))
+                    raise AssertionError(
+                        f"spamd exited ({self.proc.returncode}) before {name}:\n" + "\n".join(self.lines)
+                    )
             return self.events(name)[count - 1 :]
 
         return wait_until_sync(seen, timeout)[0]  # type: ignore[index]

@@ -40,7 +40,9 @@ def all_snippets() -> dict[str, tuple[str, Path]]:
         markers = re.findall(r"^<!--\s*snippet:", text, re.M)
         matches = list(_SNIPPET.finditer(text))
         if len(markers) != len(matches):
-            raise AssertionError(f"{page}: {len(markers)} snippet markers but {len(matches)} fenced blocks right after one")
+            raise AssertionError(
+                f"{page}: {len(markers)} snippet markers but {len(matches)} fenced blocks right after one"
+            )
         for m in matches:
             name = m.group("name")
             if name in found:

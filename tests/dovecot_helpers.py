@@ -98,7 +98,12 @@ class Dovecot:
         os.chmod(top / "home", 0o755)
         self.conf.write_text(
             DOVECOT_CONF.format(
-                top=top, port=self.port, uid=MAIL_UID, gid=MAIL_GID, password=PASSWORD, extra=extra,
+                top=top,
+                port=self.port,
+                uid=MAIL_UID,
+                gid=MAIL_GID,
+                password=PASSWORD,
+                extra=extra,
                 maildir=snippet("dovecot-maildir.conf").rstrip("\n"),  # docs/dovecot.md's lines, as they are
             )  # fmt: skip
         )
@@ -106,7 +111,10 @@ class Dovecot:
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
-            [DOVECOT, "-F", "-c", str(self.conf)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+            [DOVECOT, "-F", "-c", str(self.conf)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
         )
 
         def listening() -> bool:
@@ -297,4 +305,3 @@ def wait_for_training(spamd: Spamd, expected: dict[str, int], timeout: float = 1
     except AssertionError:
         raise AssertionError(f"training counts {last}, expected {expected}") from None
     return last
-

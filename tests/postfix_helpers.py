@@ -103,7 +103,9 @@ class Sink(NextHop):
 class Postfix:
     """One private Postfix: smtpd on `smtp_port`, every message relayed to `relay_port`."""
 
-    def __init__(self, relay_port: int, main: dict[str, str] | None = None, smtpd_options: str = "", services: str = ""):
+    def __init__(
+        self, relay_port: int, main: dict[str, str] | None = None, smtpd_options: str = "", services: str = ""
+    ):
         self.dir = postfix_directory()
         self.conf = self.dir / "conf"
         self.queue = self.dir / "queue"
@@ -188,7 +190,9 @@ class Postfix:
     def _listening(self) -> bool:
         assert self.proc is not None
         if self.proc.poll() is not None:
-            raise AssertionError(f"postfix master exited ({self.proc.returncode}): {self.proc.stderr.read()!r}\n{self.log()}")  # type: ignore[union-attr]
+            raise AssertionError(
+                f"postfix master exited ({self.proc.returncode}): {self.proc.stderr.read()!r}\n{self.log()}"
+            )  # type: ignore[union-attr]
         try:
             socket.create_connection(("127.0.0.1", self.smtp_port), timeout=1).close()
         except OSError:
@@ -226,7 +230,13 @@ class Postfix:
 
     def submit(self, data: bytes, rcpt: str = "user@example.com") -> None:
         """One message submitted locally, with Postfix's sendmail(1) (pickup, then non_smtpd_milters)."""
-        subprocess.run([SENDMAIL, "-C", self.conf, "-f", "sender@example.org", rcpt], input=data, capture_output=True, timeout=30, check=True)
+        subprocess.run(
+            [SENDMAIL, "-C", self.conf, "-f", "sender@example.org", rcpt],
+            input=data,
+            capture_output=True,
+            timeout=30,
+            check=True,
+        )
 
     def send(self, data: bytes, rcpt: str = "user@example.com") -> dict:
         """One message through Postfix's smtpd, as a mail client sends it."""
@@ -259,13 +269,17 @@ def content_filter_master_cf(spamd_port: int, reinject_port: int) -> tuple[str, 
     first, _, options = public.partition("\n")
     fields = first.split()
     if fields[:2] != ["smtp", "inet"] or fields[-1] != "smtpd" or not options:
-        raise AssertionError(f"docs/postfix.md's content filter should start with the smtp inet service and its -o lines: {public!r}")
+        raise AssertionError(
+            f"docs/postfix.md's content filter should start with the smtp inet service and its -o lines: {public!r}"
+        )
     return options, "".join(services)
 
 
 def content_filter_spamd_toml(reinject_port: int) -> str:
     """docs/postfix.md's spamd.toml lines for the content filter (relay mode), re-injecting at `reinject_port`."""
-    return with_placeholders(snippet("postfix-content-filter-spamd.toml"), {"next_hop_port = 10026": f"next_hop_port = {reinject_port}"})
+    return with_placeholders(
+        snippet("postfix-content-filter-spamd.toml"), {"next_hop_port = 10026": f"next_hop_port = {reinject_port}"}
+    )
 
 
 @contextlib.contextmanager
@@ -315,7 +329,14 @@ class Spamd:
             engine.close()
 
     def start(self) -> "Spamd":
-        args: list[str | Path] = ["--config", self.config_path, "--data-dir", self.data, "--smtp", f"127.0.0.1:{self.smtp_port}"]
+        args: list[str | Path] = [
+            "--config",
+            self.config_path,
+            "--data-dir",
+            self.data,
+            "--smtp",
+            f"127.0.0.1:{self.smtp_port}",
+        ]
         if self.milter_port is not None:
             args += ["--milter", f"127.0.0.1:{self.milter_port}"]
         self.proc = DaemonProcess(*args, "--metrics", "127.0.0.1:0")

@@ -32,7 +32,9 @@ def needs_redis() -> None:
     missing = [path for path in (REDIS_SERVER, REDIS_CLI) if not Path(path).exists()]
     if missing:
         if os.environ.get("CI"):
-            pytest.fail(f"{', '.join(missing)} not installed, and CI installs it (.ci/run): apt-get install redis-server")
+            pytest.fail(
+                f"{', '.join(missing)} not installed, and CI installs it (.ci/run): apt-get install redis-server"
+            )
         pytest.skip(f"{', '.join(missing)} not installed; apt-get install redis-server")
 
 
@@ -258,4 +260,3 @@ def wait_for_port_free(port: int, timeout: float = 10.0) -> None:
                 return False
 
     wait_until_sync(free, timeout)
-

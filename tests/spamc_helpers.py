@@ -26,7 +26,9 @@ from tests.cli_helpers import Result, run_spamctl
 from tests.daemon_helpers import HAM_WORDS, SPAM_WORDS, DaemonProcess, make_message, write_config
 
 SPAMC = shutil.which("spamc")
-needs_spamc = pytest.mark.real_program(None if SPAMC else "SpamAssassin's spamc client is not installed (Debian package spamc)")
+needs_spamc = pytest.mark.real_program(
+    None if SPAMC else "SpamAssassin's spamc client is not installed (Debian package spamc)"
+)
 
 TRAINED_EACH = 20
 
@@ -208,15 +210,21 @@ def run_exim(config: str, dialog: bytes, timeout: float = 60.0) -> subprocess.Co
             d.mkdir(exist_ok=True)
             d.chmod(0o777)
         conf = work / "exim.conf"
-        conf.write_text(f"primary_hostname = test.example\nspool_directory = {spool}\nlog_file_path = {logs}/%slog\n" + config)
+        conf.write_text(
+            f"primary_hostname = test.example\nspool_directory = {spool}\nlog_file_path = {logs}/%slog\n" + config
+        )
         conf.chmod(0o644)
         libs = f"{EXIM_ROOT}/usr/lib/x86_64-linux-gnu:{EXIM_ROOT}/usr/lib"
         command = f'exec env LD_LIBRARY_PATH="{libs}" "{EXIM_ROOT}/usr/sbin/exim4" -C "{conf}" -bh 127.0.0.1'
         passwd = Path("/etc/passwd").read_text()
         if not re.search(rf"^{EXIM_USER}:", passwd, re.MULTILINE):
-            (work / "passwd").write_text(passwd.rstrip("\n") + f"\n{EXIM_USER}:x:64999:64999::/nonexistent:/usr/sbin/nologin\n")
+            (work / "passwd").write_text(
+                passwd.rstrip("\n") + f"\n{EXIM_USER}:x:64999:64999::/nonexistent:/usr/sbin/nologin\n"
+            )
             (work / "group").write_text(Path("/etc/group").read_text().rstrip("\n") + f"\n{EXIM_USER}:x:64999:\n")
             command = f'mount --bind "{work}/passwd" /etc/passwd && mount --bind "{work}/group" /etc/group && {command}'
-        return subprocess.run(["unshare", "--mount", "sh", "-c", command], input=dialog, capture_output=True, timeout=timeout)
+        return subprocess.run(
+            ["unshare", "--mount", "sh", "-c", command], input=dialog, capture_output=True, timeout=timeout
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)

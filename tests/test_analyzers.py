@@ -252,6 +252,7 @@ async def test_helpers_that_cannot_start_leave_every_message_to_the_loop(
     helpers = AnalysisProcesses(CONFIG, 1)
     await helpers.start()
     try:
+
         async def gave_up() -> bool:
             with contextlib.suppress(AnalysisUnavailable):
                 await helpers.analyze(PLAIN)

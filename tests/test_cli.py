@@ -25,9 +25,17 @@ from spamd.config import load_config
 from spamd.frontends.control import ControlClient, ControlError
 from spamd.engine.engine import Engine
 from spamd.model.bayes import Label
-from tests.cli_helpers import HAM, SPAM, SPAMCTL, classify_inputs, home, run_spamctl, wait_until, write_maildir, write_mbox  # noqa: F401 (home is a fixture)
-
-
+from tests.cli_helpers import (
+    HAM,
+    SPAM,
+    SPAMCTL,
+    classify_inputs,
+    home,
+    run_spamctl,
+    wait_until,
+    write_maildir,
+    write_mbox,
+)  # noqa: F401 (home is a fixture)
 
 
 def ctl(home: Path, *args: str | Path, input: bytes | None = None):
@@ -132,7 +140,10 @@ def test_progress_bar_only_on_a_terminal(home: Path) -> None:
     try:
         done = subprocess.run(
             [*SPAMCTL, "--config", str(home / "spamd.toml"), "--data-dir", str(home / "data"), "untrain", str(folder)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=other, timeout=60,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=other,
+            timeout=60,
         )
         os.close(other)
         other = -1
@@ -261,7 +272,9 @@ def test_an_mbox_on_standard_input_is_split_and_leaves_no_spool_file(home: Path)
     env_tmp.mkdir()
     spamctl = [*SPAMCTL, "--config", str(home / "spamd.toml"), "--data-dir", str(home / "data")]
     env = {**os.environ, "TMPDIR": str(env_tmp)}
-    done = subprocess.run([*spamctl, "train", "--ham", "-", "--json"], input=box, capture_output=True, timeout=60, env=env)
+    done = subprocess.run(
+        [*spamctl, "train", "--ham", "-", "--json"], input=box, capture_output=True, timeout=60, env=env
+    )
     assert done.returncode == 0, done.stderr
     assert b'"learned": 3' in done.stdout
     assert list(env_tmp.iterdir()) == []
@@ -339,8 +352,9 @@ def test_export_then_import_into_another_state_directory(home: Path) -> None:
     # Nothing older is replayed over it on the next open, and training carries on from it.
     again = run_spamctl(*other, "train", "--spam", home / "Junk", "--json").json()
     assert again["skipped_repeat"] == len(SPAM)
-    source, target = open_engine(home), Engine.open(
-        load_config(home / "spamd.toml", data_dir=home / "other"), durable=False
+    source, target = (
+        open_engine(home),
+        Engine.open(load_config(home / "spamd.toml", data_dir=home / "other"), durable=False),
     )
     try:
         assert source.model.state_equals(target.model)
@@ -525,7 +539,9 @@ def test_a_killed_daemon_leaves_a_stale_socket_that_spamctl_and_the_next_daemon_
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     lines=st.lists(
-        st.sampled_from([b"From a@b Mon Jan  1 00:00:00 2024", b"From:x", b"", b"text", b">From quoted", b"F", b"rom "]),
+        st.sampled_from(
+            [b"From a@b Mon Jan  1 00:00:00 2024", b"From:x", b"", b"text", b">From quoted", b"F", b"rom "]
+        ),
         max_size=12,
     ),
     long_first_line=st.none() | st.integers(min_value=0, max_value=6),
@@ -578,7 +594,12 @@ def test_classify_of_many_files_for_a_user_scores_each_with_their_layer_as_one_f
         files[f"list{n}"] = mail / f"list{n}.eml"
         files[f"list{n}"].write_bytes(list_digest(n))
     assert ctl(home, "train", "--spam", *(files[f"spam{i}"] for i in range(4))).returncode == 0
-    assert ctl(home, "train", "--ham", *(files[f"ham{i}"] for i in range(4)), *(files[f"list{n}"] for n in range(4))).returncode == 0
+    assert (
+        ctl(
+            home, "train", "--ham", *(files[f"ham{i}"] for i in range(4)), *(files[f"list{n}"] for n in range(4))
+        ).returncode
+        == 0
+    )
     assert ctl(home, "train", "--spam", "--user", "alice", *(files[f"list{n}"] for n in range(4, 7))).returncode == 0
     assert ctl(home, "train", "--ham", "--user", "alice", files["ham2"], files["ham3"]).returncode == 0  # both classes
     probes = [files["list7"], files["spam0"], files["ham1"]]

@@ -58,8 +58,6 @@ class StandInDaemon:
         return {**self.engine.stats(), "daemon": daemon}
 
 
-
-
 @pytest_asyncio.fixture
 async def served(home: Path) -> AsyncIterator[tuple[ControlServer, StandInDaemon]]:
     config = load_config(home / "spamd.toml", data_dir=home / "data")
@@ -235,7 +233,9 @@ async def test_export_and_import_through_the_socket(home: Path, served: tuple[Co
 
 
 @pytest.mark.asyncio
-async def test_spamctl_uses_the_daemon_when_one_answers(home: Path, served: tuple[ControlServer, StandInDaemon]) -> None:
+async def test_spamctl_uses_the_daemon_when_one_answers(
+    home: Path, served: tuple[ControlServer, StandInDaemon]
+) -> None:
     server, daemon = served
     base = ["--config", home / "spamd.toml", "--data-dir", home / "data"]
     junk = write_maildir(home / "Junk", SPAM)
@@ -259,7 +259,9 @@ async def test_spamctl_uses_the_daemon_when_one_answers(home: Path, served: tupl
 
 
 @pytest.mark.asyncio
-async def test_spamctl_classify_of_many_through_the_daemon(home: Path, served: tuple[ControlServer, StandInDaemon]) -> None:
+async def test_spamctl_classify_of_many_through_the_daemon(
+    home: Path, served: tuple[ControlServer, StandInDaemon]
+) -> None:
     server, _ = served
     paths, names, big = classify_inputs(home)
     result = await run_spamctl_async("--config", home / "spamd.toml", "--data-dir", home / "data", "classify", *paths)

@@ -100,7 +100,7 @@ def test_sighup_reloads_the_config(tmp_path, start):
     daemon.wait_for("daemon_started")
     config.write_text(
         '[model]\nhash_bits = 16\nspam_threshold = 0.95\n[log]\nformat = "json"\nlevel = "warning"\n'
-        "[smtp]\nmax_recipients = 3\n[maildir]\njunk_folder = \".Spam\"\n"
+        '[smtp]\nmax_recipients = 3\n[maildir]\njunk_folder = ".Spam"\n'
     )
     daemon.signal(signal.SIGHUP)
     reloaded = daemon.wait_for("config_reloaded")
@@ -147,10 +147,12 @@ def run_once(*args) -> subprocess.CompletedProcess:
 
 def test_bad_config_is_one_clear_line(tmp_path):
     config = tmp_path / "spamd.toml"
-    config.write_text("[smtp]\nmode = \"bounce\"\n")
+    config.write_text('[smtp]\nmode = "bounce"\n')
     result = run_once("--config", config, "--data-dir", tmp_path / "data")
     assert result.returncode == 1
-    assert result.stderr.strip().splitlines() == [f"spamd: {config}: smtp.mode must be 'deliver' or 'relay', got 'bounce'"]
+    assert result.stderr.strip().splitlines() == [
+        f"spamd: {config}: smtp.mode must be 'deliver' or 'relay', got 'bounce'"
+    ]
 
 
 def test_locked_state_is_one_clear_line(tmp_path):

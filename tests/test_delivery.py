@@ -56,11 +56,17 @@ def snapshot(mailbox: Mailbox) -> dict[str, tuple[bytes, int]]:
 @pytest.mark.asyncio
 async def test_a_delivery_process_writes_the_files_a_thread_writes(tmp_path: Path) -> None:
     by_helper, by_thread = maildir(tmp_path / "helper"), maildir(tmp_path / "thread")
-    deliveries = [(folder, f"{n}.M1P1Q{n}.host", MESSAGE + b"%d\n" % n * (n * 300)) for n, folder in enumerate([INBOX, ".Junk"] * 15)]
+    deliveries = [
+        (folder, f"{n}.M1P1Q{n}.host", MESSAGE + b"%d\n" % n * (n * 300))
+        for n, folder in enumerate([INBOX, ".Junk"] * 15)
+    ]
     writers = await started()
     try:
         paths = await asyncio.gather(
-            *(writers.write(by_helper.root, by_helper.ownership, folder, name, data, fsync=True) for folder, name, data in deliveries)
+            *(
+                writers.write(by_helper.root, by_helper.ownership, folder, name, data, fsync=True)
+                for folder, name, data in deliveries
+            )
         )
         assert writers.answered == len(deliveries) and writers.handed_back == 0
     finally:
@@ -97,7 +103,10 @@ async def test_a_failed_write_comes_back_as_the_threads_error_and_nothing_leaves
             assert (helper_error.errno, helper_error.strerror, helper_error.filename) == (
                 thread_error.errno, thread_error.strerror, thread_error.filename,
             )  # fmt: skip
-        missing, linked, taken = [(await both(f, n, b"x"))[1] for f, n in ((".Nope", "4.x.host"), (".Linked", "5.x.host"), (INBOX, "3.x.host"))]
+        missing, linked, taken = [
+            (await both(f, n, b"x"))[1]
+            for f, n in ((".Nope", "4.x.host"), (".Linked", "5.x.host"), (INBOX, "3.x.host"))
+        ]
         assert isinstance(missing, FileNotFoundError) and missing.filename == str(mailbox.root / ".Nope")
         assert "symbolic link" in linked.strerror and linked.filename == str(mailbox.root / ".Linked")
         assert isinstance(taken, FileExistsError)  # names are unique: a second write of one is refused, not merged
@@ -252,10 +261,22 @@ async def test_delivery_processes_that_cannot_start_leave_every_delivery_to_the_
     name=st.text(st.characters(exclude_characters="\0/", exclude_categories=("Cs",)), min_size=1, max_size=200),
     data=st.binary(max_size=5000),
     fsync=st.booleans(),
-    ownership=st.none() | st.builds(Ownership, st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1), st.integers(0, 0o7777), st.integers(0, 0o7777)),
+    ownership=st.none()
+    | st.builds(
+        Ownership, st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1), st.integers(0, 0o7777), st.integers(0, 0o7777)
+    ),
 )
-def test_a_work_frame_carries_every_field_exactly(root: str, folder: str, name: str, data: bytes, fsync: bool, ownership: Ownership | None) -> None:
-    assert decode_work(encode_work(Path(root), ownership, folder, name, data, fsync)) == (Path(root), ownership, folder, name, data, fsync)
+def test_a_work_frame_carries_every_field_exactly(
+    root: str, folder: str, name: str, data: bytes, fsync: bool, ownership: Ownership | None
+) -> None:
+    assert decode_work(encode_work(Path(root), ownership, folder, name, data, fsync)) == (
+        Path(root),
+        ownership,
+        folder,
+        name,
+        data,
+        fsync,
+    )
 
 
 def test_file_names_that_are_not_utf8_survive_the_frame() -> None:
@@ -282,7 +303,9 @@ def test_a_helper_whose_daemon_is_gone_finishes_the_writes_it_started_and_drops_
         assert ours.recv(64).startswith(b"R")
         helper.send_signal(signal.SIGSTOP)  # everything below arrives in one read, then the end of the socket
         works = [
-            frame(b"W", n, encode_work(mailbox.root, mailbox.ownership, INBOX, f"{n}.x.host", MESSAGE + b"%d\n" % n, True))
+            frame(
+                b"W", n, encode_work(mailbox.root, mailbox.ownership, INBOX, f"{n}.x.host", MESSAGE + b"%d\n" % n, True)
+            )
             for n in range(1, 201)
         ]
         ours.sendall(b"".join(works))

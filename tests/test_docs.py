@@ -185,8 +185,12 @@ def documented_events() -> set[str]:
 
 def test_every_log_event_is_on_the_monitoring_page():
     emitted, documented = emitted_events(), documented_events()
-    assert not sorted(emitted - documented), f"log events missing from docs/monitoring.md: {sorted(emitted - documented)}"
-    assert not sorted(documented - emitted), f"docs/monitoring.md lists events spamd no longer logs: {sorted(documented - emitted)}"
+    assert not sorted(emitted - documented), (
+        f"log events missing from docs/monitoring.md: {sorted(emitted - documented)}"
+    )
+    assert not sorted(documented - emitted), (
+        f"docs/monitoring.md lists events spamd no longer logs: {sorted(documented - emitted)}"
+    )
 
 
 # ---------------------------------------------------------------- links
@@ -259,7 +263,9 @@ def test_the_docs_index_links_every_page():
 def fenced_blocks(info: str) -> list[tuple[Path, str]]:
     found = []
     for page in PAGES:
-        for m in re.finditer(r"^(`{3,})" + info + r"[ \t]*\n(.*?)^\1[ \t]*$", page.read_text(encoding="utf-8"), re.M | re.S):
+        for m in re.finditer(
+            r"^(`{3,})" + info + r"[ \t]*\n(.*?)^\1[ \t]*$", page.read_text(encoding="utf-8"), re.M | re.S
+        ):
             found.append((page, m.group(2)))
     return found
 

@@ -166,7 +166,12 @@ def test_imap_moves_train_spamd_exactly_once_and_dovecot_logs_no_error(dovecot, 
             for sub in ("", "cur", "new", "tmp"):
                 assert os.stat(maildir / folder / sub).st_mode & 0o7777 == 0o750, folder + "/" + sub
             assert os.stat(maildir / folder / "maildirfolder").st_mode & 0o7777 == 0o640
-        messages = [*maildir.glob("cur/*"), *maildir.glob("new/*"), *maildir.glob(".*/cur/*"), *maildir.glob(".*/new/*")]
+        messages = [
+            *maildir.glob("cur/*"),
+            *maildir.glob("new/*"),
+            *maildir.glob(".*/cur/*"),
+            *maildir.glob(".*/new/*"),
+        ]
         assert len(messages) == 12  # 11 delivered, one of them copied
         for path in messages:
             assert os.stat(path).st_mode & 0o7777 == 0o640, path
@@ -185,7 +190,9 @@ def test_read_mail_left_in_place_settles_as_ham_through_dovecots_own_flag_rename
     first.logout()
     maildir = dovecot.maildir(user)
     spamd = Spamd(spamd_top, [maildir], mail_user=False)
-    spamd.config.write_text(spamd.config.read_text() + "settle_after = 1.5\nsettle_margin = 0.0\n")  # the last section is [maildir]
+    spamd.config.write_text(
+        spamd.config.read_text() + "settle_after = 1.5\nsettle_margin = 0.0\n"
+    )  # the last section is [maildir]
     spamd.start()
     try:
         for n in range(4):  # an empty model: all in INBOX
@@ -246,7 +253,9 @@ def test_mail_dovecot_lda_delivers_is_filed_by_spamd_and_stays_readable(dovecot,
                 input=make_message(label, n, seed=14), capture_output=True, timeout=30,
             )  # fmt: skip
             assert done.returncode == 0, done.stderr.decode()
-        wait_until_sync(lambda: len(list(maildir.glob("new/*.spamd*"))) + len(list(maildir.glob(".Junk/new/*.spamd*"))) == 4)
+        wait_until_sync(
+            lambda: len(list(maildir.glob("new/*.spamd*"))) + len(list(maildir.glob(".Junk/new/*.spamd*"))) == 4
+        )
         imap_ok(first.noop())
         first.logout()
 
@@ -293,7 +302,9 @@ def sieve_dovecot() -> Iterator[Dovecot]:
             directory.mkdir()
             os.chmod(directory, 0o755)
         snippet = (IMAPSIEVE / "90-spamd-imapsieve.conf").read_text()
-        snippet = snippet.replace("/etc/dovecot/sieve", str(sieve_dir)).replace("/usr/local/lib/spamd/imapsieve", str(bin_dir))
+        snippet = snippet.replace("/etc/dovecot/sieve", str(sieve_dir)).replace(
+            "/usr/local/lib/spamd/imapsieve", str(bin_dir)
+        )
         server = Dovecot(top, extra=snippet)
         for name in ("spamd-report-spam.sieve", "spamd-report-ham.sieve"):
             shutil.copy(IMAPSIEVE / name, sieve_dir / name)
@@ -315,7 +326,9 @@ def install_learn_script(bin_dir: Path, spamd: Spamd) -> None:
     python = " ".join(run_as["python"])
     pythonpath = run_as["env"].get("PYTHONPATH", "")
     wrapper = bin_dir.parent / "spamctl"
-    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH="{pythonpath}" exec {python} -c "from spamd.cli import main; main()" "$@"\n')
+    wrapper.write_text(
+        f'#!/bin/sh\nPYTHONPATH="{pythonpath}" exec {python} -c "from spamd.cli import main; main()" "$@"\n'
+    )
     os.chmod(wrapper, 0o755)
     script = (IMAPSIEVE / "spamd-learn").read_text()
     assert 'SPAMCTL="/usr/local/bin/spamctl"' in script and 'SPAMD_CONFIG="/etc/spamd/spamd.toml"' in script
@@ -338,7 +351,9 @@ def test_imapsieve_trains_spamd_from_moves_in_a_maildir_it_does_not_watch(sieve_
             for name in ("Junk", "Trash"):
                 imap_ok(client.create(name))
             for n in range(6):
-                imap_ok(client.append("INBOX", None, None, make_message(Label.SPAM, n, seed=12).replace(b"\n", b"\r\n")))
+                imap_ok(
+                    client.append("INBOX", None, None, make_message(Label.SPAM, n, seed=12).replace(b"\n", b"\r\n"))
+                )
             inbox = message_ids(client, "INBOX")
             spam = [inbox[f"spam-{n}-12"] for n in range(6)]
             imap_ok(client.uid("MOVE", spam[0], "Junk"))
@@ -362,14 +377,21 @@ def test_imapsieve_trains_spamd_from_moves_in_a_maildir_it_does_not_watch(sieve_
         # SSH_ORIGINAL_COMMAND, and nothing but "spam" or "ham" is accepted.
         script = str(sieve_dovecot.top / "bin" / "spamd-learn")
         run_as = {k: v for k, v in spamd.run_as.items() if k not in ("python", "env")}
-        for command, status in (("ham", 0), ("spam; touch /tmp/spamd-learn-owned", 64), ("--help", 64), ("spam ../x", 64)):
+        for command, status in (
+            ("ham", 0),
+            ("spam; touch /tmp/spamd-learn-owned", 64),
+            ("--help", 64),
+            ("spam ../x", 64),
+        ):
             done = subprocess.run(
                 [script], input=make_message(Label.HAM, 1, seed=12), capture_output=True, timeout=60,
                 env={"PATH": "/usr/bin:/bin", "SSH_ORIGINAL_COMMAND": command}, **run_as,
             )  # fmt: skip
             assert done.returncode == status, done.stderr
         assert not os.path.exists("/tmp/spamd-learn-owned")
-        done = subprocess.run([script], input=b"", capture_output=True, timeout=60, env={"PATH": "/usr/bin:/bin"}, **run_as)
+        done = subprocess.run(
+            [script], input=b"", capture_output=True, timeout=60, env={"PATH": "/usr/bin:/bin"}, **run_as
+        )
         assert done.returncode == 64 and b"usage: spamd-learn spam|ham" in done.stderr
         counts = wait_for_training(spamd, {"spamctl:learned": 7, "spamctl:corrected": 1})
         stats = spamd.stats()

@@ -134,7 +134,11 @@ def test_a_model_whose_counts_were_written_in_place_recounts_its_masses():
     source, loaded = MultinomialNB(config), MultinomialNB(config)
     train(source, [("x y z".split(), Label.SPAM), ("u v".split(), Label.HAM)])
     assert loaded.class_log_masses().tolist() == [0, 0]
-    loaded.counts[:], loaded.token_totals[:], loaded.doc_totals[:] = source.counts, source.token_totals, source.doc_totals
+    loaded.counts[:], loaded.token_totals[:], loaded.doc_totals[:] = (
+        source.counts,
+        source.token_totals,
+        source.doc_totals,
+    )
     loaded.distinct = source.distinct
     probe = featurize("x u w".split(), TINY.hash_bits)
     assert loaded.score(probe) == source.score(probe)

@@ -102,7 +102,12 @@ def test_read_index_rejects_bad_lines_naming_them(tmp_path):
 
 def _spamctl(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", "from spamd.cli import main; main()", *args], capture_output=True, text=True, timeout=120, cwd=cwd, stdin=subprocess.DEVNULL
+        [sys.executable, "-c", "from spamd.cli import main; main()", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
     )
 
 
@@ -110,7 +115,15 @@ def test_spamctl_eval_json_results_plot_and_missing_message(small_corpus, tmp_pa
     results = tmp_path / "results.txt"
     plot = tmp_path / "roc.png"
     run = _spamctl(
-        "--data-dir", str(tmp_path / "d"), "eval", str(small_corpus), "--json", "--results", str(results), "--plot", str(plot),
+        "--data-dir",
+        str(tmp_path / "d"),
+        "eval",
+        str(small_corpus),
+        "--json",
+        "--results",
+        str(results),
+        "--plot",
+        str(plot),
         cwd=tmp_path,
     )
     assert run.returncode == 0, run.stderr
@@ -152,7 +165,9 @@ def test_index_messages_yields_mail_and_reports_the_rest(small_corpus, capsys, m
     data = small_corpus.parent.parent / "data"
     (data / "empty").write_bytes(b"")
     (data / "dir").mkdir()
-    small_corpus.write_text("ham ../data/m1\nham ../data/empty\nspam ../data/dir\nspam ../data/m2\nspam ../data/missing\n")
+    small_corpus.write_text(
+        "ham ../data/m1\nham ../data/empty\nspam ../data/dir\nspam ../data/m2\nspam ../data/missing\n"
+    )
     entries = read_index(small_corpus)
     monkeypatch.setattr(sys, "argv", ["measure.py"])
     assert [e.name for e in evaluation.mail_entries(entries)] == ["../data/m1", "../data/m2"]
@@ -208,9 +223,13 @@ def test_analyze_many_equals_analyze_one_at_a_time():
         assert np.array_equal(batched.features.counts, single.features.counts)
 
 
-@pytest.mark.parametrize("model", [ModelConfig(), ModelConfig(char_ngrams=4, ngram_weight=0.3, osb=True)], ids=["default", "families"])
+@pytest.mark.parametrize(
+    "model", [ModelConfig(), ModelConfig(char_ngrams=4, ngram_weight=0.3, osb=True)], ids=["default", "families"]
+)
 @pytest.mark.parametrize("jobs", [0, 2], ids=["in-process", "two-workers"])
-def test_batched_evaluation_scores_each_message_with_the_model_of_the_messages_before_it(tmp_path, monkeypatch, jobs, model):
+def test_batched_evaluation_scores_each_message_with_the_model_of_the_messages_before_it(
+    tmp_path, monkeypatch, jobs, model
+):
     """Analysis runs ahead in batches (here or in worker processes); scoring and training stay in index order.
 
     With weighted families the weights travel from the workers with the features.
@@ -230,7 +249,10 @@ def test_batched_evaluation_scores_each_message_with_the_model_of_the_messages_b
     batched, report = evaluate_index(config, index, on_skip=lambda e, why: skipped.append((e.name, why)), jobs=jobs)
     # The missing file and the binary blob (no mail message: `spamctl train` refuses it) are skipped, with the reason.
     assert report.messages == 149 and report.skipped == 2
-    assert skipped == [("data/missing", "unreadable: No such file or directory"), ("data/m90", evaluation.NOT_A_MESSAGE)]
+    assert skipped == [
+        ("data/missing", "unreadable: No such file or directory"),
+        ("data/m90", evaluation.NOT_A_MESSAGE),
+    ]
 
     # The reference: one message at a time, as the daemon does it (it learns no non-mail either).
     engine = Engine.open(dataclasses.replace(config, data_dir=tmp_path / "reference"), durable=False)

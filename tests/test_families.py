@@ -195,12 +195,24 @@ def test_family_keys_are_checked_with_clear_errors(tmp_path, line, error):
 def test_family_keys_load():
     path = Path(__file__).parent / "families.toml"
     try:
-        path.write_text('[model]\nstored_counts = "log2"\nchar_ngrams = 4\nngram_chars = 2000\nosb = true\nosb_weight = 0.3\n')
+        path.write_text(
+            '[model]\nstored_counts = "log2"\nchar_ngrams = 4\nngram_chars = 2000\nosb = true\nosb_weight = 0.3\n'
+        )
         model = load_config(path).model
     finally:
         path.unlink()
-    assert (model.stored_counts, model.char_ngrams, model.ngram_chars, model.osb, model.osb_weight) == ("log2", 4, 2000, True, 0.3)
-    assert is_weighted(model) and not is_weighted(ModelConfig(char_ngrams=4)) and not is_weighted(ModelConfig(ngram_weight=0.3))
+    assert (model.stored_counts, model.char_ngrams, model.ngram_chars, model.osb, model.osb_weight) == (
+        "log2",
+        4,
+        2000,
+        True,
+        0.3,
+    )
+    assert (
+        is_weighted(model)
+        and not is_weighted(ModelConfig(char_ngrams=4))
+        and not is_weighted(ModelConfig(ngram_weight=0.3))
+    )
 
 
 # ---------------------------------------------------------------- snapshots and journal
@@ -244,7 +256,9 @@ def test_journal_only_state_of_other_families_is_refused(tmp_path):
     reopened = Engine.open(config)  # the same settings replay
     assert int(reopened.model.doc_totals[Label.SPAM]) == len(SPAM)
     reopened.close()
-    with pytest.raises(CorruptStateError, match=r"journal-000000000000.log: record 1: built with model.stored_counts = 'log2'"):
+    with pytest.raises(
+        CorruptStateError, match=r"journal-000000000000.log: record 1: built with model.stored_counts = 'log2'"
+    ):
         Engine.open(dataclasses.replace(config, model=ModelConfig(hash_bits=12)))
 
 
@@ -275,7 +289,9 @@ def test_the_tokens_of_a_message_name_their_families():
     tokens = classifier.tokens(b"Subject: hi\n\nfree cash money\n")
     plain = Classifier(Config(), None).tokens(b"Subject: hi\n\nfree cash money\n")  # type: ignore[arg-type]
     assert tokens[: len(plain)] == plain  # the tokenizer's first, then the families'
-    assert "osb2:free money" in tokens and "g:subje" in tokens and "g:cash " in tokens  # header names as the parser gives them
+    assert (
+        "osb2:free money" in tokens and "g:subje" in tokens and "g:cash " in tokens
+    )  # header names as the parser gives them
 
 
 # ---------------------------------------------------------------- Redis
@@ -287,7 +303,9 @@ def family_engines(tmp_path: Path, url: str, model: ModelConfig) -> tuple[Engine
     return local, shared
 
 
-REDIS_FAMILIES = ModelConfig(hash_bits=16, stored_counts="binary", char_ngrams=4, ngram_weight=0.3, osb=True, osb_weight=0.5)
+REDIS_FAMILIES = ModelConfig(
+    hash_bits=16, stored_counts="binary", char_ngrams=4, ngram_weight=0.3, osb=True, osb_weight=0.5
+)
 
 
 @h.requires_corpus
@@ -312,11 +330,16 @@ def test_redis_scores_equal_embedded_scores_with_families_on(tmp_path, redis_url
 
 
 def test_redis_model_of_other_families_is_refused(tmp_path, redis_url):
-    first = Engine.open(with_redis(dataclasses.replace(h.small_config(tmp_path / "a"), model=REDIS_FAMILIES), redis_url))
+    first = Engine.open(
+        with_redis(dataclasses.replace(h.small_config(tmp_path / "a"), model=REDIS_FAMILIES), redis_url)
+    )
     first.train(SPAM[0], Label.SPAM, "test")
     first.close()
     other = dataclasses.replace(REDIS_FAMILIES, osb=False)
-    with pytest.raises(CorruptStateError, match=r"prefix 'spamd:'\): built with model.osb = True \(the config says False\).*another \[redis\] prefix"):
+    with pytest.raises(
+        CorruptStateError,
+        match=r"prefix 'spamd:'\): built with model.osb = True \(the config says False\).*another \[redis\] prefix",
+    ):
         Engine.open(with_redis(dataclasses.replace(h.small_config(tmp_path / "b"), model=other), redis_url))
     weights = dataclasses.replace(REDIS_FAMILIES, ngram_weight=1.0)  # a weight only scores
     Engine.open(with_redis(dataclasses.replace(h.small_config(tmp_path / "c"), model=weights), redis_url)).close()
@@ -342,6 +365,8 @@ def test_a_users_layer_stores_counts_as_the_shared_model_does():
     layer = trainer.users.layers["alice"]
     assert np.array_equal(layer.ids, analyzed.features.ids)
     assert np.array_equal(layer.counts[Label.SPAM], trainer.model.counts[Label.SPAM, analyzed.features.ids])
-    assert set(layer.counts[Label.SPAM].tolist()) == {1} and np.array_equal(layer.token_totals, trainer.model.token_totals)
+    assert set(layer.counts[Label.SPAM].tolist()) == {1} and np.array_equal(
+        layer.token_totals, trainer.model.token_totals
+    )
     trainer.untrain(analyzed, "test", user_name="alice")
     assert "alice" not in trainer.users.layers and not trainer.model.counts.any()

@@ -32,7 +32,9 @@ def _events(protocol: Protocol, stream=STREAM) -> list[tuple[int, int, Label, st
     out = []
     for number, (gold, verdict) in enumerate(stream):
         out += [(number, e.message, e.label, e.source, e.person) for e in feedback.due(number)]
-        out += [(number + 1, e.message, e.label, e.source, e.person) for e in feedback.observe(number, gold, verdict, 1.0)]
+        out += [
+            (number + 1, e.message, e.label, e.source, e.person) for e in feedback.observe(number, gold, verdict, 1.0)
+        ]
     return out
 
 
@@ -41,7 +43,12 @@ def test_full_feedback_trains_every_message_at_once():
 
 
 def test_errors_trains_exactly_the_wrong_and_unsure_verdicts():
-    assert [(m, label) for _, m, label, _, _ in _events(Protocol("errors"))] == [(2, SPAM), (3, HAM), (4, SPAM), (5, HAM)]
+    assert [(m, label) for _, m, label, _, _ in _events(Protocol("errors"))] == [
+        (2, SPAM),
+        (3, HAM),
+        (4, SPAM),
+        (5, HAM),
+    ]
 
 
 def test_delay_holds_each_label_back_n_messages_and_drops_what_is_still_pending():
@@ -152,7 +159,9 @@ def stream(tmp_path: Path) -> Path:
 
 def test_engine_trains_exactly_what_each_protocol_says(stream):
     results, full = evaluate_index(Config(), stream)
-    assert full.trained == {PERSON: 30} and 0 < full.changed[PERSON] < 30  # the rest filed right by [model] train_margin
+    assert (
+        full.trained == {PERSON: 30} and 0 < full.changed[PERSON] < 30
+    )  # the rest filed right by [model] train_margin
     _, every = evaluate_index(Config(model=ModelConfig(train_margin=math.inf)), stream)
     assert every.trained == {PERSON: 30} and every.changed == {PERSON: 30}
     results, errors = evaluate_index(Config(), stream, protocol=Protocol("errors"))
@@ -198,7 +207,9 @@ def test_a_train_margin_through_the_engine_learns_the_wrong_and_the_unsure_and_s
     results, report = evaluate_index(config, stream, protocol=Protocol("full"))
     expected = sum(r.unsure or r.judged_spam != (r.gold == Label.SPAM) or abs(r.score) < 0.5 for r in results)
     assert 0 < expected < 30 and report.changed == {PERSON: expected} and report.trained == {PERSON: 30}
-    sure_and_right = [r for r in results if not r.unsure and r.judged_spam == (r.gold == Label.SPAM) and abs(r.score) >= 0.5]
+    sure_and_right = [
+        r for r in results if not r.unsure and r.judged_spam == (r.gold == Label.SPAM) and abs(r.score) >= 0.5
+    ]
     assert len(sure_and_right) == 30 - expected  # right with room to spare: these, and only these, were not learned
     assert results[0].unsure  # the empty model is Unsure on the first message, which is learned
     _, every = evaluate_index(Config(model=ModelConfig(train_margin=math.inf)), stream, protocol=Protocol("full"))
@@ -206,7 +217,9 @@ def test_a_train_margin_through_the_engine_learns_the_wrong_and_the_unsure_and_s
 
 
 def test_the_trainer_leaves_labels_of_no_person_it_already_files_right_and_learns_every_persons(tmp_path):
-    engine = Engine.open(dataclasses.replace(Config(model=ModelConfig(train_margin=1.0)), data_dir=tmp_path), durable=False)
+    engine = Engine.open(
+        dataclasses.replace(Config(model=ModelConfig(train_margin=1.0)), data_dir=tmp_path), durable=False
+    )
     try:
         for i in range(12):
             engine.train(h.numbered_message(i, "cheap pills casino winner"), Label.SPAM, "test")

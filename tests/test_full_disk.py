@@ -28,7 +28,9 @@ pytestmark = pytest.mark.slow
 def tmpfs(tmp_path) -> Iterator[Path]:
     mount = tmp_path / "mnt"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True, text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True, text=True
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs (needs root / CAP_SYS_ADMIN): {done.stderr.strip() or done.returncode}")
     try:
@@ -57,7 +59,9 @@ def fill(path: Path) -> int:
 class Setup:
     def __init__(self, tmp_path: Path, data: Path):
         self.data = data
-        self.config = write_config(tmp_path / "spamd.toml", "[store]\nsnapshot_interval_s = 0.2\n[maildir]\nfsync = true\n")
+        self.config = write_config(
+            tmp_path / "spamd.toml", "[store]\nsnapshot_interval_s = 0.2\n[maildir]\nfsync = true\n"
+        )
         self.messages = tmp_path / "messages"
         self.messages.mkdir()
         self.serial = 0
@@ -82,7 +86,9 @@ class Setup:
 
     def send(self, port: int, tag: str) -> None:
         with smtplib.SMTP("127.0.0.1", port, timeout=10) as client:
-            client.sendmail("a@example.org", ["user@example.com"], tagged_message(tag, spam=True).replace(b"\n", b"\r\n"))
+            client.sendmail(
+                "a@example.org", ["user@example.com"], tagged_message(tag, spam=True).replace(b"\n", b"\r\n")
+            )
 
     def stats(self) -> dict:
         done = self.ctl("stats", "--json")
@@ -142,7 +148,11 @@ def test_full_disk_answers_4xx_keeps_scoring_and_recovers_by_itself(tmp_path, tm
         assert json.loads(trained.stdout)["learned"] < 40
         # Snapshot on demand: the same.
         snapshot = setup.ctl("snapshot")
-        assert snapshot.returncode == 1 and "disk full" in snapshot.stderr and len(snapshot.stderr.strip().splitlines()) == 1
+        assert (
+            snapshot.returncode == 1
+            and "disk full" in snapshot.stderr
+            and len(snapshot.stderr.strip().splitlines()) == 1
+        )
         # Scoring goes on.
         classify = setup.ctl("classify", "--json", setup.files(spam=True, n=1)[0])
         assert classify.returncode == 0 and json.loads(classify.stdout)["verdict"] == "spam"
@@ -169,7 +179,9 @@ def test_read_only_disk_answers_4xx_and_carries_on_when_writable(tmp_path, tmpfs
     setup = Setup(tmp_path, tmpfs / "data")
     maildir = setup.data / "Maildir"
     maildir.mkdir(parents=True)
-    inner = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(maildir)], capture_output=True, text=True)
+    inner = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(maildir)], capture_output=True, text=True
+    )
     assert inner.returncode == 0, inner.stderr
     daemon = setup.start()
     try:

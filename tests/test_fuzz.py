@@ -52,7 +52,13 @@ def test_long_decimal_references_unescape_as_html_does(digits, tail):
 def test_python_only_codecs_are_not_charsets():
     # punycode's decoder is quadratic (8 s for 512 KiB); unicode-escape warns on "\.".
     for charset in (b"punycode", b"unicode-escape", b"raw-unicode-escape"):
-        raw = b"Subject: =?" + charset + b"?q?sub\\.ject?=\nContent-Type: text/plain; charset=" + charset + b"\n\nbody \\. words-"
+        raw = (
+            b"Subject: =?"
+            + charset
+            + b"?q?sub\\.ject?=\nContent-Type: text/plain; charset="
+            + charset
+            + b"\n\nbody \\. words-"
+        )
         parsed = parse_message(raw, LIMITS)
         assert parsed.texts == ["body \\. words-"]
         assert "unknown-charset" in parsed.defects
@@ -79,14 +85,20 @@ def test_relay_hosts_match_the_reference_pattern(text):
 
 
 def test_address_and_relay_tokens_on_real_shapes():
-    msg = ParsedMessage(headers=[
-        ("from", '"Jo -- Smith" <jo.smith+tag@Mail.Example.co.uk>, x@y, a@b.c+d@e.f'),
-        ("received", "from mx-1.example.com ([10.0.0.1]) by --relay.example.net; -.a.b x..y.z"),
-    ])
+    msg = ParsedMessage(
+        headers=[
+            ("from", '"Jo -- Smith" <jo.smith+tag@Mail.Example.co.uk>, x@y, a@b.c+d@e.f'),
+            ("received", "from mx-1.example.com ([10.0.0.1]) by --relay.example.net; -.a.b x..y.z"),
+        ]
+    )
     tokens = header_tokens(msg)
     assert [t for t in tokens if t.startswith("from@")] == ["from@mail.example.co.uk", "from@b.c", "from@e.f"]
     assert [t for t in tokens if t.startswith("received:")] == [
-        "received:mx-1.example.com", "received:10.0.0.1", "received:relay.example.net", "received:a.b", "received:y.z",
+        "received:mx-1.example.com",
+        "received:10.0.0.1",
+        "received:relay.example.net",
+        "received:a.b",
+        "received:y.z",
     ]
 
 
@@ -114,9 +126,16 @@ def _header_block(name: str, value: str) -> list[tuple[str, str]]:
 
 def test_long_runs_in_address_and_received_headers_are_linear():
     # Were 6.8 s, 17 s, 24 s and (Date) 0.58 s for a 512 KiB message of such headers.
-    for name, value in [("from", "a" * 4096), ("to", "a" * 2000 + "@" + "b" * 2000), ("cc", "a." * 2048),
-                        ("received", "a" * 4096), ("received", "a-" * 2048), ("date", "AB(" * 1365),
-                        ("date", "+0000(" * 682), ("date", "AB(" * 1365 + ")")]:
+    for name, value in [
+        ("from", "a" * 4096),
+        ("to", "a" * 2000 + "@" + "b" * 2000),
+        ("cc", "a." * 2048),
+        ("received", "a" * 4096),
+        ("received", "a-" * 2048),
+        ("date", "AB(" * 1365),
+        ("date", "+0000(" * 682),
+        ("date", "AB(" * 1365 + ")"),
+    ]:
         if name == "from":  # one From is enough to time the sender's local part
             msg = ParsedMessage(headers=[(name, value)])
             start = time.perf_counter()
@@ -174,8 +193,12 @@ def seeds() -> list[bytes]:
 
 
 # 400 examples: about 10 s here (the corpus present; mutants up to 600 KiB).
-@settings(max_examples=400, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=400,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(pick=st.integers(min_value=0), rng=st.randoms(use_true_random=False), chained=st.integers(1, 3))
 def test_mutated_seeds_are_analyzed_totally_and_within_a_second(pick, rng, chained):
     pool = seeds()
@@ -191,9 +214,23 @@ def test_mutated_seeds_are_analyzed_totally_and_within_a_second(pick, rng, chain
 def test_fuzz_script_runs_and_reports(tmp_path):
     out = tmp_path / "fuzz"
     run = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "fuzz_parser.py"), "--seconds", "2", "--engine", "random",
-         "--seeds", "20", "--out", str(out), "--json"],
-        capture_output=True, text=True, timeout=120, check=False,
+        [
+            sys.executable,
+            str(REPO / "scripts" / "fuzz_parser.py"),
+            "--seconds",
+            "2",
+            "--engine",
+            "random",
+            "--seeds",
+            "20",
+            "--out",
+            str(out),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout)

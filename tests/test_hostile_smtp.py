@@ -280,7 +280,9 @@ def test_random_bytes_as_message_body_are_delivered_whole(spamd):
     with WellBehaved(spamd.port) as probe:
         for i in range(20):
             noise = rng.randbytes(rng.randrange(1, 20000)).replace(b"\r\n.\r\n", b"\r\n..\r\n")
-            message = b"Subject: noise\r\nMessage-ID: <noise%d@attack.test>\r\n\r\n" % i + noise + b"\r\nend noise%d\r\n" % i
+            message = (
+                b"Subject: noise\r\nMessage-ID: <noise%d@attack.test>\r\n\r\n" % i + noise + b"\r\nend noise%d\r\n" % i
+            )
             client = RawClient(spamd.port)
             client.command(b"EHLO client.example")
             client.command(b"MAIL FROM:<a@example.org>")

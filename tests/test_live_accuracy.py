@@ -191,7 +191,13 @@ def test_after_a_crash_judgements_are_rederived_from_the_journal(tmp_path):
     engine.close()  # no snapshot: as after SIGKILL
     engine = Engine.open(config, durable=False)
     day = engine.stats()["live_accuracy"]["day"]
-    assert (day[FALSE_POSITIVE], day[MISSED_SPAM], day["scored"], day["trained_spam"], day["trained_ham"]) == (1, 0, 1, 1, 1)
+    assert (day[FALSE_POSITIVE], day[MISSED_SPAM], day["scored"], day["trained_spam"], day["trained_ham"]) == (
+        1,
+        0,
+        1,
+        1,
+        1,
+    )
     engine.close()
 
 
@@ -246,7 +252,7 @@ def find(maildir: Path, folder: str, n: int) -> Path:
 @pytest.mark.slow
 def test_live_accuracy_end_to_end_with_restarts(tmp_path):
     """A stream spamd gets partly wrong; people's moves and spamctl count each kind exactly, across restarts."""
-    config = write_config(tmp_path / "spamd.toml", '[store]\nsnapshot_interval_s = 3600.0\n')
+    config = write_config(tmp_path / "spamd.toml", "[store]\nsnapshot_interval_s = 3600.0\n")
     data = tmp_path / "data"
     maildir = data / "Maildir"
     # Teach it the two vocabularies (offline, before spamd starts): a message of both is unsure.
@@ -260,7 +266,9 @@ def test_live_accuracy_end_to_end_with_restarts(tmp_path):
         for n, text in enumerate(words):
             send(daemon.port, stream_message(n, text))
         daemon.wait_for("message_scored", count=len(words))
-        verdicts = {int(e["message_id"].split("-")[1].split("@")[0]): e["verdict"] for e in daemon.events("message_scored")}
+        verdicts = {
+            int(e["message_id"].split("-")[1].split("@")[0]): e["verdict"] for e in daemon.events("message_scored")
+        }
         assert verdicts == {0: "spam", 1: "spam", 2: "ham", 3: "ham", 4: "unsure", 5: "unsure", 6: "ham", 7: "spam"}
 
         imap_move(find(maildir, ".Junk", 0), maildir, "")  # out of Junk: a false positive
@@ -269,7 +277,9 @@ def test_live_accuracy_end_to_end_with_restarts(tmp_path):
         set_flags(find(maildir, "", 3), "S")  # ham read in INBOX: agrees, nothing counted
         imap_move(find(maildir, "", 4), maildir, ".Junk")  # unsure resolved as spam by a move
         daemon.wait_for("training_applied", count=3)
-        spamctl(data, config, "train", "--ham", "-", input=find(maildir, "", 5).read_bytes())  # unsure -> ham by spamctl
+        spamctl(
+            data, config, "train", "--ham", "-", input=find(maildir, "", 5).read_bytes()
+        )  # unsure -> ham by spamctl
         spamctl(data, config, "train", "--ham", "-", input=find(maildir, "", 6).read_bytes())  # a person confirms ham
         expected = {"scored": 8, MISSED_SPAM: 1, FALSE_POSITIVE: 1, UNSURE_SPAM: 1, UNSURE_HAM: 1, AGREED: 1}
         day = live_day(data, config)

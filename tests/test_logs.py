@@ -51,7 +51,12 @@ def test_spamd_events_and_stdlib_records_share_one_json_shape(restore_logging: N
     assert scored["event"] == "message_scored" and scored["level"] == "info"
     assert scored["verdict"] == "ham" and scored["delivered_to"] == ["Maildir/new/1"]
     assert scored["timestamp"].endswith("Z")
-    assert foreign == {"event": "peer 127.0.0.1 misbehaved", "level": "warning", "timestamp": foreign["timestamp"], "logger": "mail.log"}
+    assert foreign == {
+        "event": "peer 127.0.0.1 misbehaved",
+        "level": "warning",
+        "timestamp": foreign["timestamp"],
+        "logger": "mail.log",
+    }
     assert failed["level"] == "error" and "ZeroDivisionError: boom" in failed["exception"]
 
 

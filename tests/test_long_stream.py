@@ -38,10 +38,21 @@ RSS_TRANSIENT_MIB = 40.0
 @pytest.mark.skipif(not PRESENT, reason=f"corpus absent: neither of {', '.join(map(str, INDEXES))}")
 def test_long_stream_stays_within_its_caps(tmp_path):
     command = [
-        sys.executable, str(REPO / "scripts" / "long_stream.py"), "--json", "--messages", str(MESSAGES),
-        "--sample-every", str(SAMPLE_EVERY), "--ledger-max", str(LEDGER_MAX),
-        "--journal-max-bytes", str(JOURNAL_MAX_BYTES), "--snapshots-kept", str(SNAPSHOTS_KEPT),
-        "--data-dir", str(tmp_path / "data"),
+        sys.executable,
+        str(REPO / "scripts" / "long_stream.py"),
+        "--json",
+        "--messages",
+        str(MESSAGES),
+        "--sample-every",
+        str(SAMPLE_EVERY),
+        "--ledger-max",
+        str(LEDGER_MAX),
+        "--journal-max-bytes",
+        str(JOURNAL_MAX_BYTES),
+        "--snapshots-kept",
+        str(SNAPSHOTS_KEPT),
+        "--data-dir",
+        str(tmp_path / "data"),
     ]
     for index in PRESENT:
         command += ["--index", str(index)]

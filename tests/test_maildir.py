@@ -107,7 +107,9 @@ def files_in(directory: Path) -> list[str]:
 async def test_autolearn_is_off_by_default_and_never_overrides_a_person(tmp_path):
     maildir = tmp_path / "Maildir"
     # Every autolearned verdict learned ([model] train_margin inf: no thick threshold), as this test counts them.
-    async with running(daemon_config(tmp_path, maildir={"autolearn": True, "fsync": False}, model={"train_margin": math.inf})) as daemon:
+    async with running(
+        daemon_config(tmp_path, maildir={"autolearn": True, "fsync": False}, model={"train_margin": math.inf})
+    ) as daemon:
         train(daemon)
         await deliver_unscored(daemon, maildir, [make_message(Label.SPAM, 1)])
         assert trained(daemon) == (21, 20)  # learned from its own confident verdict
@@ -155,7 +157,9 @@ async def test_thirty_spam_and_ten_ham_there_and_back(tmp_path):
 async def test_quick_there_and_back_without_waiting(tmp_path):
     maildir = tmp_path / "Maildir"
     async with running(daemon_config(tmp_path)) as daemon:
-        paths = list(by_id(await deliver_unscored(daemon, maildir, [make_message(Label.HAM, i) for i in range(5)])).values())
+        paths = list(
+            by_id(await deliver_unscored(daemon, maildir, [make_message(Label.HAM, i) for i in range(5)])).values()
+        )
         for p in paths:
             imap_move(imap_move(p, maildir, JUNK), maildir, "")
         await sentinel(daemon, maildir)
@@ -189,7 +193,9 @@ async def test_non_events_do_not_train(tmp_path):
 async def test_moves_between_any_folder_and_junk(tmp_path):
     maildir = tmp_path / "Maildir"
     async with running(daemon_config(tmp_path)) as daemon:
-        paths = list(by_id(await deliver_unscored(daemon, maildir, [make_message(Label.HAM, i) for i in range(3)])).values())
+        paths = list(
+            by_id(await deliver_unscored(daemon, maildir, [make_message(Label.HAM, i) for i in range(3)])).values()
+        )
         work = imap_move(paths[0], maildir, ".Work")
         in_junk = imap_move(work, maildir, JUNK)  # from another folder into Junk: spam
         await wait_until(lambda: trained(daemon) == (1, 0))
@@ -494,7 +500,9 @@ async def test_folders_a_root_spamd_left_owned_by_root_are_repaired(tmp_path):
         assert owned(maildir / sub) == (MAIL_UID, MAIL_GID, 0o700), sub
     assert owned(maildir / ".Junk" / "maildirfolder") == (MAIL_UID, MAIL_GID, 0o600)
     assert owned(maildir / "cur" / "1.M1P1.host:2,S")[:2] == (0, 0)
-    assert sorted(mailbox.repaired) == sorted(str(maildir / sub) for sub in (".Junk", ".Junk/cur", ".Junk/new", ".Junk/tmp"))
+    assert sorted(mailbox.repaired) == sorted(
+        str(maildir / sub) for sub in (".Junk", ".Junk/cur", ".Junk/new", ".Junk/tmp")
+    )
     mailbox.ensure_layout()
     assert mailbox.repaired == []  # once repaired, nothing more to say at the next start
 

@@ -136,7 +136,7 @@ def test_content_type_parameters_are_lenient():
         "text/html",
         {"charset": "UTF-8", "name": "a.html"},
     )
-    assert parse_content_type("multipart/mixed; boundary=\"unterminated") == (
+    assert parse_content_type('multipart/mixed; boundary="unterminated') == (
         "multipart/mixed",
         {"boundary": "unterminated"},
     )
@@ -161,7 +161,7 @@ def test_base64_text_is_decoded_whole():
 
 @pytest.mark.parametrize("length", range(0, 10))
 def test_base64_every_padding_length(length):
-    payload = "ab€d"[:length % 4].encode() + b"x" * length
+    payload = "ab€d"[: length % 4].encode() + b"x" * length
     raw = b"Content-Transfer-Encoding: base64\nContent-Type: text/plain; charset=utf-8\n\n" + h.b64(payload)
     assert all_text(parse(raw)) == payload.decode()
 
@@ -179,7 +179,7 @@ def test_quoted_printable_with_soft_breaks_and_charset():
 
 
 def test_broken_quoted_printable_is_kept():
-    raw = b"Content-Transfer-Encoding: quoted-printable\n\nbad =ZZ escape =\nand =E" 
+    raw = b"Content-Transfer-Encoding: quoted-printable\n\nbad =ZZ escape =\nand =E"
     assert "escape" in all_text(parse(raw))
 
 
@@ -333,11 +333,14 @@ def test_text_chars_cap():
 
 
 def nested_multipart(depth: int) -> bytes:
-    head = b"".join(
-        b"--B%d.\nContent-Type: multipart/mixed; boundary=B%d.\n\n" % (i, i + 1) for i in range(depth)
-    )
+    head = b"".join(b"--B%d.\nContent-Type: multipart/mixed; boundary=B%d.\n\n" % (i, i + 1) for i in range(depth))
     tail = b"".join(b"\n--B%d.--\n" % i for i in reversed(range(depth)))
-    return b"Subject: deep\nContent-Type: multipart/mixed; boundary=B0.\n\n" + head + b"--B%d.\n\ndeepest words" % depth + tail
+    return (
+        b"Subject: deep\nContent-Type: multipart/mixed; boundary=B0.\n\n"
+        + head
+        + b"--B%d.\n\ndeepest words" % depth
+        + tail
+    )
 
 
 def nested_rfc822(depth: int) -> bytes:
@@ -352,8 +355,10 @@ def many_parts(count: int) -> bytes:
 @pytest.mark.slow
 def test_50_megabyte_attachment():
     blob = base64.encodebytes(bytes(range(256)) * (50 * 1024 * 1024 // 256))
-    raw = h.ATTACHMENT.replace(b"--MIX--\n", b"--MIX\nContent-Type: application/zip\n"
-                               b"Content-Transfer-Encoding: base64\n\n" + blob + b"--MIX--\n")
+    raw = h.ATTACHMENT.replace(
+        b"--MIX--\n",
+        b"--MIX\nContent-Type: application/zip\nContent-Transfer-Encoding: base64\n\n" + blob + b"--MIX--\n",
+    )
     assert len(raw) > 50 * 1024 * 1024
     parsed = parse(raw)
     assert "truncated" in parsed.defects
@@ -403,7 +408,9 @@ def test_message_rfc822_nested_1000_deep():
 
 
 def test_nul_bytes_everywhere():
-    raw = b"Sub\x00ject: a\x00b\nContent-Type: multipart/mixed; boundary=\"N\x00\"\n\n--N\x00\n\ntext\x00more\n--N\x00--\n"
+    raw = (
+        b'Sub\x00ject: a\x00b\nContent-Type: multipart/mixed; boundary="N\x00"\n\n--N\x00\n\ntext\x00more\n--N\x00--\n'
+    )
     parsed = parse(raw)
     assert "nul-bytes" in parsed.defects
     assert "text\x00more" in all_text(parsed)
@@ -419,18 +426,58 @@ def test_degenerate_inputs(raw):
 
 # Pieces of MIME syntax, so random messages reach the interesting branches.
 FRAGMENTS = [
-    b"\n", b"\r\n", b"\n\n", b": ", b"Subject: ", b"From: ", b"Content-Type: ", b"multipart/mixed",
-    b"multipart/alternative", b"multipart/digest", b"message/rfc822", b"text/html", b"text/plain",
-    b"; boundary=", b'"B"', b"B", b"--B", b"--B--", b"; charset=", b"utf-8", b"koi8-r", b"utf-16",
-    b"x-bogus", b"idna", b"Content-Transfer-Encoding: ", b"base64", b"quoted-printable", b"=?utf-8?B?",
-    b"=?iso-8859-1?Q?", b"?=", b"=E9", b"=\n", b"<html>", b"<script>", b"</script>", b"<!--", b"-->",
-    b"<style", b"&amp;", b"&#x", b"<a href=http://x.example/", b"SGVsbG8=", b"\x00", b"\xff\xfe",
-    b"\xc3\xa9", b" ", b"\t", b"Content-Disposition: attachment; filename=", b"a.exe",
+    b"\n",
+    b"\r\n",
+    b"\n\n",
+    b": ",
+    b"Subject: ",
+    b"From: ",
+    b"Content-Type: ",
+    b"multipart/mixed",
+    b"multipart/alternative",
+    b"multipart/digest",
+    b"message/rfc822",
+    b"text/html",
+    b"text/plain",
+    b"; boundary=",
+    b'"B"',
+    b"B",
+    b"--B",
+    b"--B--",
+    b"; charset=",
+    b"utf-8",
+    b"koi8-r",
+    b"utf-16",
+    b"x-bogus",
+    b"idna",
+    b"Content-Transfer-Encoding: ",
+    b"base64",
+    b"quoted-printable",
+    b"=?utf-8?B?",
+    b"=?iso-8859-1?Q?",
+    b"?=",
+    b"=E9",
+    b"=\n",
+    b"<html>",
+    b"<script>",
+    b"</script>",
+    b"<!--",
+    b"-->",
+    b"<style",
+    b"&amp;",
+    b"&#x",
+    b"<a href=http://x.example/",
+    b"SGVsbG8=",
+    b"\x00",
+    b"\xff\xfe",
+    b"\xc3\xa9",
+    b" ",
+    b"\t",
+    b"Content-Disposition: attachment; filename=",
+    b"a.exe",
 ]
 
-fragment_messages = st.lists(
-    st.one_of(st.sampled_from(FRAGMENTS), st.binary(max_size=8)), max_size=80
-).map(b"".join)
+fragment_messages = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.binary(max_size=8)), max_size=80).map(b"".join)
 
 SMALL_LIMITS = ParserConfig(max_bytes=4096, max_parts=8, max_depth=3, max_text_chars=512)
 
@@ -482,7 +529,7 @@ _corpus_seeds: list[bytes] = []
 
 def corpus_seeds() -> list[bytes]:
     if not _corpus_seeds:
-        _corpus_seeds.extend(m[:64 * 1024] for m in h.corpus_sample(200))
+        _corpus_seeds.extend(m[: 64 * 1024] for m in h.corpus_sample(200))
     return _corpus_seeds
 
 

@@ -130,7 +130,12 @@ def test_older_protocol_versions_get_a_reply_to_every_packet(postfix: Postfix, s
     forged = "X-Spam-Status: No, forged\n"
     marker = f"protocol-{version}"
     with smtplib.SMTP("127.0.0.1", OLDER_PROTOCOLS[version], timeout=30) as client:
-        assert client.sendmail("sender@example.org", ["user@example.com"], crlf(message(Label.SPAM, marker, extra_headers=forged))) == {}
+        assert (
+            client.sendmail(
+                "sender@example.org", ["user@example.com"], crlf(message(Label.SPAM, marker, extra_headers=forged))
+            )
+            == {}
+        )
     [data] = sink.wait_for(marker)
     [status] = named(data, "X-Spam-Status")
     assert status.startswith(b"X-Spam-Status: Yes, score=") and b"forged" not in data
@@ -307,7 +312,10 @@ def test_hostile_milter_clients_never_stall_postfix(postfix: Postfix, sink: Sink
             assert client.closed_by_spamd()
 
     def protocol_breaches() -> None:
-        for breach in (packet(SMFIC_HEADER, b"From\0x\0"), packet(b"Z", b"??")):  # header before OPTNEG; unknown command
+        for breach in (
+            packet(SMFIC_HEADER, b"From\0x\0"),
+            packet(b"Z", b"??"),
+        ):  # header before OPTNEG; unknown command
             client = RawMilter(port)
             client.send(breach)
             assert client.closed_by_spamd()
@@ -331,7 +339,11 @@ def test_hostile_milter_clients_never_stall_postfix(postfix: Postfix, sink: Sink
         # 20,000 one-byte body chunks in one write, then the end: answered, and nobody waits on it.
         client = RawMilter(port, timeout=30)
         client.negotiate()
-        client.send(header(b"Subject", b"flood") + b"".join(packet(SMFIC_BODY, b"x") for _ in range(20000)) + packet(SMFIC_BODYEOB))
+        client.send(
+            header(b"Subject", b"flood")
+            + b"".join(packet(SMFIC_BODY, b"x") for _ in range(20000))
+            + packet(SMFIC_BODYEOB)
+        )
         replies = []
         while not replies or replies[-1][0] not in (b"c", b"y"):
             replies.append(client.read_packet())
@@ -410,16 +422,24 @@ def test_milter_traffic_is_counted_in_metrics(postfix: Postfix, sink: Sink, spam
 
     before, _ = parse(scrape_text(spamd.metrics_port))
     with smtplib.SMTP("127.0.0.1", postfix.smtp_port, timeout=30) as client:
-        assert client.sendmail("sender@example.org", ["user@example.com"], crlf(message(Label.SPAM, "metrics-spam"))) == {}
+        assert (
+            client.sendmail("sender@example.org", ["user@example.com"], crlf(message(Label.SPAM, "metrics-spam"))) == {}
+        )
     sink.wait_for("metrics-spam")
     after, _ = parse(scrape_text(spamd.metrics_port))
-    assert value(after, "spamd_messages_scored_total", way_in="milter", verdict="spam") - value(
-        before, "spamd_messages_scored_total", way_in="milter", verdict="spam"
-    ) == 1
-    assert value(after, "spamd_scan_duration_seconds_count", way_in="milter") - value(
-        before, "spamd_scan_duration_seconds_count", way_in="milter"
-    ) == 1
-    assert value(after, "spamd_sessions_total", way_in="milter") > value(before, "spamd_sessions_total", way_in="milter")
+    assert (
+        value(after, "spamd_messages_scored_total", way_in="milter", verdict="spam")
+        - value(before, "spamd_messages_scored_total", way_in="milter", verdict="spam")
+        == 1
+    )
+    assert (
+        value(after, "spamd_scan_duration_seconds_count", way_in="milter")
+        - value(before, "spamd_scan_duration_seconds_count", way_in="milter")
+        == 1
+    )
+    assert value(after, "spamd_sessions_total", way_in="milter") > value(
+        before, "spamd_sessions_total", way_in="milter"
+    )
     assert value(after, "spamd_messages_scored_total", way_in="smtp") == 0
 
 
@@ -432,7 +452,9 @@ def test_the_recipients_user_scores_with_their_layer(postfix: Postfix, sink: Sin
         for raw in raws:
             paths.append(tmp_path / f"{len(list(tmp_path.iterdir()))}.eml")
             paths[-1].write_bytes(raw)
-        done = spamctl("--config", spamd.config_path, "--data-dir", spamd.data, "train", f"--{label}", "--user", user, *paths)
+        done = spamctl(
+            "--config", spamd.config_path, "--data-dir", spamd.data, "train", f"--{label}", "--user", user, *paths
+        )
         assert done.returncode == 0, done.stderr
 
     for user, seed in (("alice", 31), ("bob", 32)):  # an ordinary history of both classes (a layer needs both)
@@ -455,7 +477,9 @@ def test_the_recipients_user_scores_with_their_layer(postfix: Postfix, sink: Sin
         """The user_name of this spamd process's `message_scored` lines for the probe, once there are `count`."""
 
         def probes() -> list[dict]:
-            return [e for e in spamd.events("message_scored") if e.get("message_id") == "<digest-99-readers@example.com>"]
+            return [
+                e for e in spamd.events("message_scored") if e.get("message_id") == "<digest-99-readers@example.com>"
+            ]
 
         wait_until_sync(lambda: len(probes()) >= count, 10)
         return [e.get("user_name") for e in probes()]

@@ -12,7 +12,7 @@ from spamd.errors import ConfigError
     ("text", "complaint"),
     [
         ("[milter]\nreject_at = 0.4\n", "milter.reject_at must be 0"),
-        ("[milter]\nlisten = \"nowhere\"\n", "[milter] listen 'nowhere': expected HOST:PORT"),
+        ('[milter]\nlisten = "nowhere"\n', "[milter] listen 'nowhere': expected HOST:PORT"),
         ("[milter]\nmax_message_bytes = 10\n", "milter.max_message_bytes >= 1024"),
     ],
 )

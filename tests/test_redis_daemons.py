@@ -26,9 +26,26 @@ from spamd.config import Config, ModelConfig
 from spamd.engine.engine import Engine
 from spamd.frontends.control import ControlClient
 from spamd.model.bayes import Label
-from tests.daemon_helpers import DaemonProcess, crlf, folder_files, imap_move, make_message, wait_until_sync, write_config
+from tests.daemon_helpers import (
+    DaemonProcess,
+    crlf,
+    folder_files,
+    imap_move,
+    make_message,
+    wait_until_sync,
+    write_config,
+)
 from tests.cli_helpers import run_spamctl
-from tests.redis_helpers import RedisClusterServers, RedisServer, free_port, redis_cluster, redis_cluster_url, redis_plain_url, redis_server, redis_url  # noqa: F401 (fixtures)
+from tests.redis_helpers import (
+    RedisClusterServers,
+    RedisServer,
+    free_port,
+    redis_cluster,
+    redis_cluster_url,
+    redis_plain_url,
+    redis_server,
+    redis_url,
+)  # noqa: F401 (fixtures)
 from tests.spamc_helpers import raw_exchange
 from tests.spamc_helpers import request as spamc_request
 
@@ -110,7 +127,9 @@ def test_daemons_share_one_model_learn_once_and_correct_anywhere(root, redis_url
                 with smtplib.SMTP("127.0.0.1", node.port, timeout=10) as client:
                     client.sendmail("s@example.org", ["user@example.com"], crlf(probe[0]))
             wait_until_sync(lambda: all(len(node.delivered()) == 1 for node in cluster))
-            assert {x_spam_score(node.delivered()[0]) for node in cluster} == {f"{local.classify(probe[0]).score.probability:.4f}"}
+            assert {x_spam_score(node.delivered()[0]) for node in cluster} == {
+                f"{local.classify(probe[0]).score.probability:.4f}"
+            }
 
             # A training through one node is in the next score of every other.
             fresh = make_message(Label.SPAM, 200, seed=9)
@@ -146,7 +165,9 @@ def test_redis_killed_and_restarted_under_traffic_loses_nothing_acknowledged(roo
     cluster: list[Node] = []
     try:
         cluster = nodes(root, server.url, 2)
-        seeds = [make_message(Label.SPAM, i, seed=1) for i in range(5)] + [make_message(Label.HAM, i, seed=1) for i in range(5)]
+        seeds = [make_message(Label.SPAM, i, seed=1) for i in range(5)] + [
+            make_message(Label.HAM, i, seed=1) for i in range(5)
+        ]
         cluster[0].train(seeds[:5], Label.SPAM)
         cluster[1].train(seeds[5:], Label.HAM)
 
@@ -239,7 +260,10 @@ def test_redis_down_is_a_temporary_failure_everywhere_and_a_maildir_move_waits_f
         with pytest.raises(smtplib.SMTPDataError) as refused:
             with smtplib.SMTP("127.0.0.1", node.port, timeout=10) as client:
                 client.sendmail("s@example.org", ["user@example.com"], crlf(make_message(Label.HAM, 2, seed=4)))
-        assert (refused.value.smtp_code, refused.value.smtp_error) == (451, b"4.3.0 Spam filter model unavailable, try again later")
+        assert (refused.value.smtp_code, refused.value.smtp_error) == (
+            451,
+            b"4.3.0 Spam filter model unavailable, try again later",
+        )
         answer = raw_exchange(spamc_port, spamc_request("CHECK", make_message(Label.HAM, 3, seed=4)))
         assert answer == b"SPAMD/1.0 75 spam filter model unavailable, try again later\r\n"
         imap_move(node.delivered()[0], node.data_dir / "Maildir", ".Junk")
@@ -280,7 +304,9 @@ def test_cluster_node_holding_the_model_killed_is_a_temporary_failure_and_recove
         other = next(n for n in servers.nodes if n is not model_node)
 
         def spamctl_train(paths: list[Path]) -> object:
-            return run_spamctl("--config", node.config, "--data-dir", node.data_dir, "--json", "train", "--spam", *paths)
+            return run_spamctl(
+                "--config", node.config, "--data-dir", node.data_dir, "--json", "train", "--spam", *paths
+            )
 
         acknowledged: list[Path] = []
         for i in range(6):
@@ -307,7 +333,10 @@ def test_cluster_node_holding_the_model_killed_is_a_temporary_failure_and_recove
         with pytest.raises(smtplib.SMTPDataError) as refused:
             with smtplib.SMTP("127.0.0.1", node.port, timeout=10) as client:
                 client.sendmail("s@example.org", ["user@example.com"], crlf(make_message(Label.HAM, 3, seed=12)))
-        assert (refused.value.smtp_code, refused.value.smtp_error) == (451, b"4.3.0 Spam filter model unavailable, try again later")
+        assert (refused.value.smtp_code, refused.value.smtp_error) == (
+            451,
+            b"4.3.0 Spam filter model unavailable, try again later",
+        )
         assert time.monotonic() - started < 5  # a refused connection to the dead node: no stall
         path = root / "spam-down.eml"
         path.write_bytes(make_message(Label.SPAM, 60, seed=11))
@@ -323,7 +352,9 @@ def test_cluster_node_holding_the_model_killed_is_a_temporary_failure_and_recove
         wait_until_sync(lambda: send(node.port, make_message(Label.HAM, 4, seed=12)) == 250, timeout=30, interval=0.5)
         node.process.wait_for("redis_reconnected")
         again = spamctl_train(acknowledged)
-        assert again.returncode == 0 and again.json()["skipped_repeat"] == len(acknowledged), again.stdout + again.stderr
+        assert again.returncode == 0 and again.json()["skipped_repeat"] == len(acknowledged), (
+            again.stdout + again.stderr
+        )
         stats = node.request("stats")
         assert stats["trained_spam"] == len(acknowledged)  # type: ignore[index]
         assert spamctl_train([path]).json()["learned"] == 1  # the one refused meanwhile is learned now

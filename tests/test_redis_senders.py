@@ -18,7 +18,15 @@ from spamd.model.bayes import Label, Verdict
 from spamd.store.redis.senders import sender_keys_of
 from tests import core_helpers as h
 from tests.daemon_helpers import list_digest, make_message, wait_until_sync
-from tests.redis_helpers import RedisClusterServers, redis_cluster, redis_cluster_url, redis_plain_url, redis_server, redis_url, with_redis  # noqa: F401 (fixtures)
+from tests.redis_helpers import (
+    RedisClusterServers,
+    redis_cluster,
+    redis_cluster_url,
+    redis_plain_url,
+    redis_server,
+    redis_url,
+    with_redis,
+)  # noqa: F401 (fixtures)
 from tests.test_redis_users import slot_owner
 
 
@@ -107,7 +115,9 @@ def test_cluster_senders_node_down_fails_that_users_scoring_only_and_the_retried
     engine = None
     try:
         model_node = servers.node_for("{spamd:}totals")
-        owners = {name: slot_owner(servers, sender_keys_of("spamd:", name)[0]) for name in (f"user{i}" for i in range(12))}
+        owners = {
+            name: slot_owner(servers, sender_keys_of("spamd:", name)[0]) for name in (f"user{i}" for i in range(12))
+        }
         victim = next(n for n, (_, node) in owners.items() if node is not model_node)
         other = next(n for n, (_, node) in owners.items() if node is not owners[victim][1])
         victim_node = owners[victim][1]
@@ -126,7 +136,9 @@ def test_cluster_senders_node_down_fails_that_users_scoring_only_and_the_retried
         with pytest.raises(StoreUnavailableError):
             engine.classify(probe, victim)
         file_copy(engine, 102, other, Verdict.HAM)
-        assert engine.train(list_digest(102, f"{other}@example.com"), Label.SPAM, "maildir", user_name=other) == "learned"
+        assert (
+            engine.train(list_digest(102, f"{other}@example.com"), Label.SPAM, "maildir", user_name=other) == "learned"
+        )
         assert engine.classify(probe, other).score.verdict is Verdict.SPAM  # the other user's third move counts
 
         victim_node.start()
@@ -134,12 +146,17 @@ def test_cluster_senders_node_down_fails_that_users_scoring_only_and_the_retried
 
         def retried() -> bool:
             try:
-                return engine.train(list_digest(102, f"{victim}@example.com"), Label.SPAM, "maildir", user_name=victim) is not None
+                return (
+                    engine.train(list_digest(102, f"{victim}@example.com"), Label.SPAM, "maildir", user_name=victim)
+                    is not None
+                )
             except StoreUnavailableError:
                 return False
 
         wait_until_sync(retried, timeout=30, interval=0.5)
-        engine.train(list_digest(102, f"{victim}@example.com"), Label.SPAM, "maildir", user_name=victim)  # once more: no new move
+        engine.train(
+            list_digest(102, f"{victim}@example.com"), Label.SPAM, "maildir", user_name=victim
+        )  # once more: no new move
         counts = victim_node.client().hgetall(sender_keys_of("spamd:", victim)[0])  # the node that holds its slot
         assert sorted(int(v) for k, v in counts.items() if k.endswith(b":i")) == [3, 3]
         assert engine.classify(probe, victim).score.verdict is Verdict.SPAM

@@ -19,7 +19,16 @@ from spamd.store import decode_snapshot
 from spamd.store.redis import RedisModel, RedisState, RedisTrainer
 from tests import cli_helpers as c
 from tests import core_helpers as h
-from tests.redis_helpers import RedisServer, free_port, redis_cluster, redis_cluster_url, redis_plain_url, redis_server, redis_url, with_redis  # noqa: F401 (fixtures)
+from tests.redis_helpers import (
+    RedisServer,
+    free_port,
+    redis_cluster,
+    redis_cluster_url,
+    redis_plain_url,
+    redis_server,
+    redis_url,
+    with_redis,
+)  # noqa: F401 (fixtures)
 
 
 def engines(tmp_path, url: str, hash_bits: int = 16) -> tuple[Engine, Engine]:
@@ -57,12 +66,16 @@ def test_export_and_import_between_the_stores_both_ways(tmp_path, redis_url):
     try:
         for i in range(12):
             label = Label.SPAM if i % 3 else Label.HAM
-            local.train(h.numbered_message(i, "cheap pills" if label else "meeting notes"), label, "test", user=bool(i % 2))
+            local.train(
+                h.numbered_message(i, "cheap pills" if label else "meeting notes"), label, "test", user=bool(i % 2)
+            )
         # embedded -> Redis
         shared.import_snapshot(local.export_snapshot(), "local export")
         assert shared.model.state_equals(local.model)
         assert shared.trainer.ledger.as_dict() == local.trainer.ledger.as_dict()
-        assert shared.train(h.numbered_message(4, "cheap pills"), Label.SPAM, "test") == "skipped_repeat"  # now a person's
+        assert (
+            shared.train(h.numbered_message(4, "cheap pills"), Label.SPAM, "test") == "skipped_repeat"
+        )  # now a person's
         assert shared.train(h.numbered_message(4, "cheap pills"), Label.HAM, "autolearn", user=False) == "declined"
         # Entries trained after the import are the newest: the cap trims imported ones first.
         order = shared.store.state.client.zrange(shared.store.state.order, 0, -1)
@@ -91,14 +104,33 @@ def test_spamctl_exports_and_imports_across_stores(tmp_path, redis_url, home):
     for i, raw in enumerate(c.SPAM + c.HAM):
         (home / f"m{i}").write_bytes(raw)
     config = home / "spamd.toml"
-    assert c.run_spamctl("--config", config, "--data-dir", home / "a", "train", "--spam", *[home / f"m{i}" for i in range(3)]).returncode == 0
-    assert c.run_spamctl("--config", config, "--data-dir", home / "a", "train", "--ham", *[home / f"m{i}" for i in range(3, 6)]).returncode == 0
+    assert (
+        c.run_spamctl(
+            "--config", config, "--data-dir", home / "a", "train", "--spam", *[home / f"m{i}" for i in range(3)]
+        ).returncode
+        == 0
+    )
+    assert (
+        c.run_spamctl(
+            "--config", config, "--data-dir", home / "a", "train", "--ham", *[home / f"m{i}" for i in range(3, 6)]
+        ).returncode
+        == 0
+    )
     assert c.run_spamctl("--config", config, "--data-dir", home / "a", "export", home / "a.export").returncode == 0
-    done = c.run_spamctl("--config", config, "--data-dir", home / "b", "--redis", redis_url, "--json", "import", home / "a.export")
+    done = c.run_spamctl(
+        "--config", config, "--data-dir", home / "b", "--redis", redis_url, "--json", "import", home / "a.export"
+    )
     assert done.returncode == 0, done.stderr
-    repeat = c.run_spamctl("--config", config, "--data-dir", home / "b", "--redis", redis_url, "--json", "train", "--spam", home / "m0")
+    repeat = c.run_spamctl(
+        "--config", config, "--data-dir", home / "b", "--redis", redis_url, "--json", "train", "--spam", home / "m0"
+    )
     assert repeat.returncode == 0 and "skipped_repeat" in repeat.stdout, repeat.stdout + repeat.stderr
-    assert c.run_spamctl("--config", config, "--data-dir", home / "b", "--redis", redis_url, "export", home / "b.export").returncode == 0
+    assert (
+        c.run_spamctl(
+            "--config", config, "--data-dir", home / "b", "--redis", redis_url, "export", home / "b.export"
+        ).returncode
+        == 0
+    )
     model_config = ModelConfig(hash_bits=16)
     a = decode_snapshot((home / "a.export").read_bytes(), model_config, 1000, "a")
     b = decode_snapshot((home / "b.export").read_bytes(), model_config, 1000, "b")
@@ -120,7 +152,9 @@ def test_another_hash_bits_on_the_same_prefix_is_refused(tmp_path, redis_url):
 
 
 def test_ledger_is_capped_oldest_first_inside_the_script(tmp_path, redis_url):
-    config = with_redis(dataclasses.replace(h.small_config(tmp_path), store=StoreConfig(ledger_max_entries=5)), redis_url)
+    config = with_redis(
+        dataclasses.replace(h.small_config(tmp_path), store=StoreConfig(ledger_max_entries=5)), redis_url
+    )
     state = RedisState(config)
     trainer = RedisTrainer(state, RedisModel(state, config.model))
     classifier = Classifier(config, trainer.model)
@@ -191,12 +225,14 @@ def test_score_is_one_round_trip(tmp_path, redis_url):
             shared.classify(h.numbered_message(i, "cheap pills and a meeting " * i))
         stats = client.info("commandstats", **node)
         assert stats["cmdstat_evalsha"]["calls"] == 10 and stats["cmdstat_hmget"]["calls"] == 30
-        assert {k for k in stats if k not in ("cmdstat_evalsha", "cmdstat_hmget")} <= {"cmdstat_config|resetstat", "cmdstat_info"}
+        assert {k for k in stats if k not in ("cmdstat_evalsha", "cmdstat_hmget")} <= {
+            "cmdstat_config|resetstat",
+            "cmdstat_info",
+        }
         assert "cmdstat_keys" not in stats and "cmdstat_scan" not in stats
     finally:
         local.close()
         shared.close()
-
 
 
 def test_cluster_urls_are_checked_with_clear_errors(tmp_path):
@@ -229,4 +265,6 @@ def test_spamctl_exits_75_when_redis_is_unreachable(tmp_path, scheme):
     url = f"{scheme}://127.0.0.1:{free_port()}" + ("/0" if scheme == "redis" else "")
     done = c.run_spamctl("--data-dir", tmp_path / "d", "--redis", url, "train", "--spam", tmp_path / "m")
     last = done.stderr.splitlines()[-1]
-    assert done.returncode == 75 and last.startswith("spamctl: Redis") and "unreachable" in last and "127.0.0.1:" in last, done.stderr
+    assert (
+        done.returncode == 75 and last.startswith("spamctl: Redis") and "unreachable" in last and "127.0.0.1:" in last
+    ), done.stderr

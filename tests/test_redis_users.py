@@ -22,14 +22,25 @@ from spamd.people.users import TRIM_SLACK
 from tests import cli_helpers as c
 from tests import core_helpers as h
 from tests.daemon_helpers import wait_until_sync
-from tests.redis_helpers import REDIS_CLI, RedisClusterServers, redis_cluster, redis_cluster_url, redis_plain_url, redis_server, redis_url, with_redis  # noqa: F401 (fixtures)
+from tests.redis_helpers import (
+    REDIS_CLI,
+    RedisClusterServers,
+    redis_cluster,
+    redis_cluster_url,
+    redis_plain_url,
+    redis_server,
+    redis_url,
+    with_redis,
+)  # noqa: F401 (fixtures)
 
 TOPICS = ["weekly offer from the shop", "cheap pills online now", "minutes of the meeting", "your parcel is waiting"]
 
 
 def users_config(tmp_path, name: str, url: str | None = None, **users: object):
     config = h.small_config(tmp_path / name, hash_bits=12)
-    config = dataclasses.replace(config, users=dataclasses.replace(UsersConfig(score_per_user=True, token_moves=True), **users))
+    config = dataclasses.replace(
+        config, users=dataclasses.replace(UsersConfig(score_per_user=True, token_moves=True), **users)
+    )
     return with_redis(config, url) if url else config
 
 
@@ -139,7 +150,9 @@ def test_two_users_with_opposite_training_on_the_same_mail_each_get_their_verdic
         shared.close()
 
 
-def test_max_users_deletes_the_least_recently_trained_users_layer_in_redis_as_the_embedded_store_does(tmp_path, redis_url):
+def test_max_users_deletes_the_least_recently_trained_users_layer_in_redis_as_the_embedded_store_does(
+    tmp_path, redis_url
+):
     local, shared = both(tmp_path, redis_url, max_users=2)
     try:
         for i, user in enumerate(["alice", "bob", "carol", "bob", "dave"]):
@@ -167,7 +180,10 @@ def test_export_and_import_carry_the_users_layers_between_the_stores(tmp_path, r
         assert shared.users.load().equals(local.users) and shared.users.names() == ["alice", "bob"]
         for i in range(12):
             for user in ("alice", "bob"):
-                assert shared.classify(message(i), user_name=user).score == local.classify(message(i), user_name=user).score
+                assert (
+                    shared.classify(message(i), user_name=user).score
+                    == local.classify(message(i), user_name=user).score
+                )
         # A correction after the import moves the imported layer (unlearned from the model's ledger entry).
         for engine in (local, shared):
             assert engine.train(message(1), Label.HAM, "test", user_name="bob") == "corrected"
@@ -184,7 +200,9 @@ home = c.home  # fixture
 
 def test_spamctl_trains_lists_and_scores_users_with_the_model_in_redis(redis_url, home):
     config = home / "spamd.toml"
-    (home / "spamd.toml").write_text((home / "spamd.toml").read_text() + "\n[users]\nscore_per_user = true\ntoken_moves = true\n")
+    (home / "spamd.toml").write_text(
+        (home / "spamd.toml").read_text() + "\n[users]\nscore_per_user = true\ntoken_moves = true\n"
+    )
     for i in range(4):
         (home / f"m{i}").write_bytes(message(i))
 
@@ -196,7 +214,10 @@ def test_spamctl_trains_lists_and_scores_users_with_the_model_in_redis(redis_url
     assert spamctl("--json", "train", "--ham", "--user", "alice", home / "m2").json()["learned"] == 1
     assert spamctl("--json", "train", "--ham", "--user", "bob", home / "m0").json()["learned"] == 1
     users = spamctl("--json", "users").json()
-    assert [(u["user"], u["trained_ham"], u["trained_spam"]) for u in users["users"]] == [("alice", 1, 2), ("bob", 1, 0)]
+    assert [(u["user"], u["trained_ham"], u["trained_spam"]) for u in users["users"]] == [
+        ("alice", 1, 2),
+        ("bob", 1, 0),
+    ]
     assert all(u["tokens"] > 0 and u["bytes"] > 0 for u in users["users"])
     assert "alice" in spamctl("users").stdout
     stats = spamctl("--json", "stats", "--user", "alice").json()
@@ -250,7 +271,9 @@ def test_cluster_user_node_down_fails_that_users_requests_only_and_the_retried_t
         victim_node.kill()
         with pytest.raises(StoreUnavailableError):
             shared.train(message(7), Label.SPAM, "test", user_name=victim)  # the shared step commits, the layer's fails
-        assert shared.trainer.label_of(shared.classifier.analyze(message(7)).key, victim) == Label.SPAM  # not acknowledged
+        assert (
+            shared.trainer.label_of(shared.classifier.analyze(message(7)).key, victim) == Label.SPAM
+        )  # not acknowledged
         with pytest.raises(StoreUnavailableError):
             shared.classify(probe, user_name=victim)
         assert shared.classify(probe).score is not None  # the shared model still scores
@@ -279,7 +302,13 @@ def test_cluster_user_node_down_fails_that_users_requests_only_and_the_retried_t
         assert shared.model.state_equals(local.model)
         assert shared.users.load().equals(local.users)
         for user in (victim, other):
-            assert abs(shared.classify(probe, user_name=user).score.probability - local.classify(probe, user_name=user).score.probability) <= 1e-9
+            assert (
+                abs(
+                    shared.classify(probe, user_name=user).score.probability
+                    - local.classify(probe, user_name=user).score.probability
+                )
+                <= 1e-9
+            )
 
         # An untraining whose layer step fails: the model forgets at once, the layer on the retry.
         victim_node.kill()

@@ -59,7 +59,12 @@ def index_with_junk(tmp_path: Path) -> Path:
     for name in ("empty1", "empty2", "empty3"):
         (data / name).write_bytes(b"")
     (data / "junk").write_bytes(bytes(range(256)) * 8)
-    for place, line in ((3, "spam data/empty1"), (8, "ham data/empty2"), (13, "spam data/junk"), (20, "ham data/empty3")):
+    for place, line in (
+        (3, "spam data/empty1"),
+        (8, "ham data/empty2"),
+        (13, "spam data/junk"),
+        (20, "ham data/empty3"),
+    ):
         lines.insert(place, line)
     lines.insert(17, "ham data/missing")
     index = tmp_path / "mail" / "index"
@@ -115,7 +120,9 @@ def test_compare_speed_per_user_times_each_users_layer_and_refuses_an_index_with
     assert refused.returncode == 2 and "names users" in refused.stderr
 
 
-def test_compare_bogofilter_skips_and_names_files_that_are_no_mail_message(index_with_junk: Path, tmp_path: Path) -> None:
+def test_compare_bogofilter_skips_and_names_files_that_are_no_mail_message(
+    index_with_junk: Path, tmp_path: Path
+) -> None:
     needs_bogofilter()
     work = tmp_path / "work"
     run = run_script(
@@ -133,13 +140,17 @@ def test_compare_bogofilter_skips_and_names_files_that_are_no_mail_message(index
     assert len((work / "mail" / "subject-only" / "index").read_text().splitlines()) == 24
 
 
-def test_audit_text_and_heavy_mail_index_go_on_past_files_that_are_no_mail_message(index_with_junk: Path, tmp_path: Path) -> None:
+def test_audit_text_and_heavy_mail_index_go_on_past_files_that_are_no_mail_message(
+    index_with_junk: Path, tmp_path: Path
+) -> None:
     audit = run_script("audit_text.py", str(index_with_junk), cwd=tmp_path)
     assert audit.returncode == 0, audit.stderr
     assert_reported_each_junk_file(audit.stderr, "audit_text.py")
     assert "24 messages (5 skipped" in audit.stdout
 
-    heavy = run_script("heavy_mail_index.py", str(tmp_path / "heavy"), str(index_with_junk), "--min-bytes", "1", cwd=tmp_path)
+    heavy = run_script(
+        "heavy_mail_index.py", str(tmp_path / "heavy"), str(index_with_junk), "--min-bytes", "1", cwd=tmp_path
+    )
     # None of the made-up messages carries HTML: the script says so, having named the junk.
     assert heavy.returncode == 1 and "no message is that large and carries HTML" in heavy.stderr
     assert_reported_each_junk_file(heavy.stderr, "heavy_mail_index.py")
@@ -152,7 +163,9 @@ def test_a_script_given_an_unreadable_index_says_so_in_one_line(tmp_path: Path) 
 
 
 def test_users_cost_reports_memory_snapshot_and_start_up_and_leaves_nothing(tmp_path: Path) -> None:
-    run = run_script("users_cost.py", "--users", "6", "--trainings", "4", "--replay", "12", "--dir", str(tmp_path), cwd=tmp_path)
+    run = run_script(
+        "users_cost.py", "--users", "6", "--trainings", "4", "--replay", "12", "--dir", str(tmp_path), cwd=tmp_path
+    )
     assert run.returncode == 0, run.stderr
     assert "layers: 6 users" in run.stdout and "ledger: 24 entries" in run.stdout
     assert "snapshot: " in run.stdout and "start-up with 12 journal records to replay" in run.stdout
@@ -176,7 +189,9 @@ def trec_head_index(tmp_path: Path, messages: int = 600) -> Path:
     return index
 
 
-@pytest.mark.skipif(not (REPO.parent / "shared" / "corpora" / "trec07p-dev" / "full" / "index").is_file(), reason="corpus absent")
+@pytest.mark.skipif(
+    not (REPO.parent / "shared" / "corpora" / "trec07p-dev" / "full" / "index").is_file(), reason="corpus absent"
+)
 def test_ablate_models_default_is_spamctl_evals_figure_under_each_protocol(tmp_path: Path) -> None:
     """The script replays spamd's arithmetic itself: its default row must be `spamctl eval` to the last digit shown."""
     index = trec_head_index(tmp_path)
@@ -195,7 +210,9 @@ def test_ablate_models_default_is_spamctl_evals_figure_under_each_protocol(tmp_p
         assert cells[1 + 5 * place + 2] == f"{report['one_minus_roca_pct']:.4f}", (protocol, row)
 
 
-@pytest.mark.skipif(not (REPO.parent / "shared" / "corpora" / "trec07p-dev" / "full" / "index").is_file(), reason="corpus absent")
+@pytest.mark.skipif(
+    not (REPO.parent / "shared" / "corpora" / "trec07p-dev" / "full" / "index").is_file(), reason="corpus absent"
+)
 def test_ablate_models_estimation_and_margin_rows_are_spamctl_evals_figures(tmp_path: Path) -> None:
     """The switches and the train margin the script runs are spamd's own: its rows are `spamctl eval`'s to the digit."""
     index = trec_head_index(tmp_path)
@@ -221,7 +238,9 @@ def test_ablate_models_estimation_and_margin_rows_are_spamctl_evals_figures(tmp_
         assert rows[row][1 + 5 * place + 2] == f"{report['one_minus_roca_pct']:.4f}", (row, options)
 
 
-def test_multi_user_stream_deals_each_disputed_list_to_two_users_who_disagree(index_with_junk: Path, tmp_path: Path) -> None:
+def test_multi_user_stream_deals_each_disputed_list_to_two_users_who_disagree(
+    index_with_junk: Path, tmp_path: Path
+) -> None:
     data = index_with_junk.parent / "data"
     lines = index_with_junk.read_text().splitlines()
     lists = ("kernel-dev.lists.example", "pets.lists.example")
@@ -248,7 +267,10 @@ def test_multi_user_stream_deals_each_disputed_list_to_two_users_who_disagree(in
         disagree = [line.split() for line in (out / f"disagree-{name}.index").read_text().splitlines()]
         assert [path for _, path, _ in disagree] == [path for _, path, _ in agree]
         # The list's copies alternately bob's (ham) and alice's (spam); every other line as in agree.
-        assert [(label, user) for label, path, user in disagree if on_list(path) == which] == [("ham", "bob"), ("spam", "alice")] * 3
+        assert [(label, user) for label, path, user in disagree if on_list(path) == which] == [
+            ("ham", "bob"),
+            ("spam", "alice"),
+        ] * 3
         assert [a for a in agree if on_list(a[1]) != which] == [d for d in disagree if on_list(d[1]) != which]
     summary = json.loads((out / "summary.json").read_text())
     for name in (lists[0], "pets"):

@@ -29,7 +29,9 @@ def parsed(headers: str) -> ParsedMessage:
 
 
 def test_a_message_is_from_its_lists_and_its_from_address():
-    message = parsed('From: "The Shop" <News@Shop.Example>\nList-Id: Weekly offers <offers.shop.example>\nList-Id: second')
+    message = parsed(
+        'From: "The Shop" <News@Shop.Example>\nList-Id: Weekly offers <offers.shop.example>\nList-Id: second'
+    )
     assert sender_names(message) == ["from=news@shop.example", "list-id=offers.shop.example", "list-id=second"]
     assert sender_names(parsed("From: nobody at all\nSubject: x")) == []
     assert len(sender_keys(message)) == 3 and sender_keys(message) == sender_keys(message)
@@ -167,7 +169,9 @@ def test_the_engine_turns_alices_list_after_her_moves_and_keeps_it_across_a_snap
     engine = Engine.open(config, durable=False)
     try:
         assert engine.classify(probe, "alice").score.verdict is Verdict.SPAM
-        assert engine.senders.direction("bob", engine.classify(probe).analyzed.senders) == -1  # replayed from the journal
+        assert (
+            engine.senders.direction("bob", engine.classify(probe).analyzed.senders) == -1
+        )  # replayed from the journal
     finally:
         engine.close()
 
@@ -177,7 +181,9 @@ def test_autolearn_and_settled_mail_are_no_move_and_score_per_user_off_scores_ev
     engine = trained_engine(config)
     for n in range(100, 106):
         deliver_copy(engine, n, "alice")
-        engine.train(list_digest(n, "alice@example.com"), Label.SPAM, ("autolearn", "settled")[n % 2], user_name="alice")
+        engine.train(
+            list_digest(n, "alice@example.com"), Label.SPAM, ("autolearn", "settled")[n % 2], user_name="alice"
+        )
     probe = list_digest(99, "alice@example.com")
     assert engine.classify(probe, "alice").score == engine.classify(probe).score
     for n in range(110, 113):  # carol's own trainings (spamctl, web, a TELL) are hers

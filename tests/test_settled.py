@@ -61,7 +61,12 @@ class Clock:
 
 
 def put(
-    maildir: Path, data: bytes, folder: str = "", flags: str | None = None, age_s: float = 0.0, mtime: float | None = None
+    maildir: Path,
+    data: bytes,
+    folder: str = "",
+    flags: str | None = None,
+    age_s: float = 0.0,
+    mtime: float | None = None,
 ) -> Path:
     """Deliver as an MDA or an IMAP APPEND does: tmp/, then new/ (no flags) or cur/ with `flags`.
 
@@ -225,7 +230,9 @@ async def test_read_mail_settles_as_ham_junk_as_spam_unread_and_trash_never(tmp_
         assert trained(daemon) == (1, 2)
         assert events(daemon) == {"settled:learned": 3}
         index = daemon.mailboxes[0].index
-        assert [index.is_settled(p.name.split(":")[0]) for p in (inbox_read, work_read, junk, unread)] == [True] * 3 + [False]
+        assert [index.is_settled(p.name.split(":")[0]) for p in (inbox_read, work_read, junk, unread)] == [True] * 3 + [
+            False
+        ]
 
         # Read later, long after it arrived: learned as soon as the watcher sees the flag.
         set_flags(unread, "S")
@@ -249,7 +256,11 @@ async def test_spamds_own_filing_settles_only_beyond_the_margin(tmp_path):
     async with running(settle_config(tmp_path, settle_margin=0.5), clock=clock) as daemon:
         put(maildir, b"X-Spam-Status: No, score=0.3000 log_odds=-0.154\n" + make_message(Label.HAM, 1), flags="S")
         put(maildir, b"X-Spam-Status: No, score=0.0100 log_odds=-0.835\n" + make_message(Label.HAM, 2), flags="S")
-        put(maildir, b"X-Spam-Status: Yes, score=0.8600 log_odds=0.330\nX-Spam-Flag: YES\n" + make_message(Label.SPAM, 1), folder=JUNK)
+        put(
+            maildir,
+            b"X-Spam-Status: Yes, score=0.8600 log_odds=0.330\nX-Spam-Flag: YES\n" + make_message(Label.SPAM, 1),
+            folder=JUNK,
+        )
         put(maildir, HAM_VERDICT + make_message(Label.HAM, 3), flags="S")  # another filter's verdict: not spamd's
         await handled(daemon, 4)
         clock.advance(2 * SETTLE_S)
@@ -279,7 +290,9 @@ async def test_a_persons_later_move_corrects_settled_mail_exactly_once(tmp_path)
     for sub in ("cur", "new", "tmp"):
         (maildir / ".Work" / sub).mkdir(parents=True)
     async with running(settle_config(tmp_path), clock=clock) as daemon:
-        ham = put(maildir, HAM_VERDICT + make_message(Label.SPAM, 1), flags="S")  # spam the person read and kept, for now
+        ham = put(
+            maildir, HAM_VERDICT + make_message(Label.SPAM, 1), flags="S"
+        )  # spam the person read and kept, for now
         spam = put(maildir, SPAM_VERDICT + make_message(Label.HAM, 1), folder=JUNK)  # ham lost in Junk, for now
         junk = put(maildir, SPAM_VERDICT + make_message(Label.SPAM, 2), folder=JUNK)
         await handled(daemon, 3)
@@ -533,7 +546,10 @@ def test_end_to_end_settled_learning_moves_and_restarts(tmp_path):
     once it is learned every earlier due time has been dealt with (the queue pops in order of due time).
     """
     settle_s = 1.5
-    config = write_config(tmp_path / "spamd.toml", f"[store]\nsnapshot_interval_s = 3600.0\n[maildir]\nsettle_after = {settle_s}\nsettle_margin = 0.0\n")
+    config = write_config(
+        tmp_path / "spamd.toml",
+        f"[store]\nsnapshot_interval_s = 3600.0\n[maildir]\nsettle_after = {settle_s}\nsettle_margin = 0.0\n",
+    )
     # Every settled label learned (no thick threshold), as the test counts them.
     config.write_text(config.read_text().replace("[model]\n", "[model]\ntrain_margin = inf\n", 1))
     data = tmp_path / "data"
@@ -580,7 +596,9 @@ def test_end_to_end_settled_learning_moves_and_restarts(tmp_path):
         assert before["training_events"] == {"settled:learned": 4}
         assert (before["trained_spam"], before["trained_ham"]) == (12 + 2, 12 + 2)
         text = spamctl(data, config, "stats").stdout.decode()
-        assert [line.split()[:2] for line in text.splitlines() if line.strip().startswith("settled")] == [["settled", "4"]]
+        assert [line.split()[:2] for line in text.splitlines() if line.strip().startswith("settled")] == [
+            ["settled", "4"]
+        ]
         metrics_port = daemon.wait_for("daemon_started")["metrics_port"]
         scraped = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
         assert 'spamd_trainings_total{label="ham",outcome="learned",source="settled"} 2.0' in scraped
@@ -589,7 +607,11 @@ def test_end_to_end_settled_learning_moves_and_restarts(tmp_path):
         # The person changes their mind about the settled ham: corrected, exactly once ...
         in_junk = imap_move(read, maildir, JUNK)
         moved = daemon.wait_for("training_applied", count=5)
-        assert (moved["source"], moved["outcome"], moved["message_id"]) == ("maildir", "corrected", "<ham-0-0@example.org>")
+        assert (moved["source"], moved["outcome"], moved["message_id"]) == (
+            "maildir",
+            "corrected",
+            "<ham-0-0@example.org>",
+        )
         # ... and empties Junk into Trash: the settled spam is neither learned again nor unlearned.
         for path in folder_files(maildir, JUNK):
             if path != in_junk:

@@ -128,7 +128,10 @@ async def test_multi_user_delivery_by_local_part(tmp_path):
         refused = await asyncio.to_thread(
             send, port, make_message(Label.HAM, 3), ["../bob@example.com", "nobody@example.com", "alice@example.com"]
         )
-        assert {rcpt: code for rcpt, (code, _) in refused.items()} == {"../bob@example.com": 550, "nobody@example.com": 550}
+        assert {rcpt: code for rcpt, (code, _) in refused.items()} == {
+            "../bob@example.com": 550,
+            "nobody@example.com": 550,
+        }
         with pytest.raises(smtplib.SMTPRecipientsRefused):
             await asyncio.to_thread(send, port, make_message(Label.HAM, 5), ["carol@example.com"])
         await asyncio.to_thread(send, port, make_message(Label.HAM, 4), ["alice@example.com", "bob@example.com"])
@@ -141,7 +144,9 @@ async def test_multi_user_delivery_by_local_part(tmp_path):
 
 async def test_one_maildir_takes_every_recipient(tmp_path):
     async with running(daemon_config(tmp_path)) as daemon:
-        refused = await asyncio.to_thread(send, port_of(daemon), make_message(Label.HAM, 1), ["anyone@example.com", "../x@y"])
+        refused = await asyncio.to_thread(
+            send, port_of(daemon), make_message(Label.HAM, 1), ["anyone@example.com", "../x@y"]
+        )
         assert refused == {}
         assert len(files(tmp_path / "Maildir" / "new")) == 1
 
@@ -227,7 +232,7 @@ async def test_next_hop_permanent_rejection_is_passed_on(tmp_path):
 
 async def test_config_limits_apply_to_new_sessions_after_reload(tmp_path):
     config_file = tmp_path / "spamd.toml"
-    config_file.write_text('[smtp]\nport = 0\nmax_recipients = 1\n[model]\nhash_bits = 16\n[maildir]\nfsync = false\n')
+    config_file.write_text("[smtp]\nport = 0\nmax_recipients = 1\n[model]\nhash_bits = 16\n[maildir]\nfsync = false\n")
     from spamd.daemon import Daemon
 
     daemon = Daemon(config_file, data_dir=tmp_path / "data", install_signals=False)
@@ -236,7 +241,9 @@ async def test_config_limits_apply_to_new_sessions_after_reload(tmp_path):
         port = port_of(daemon)
         refused = await asyncio.to_thread(send, port, make_message(Label.HAM, 1), ["a@x.org", "b@x.org"])
         assert list(refused) == ["b@x.org"]
-        config_file.write_text('[smtp]\nport = 2525\nmax_recipients = 5\n[model]\nhash_bits = 16\nspam_threshold = 0.9\n')
+        config_file.write_text(
+            "[smtp]\nport = 2525\nmax_recipients = 5\n[model]\nhash_bits = 16\nspam_threshold = 0.9\n"
+        )
         changes = await daemon.reload()
         assert changes["applied"]["smtp.max_recipients"] == [1, 5]
         assert changes["applied"]["model.spam_threshold"][1] == 0.9

@@ -150,7 +150,9 @@ def test_ping_and_user(spamd):
     assert (done.returncode, done.stdout) == (0, b"SPAMD/1.5 0\n")
     raw = make_message(Label.HAM, 503)
     assert spamd.spamc("-u", "alice", "-c", input=raw).returncode == 0
-    lines = wait_until_sync(lambda: [e for e in spamd.process.events("message_scored") if e.get("client_user") == "alice"])
+    lines = wait_until_sync(
+        lambda: [e for e in spamd.process.events("message_scored") if e.get("client_user") == "alice"]
+    )
     assert lines[0]["via"] == "spamc" and lines[0]["command"] == "CHECK"
 
 
@@ -233,7 +235,9 @@ def test_exims_request_gets_the_answer_exim_parses(spamd):
     # file, shutdown(SHUT_WR), read to EOF; anything its two sscanf formats miss is a DEFER.
     for raw in SAMPLES:
         message = raw.replace(b"\n", b"\r\n")
-        answer = raw_exchange(spamd.port, b"REPORT SPAMC/1.2\r\nUser: nobody\r\nContent-length: %d\r\n\r\n%s" % (len(message), message))
+        answer = raw_exchange(
+            spamd.port, b"REPORT SPAMC/1.2\r\nUser: nobody\r\nContent-length: %d\r\n\r\n%s" % (len(message), message)
+        )
         parsed = exim_parse(answer)
         assert parsed is not None, answer[:200]
         score, threshold, report = parsed
@@ -265,7 +269,11 @@ begin transports
 
 def exim_dialog(raw: bytes) -> bytes:
     body = raw.replace(b"\n", b"\r\n")
-    return b"HELO client.example\r\nMAIL FROM:<a@example.org>\r\nRCPT TO:<user@test.example>\r\nDATA\r\n" + body + b".\r\nQUIT\r\n"
+    return (
+        b"HELO client.example\r\nMAIL FROM:<a@example.org>\r\nRCPT TO:<user@test.example>\r\nDATA\r\n"
+        + body
+        + b".\r\nQUIT\r\n"
+    )
 
 
 def test_exim_spam_acl_end_to_end(spamd):
@@ -308,7 +316,10 @@ def test_protocol_versions_frame_answers_as_spamassassin_does(spamd):
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head == b"SPAMD/1.1 0 EX_OK\r\nContent-length: %d\r\n" % len(body) + spam.rstrip(b"\r\n")
     assert body.endswith(raw) and body.startswith(b"X-Spam-Status: Yes")
-    assert raw_exchange(spamd.port, request("PROCESS", raw, version="1.2")) == b"SPAMD/1.1 0 EX_OK\r\nContent-length: %d\r\n\r\n" % len(body) + body
+    assert (
+        raw_exchange(spamd.port, request("PROCESS", raw, version="1.2"))
+        == b"SPAMD/1.1 0 EX_OK\r\nContent-length: %d\r\n\r\n" % len(body) + body
+    )
     assert raw_exchange(spamd.port, b"PROCESS SPAMC/1.0\r\n" + raw) == b"SPAMD/1.0 0 EX_OK\r\n" + body
     # SYMBOLS before 1.3 ends its line with CRLF; from 1.3 on it does not.
     old = raw_exchange(spamd.port, request("SYMBOLS", raw, version="1.2"))
@@ -323,7 +334,9 @@ def test_protocol_versions_frame_answers_as_spamassassin_does(spamd):
     assert raw_exchange(spamd.port, b"PING SPAMC/1.5\r\n\r\n") == b"SPAMD/1.5 0 PONG\r\n"
     assert raw_exchange(spamd.port, b"SKIP SPAMC/1.5\r\n\r\n") == b""
     # Without shutting down its side, a client that sent Content-length is answered at once.
-    assert raw_exchange(spamd.port, request("CHECK", raw), half_close=False).startswith(b"SPAMD/1.1 0 EX_OK\r\nSpam: True")
+    assert raw_exchange(spamd.port, request("CHECK", raw), half_close=False).startswith(
+        b"SPAMD/1.1 0 EX_OK\r\nSpam: True"
+    )
 
 
 def test_compressed_requests_are_inflated_and_damaged_ones_refused(spamd):
@@ -335,10 +348,16 @@ def test_compressed_requests_are_inflated_and_damaged_ones_refused(spamd):
     assert raw_exchange(spamd.port, request("CHECK", packed, headers={"Compress": "zlib"})) == plain
     answer = raw_exchange(spamd.port, request("PROCESS", packed, headers={"Compress": "zlib"}))
     assert answer.endswith(raw), "answers are not compressed: no client inflates one"
-    assert raw_exchange(spamd.port, request("CHECK", b"not zlib at all", headers={"Compress": "zlib"})).startswith(b"SPAMD/1.0 65 ")
-    assert raw_exchange(spamd.port, request("CHECK", packed[:-6], headers={"Compress": "zlib"})).startswith(b"SPAMD/1.0 65 ")
+    assert raw_exchange(spamd.port, request("CHECK", b"not zlib at all", headers={"Compress": "zlib"})).startswith(
+        b"SPAMD/1.0 65 "
+    )
+    assert raw_exchange(spamd.port, request("CHECK", packed[:-6], headers={"Compress": "zlib"})).startswith(
+        b"SPAMD/1.0 65 "
+    )
     assert raw_exchange(spamd.port, request("CHECK", raw, headers={"Compress": "gzip"})).startswith(b"SPAMD/1.0 76 ")
-    assert raw_exchange(spamd.port, request("CHECK", packed, headers={"Compress": "zlib"}, length=False)).startswith(b"SPAMD/1.0 76 ")
+    assert raw_exchange(spamd.port, request("CHECK", packed, headers={"Compress": "zlib"}, length=False)).startswith(
+        b"SPAMD/1.0 76 "
+    )
 
 
 def test_malformed_requests_get_their_ex_code(spamd):
@@ -353,7 +372,8 @@ def test_malformed_requests_get_their_ex_code(spamd):
         b"CHECK SPAMC/1.5\r\nContent-length: 5": 76,  # EOF during headers
         b"": 76,  # closed before headers
         b"CHECK SPAMC/1.5\r\n" + b"X-Junk: 1\r\n" * 300 + b"\r\n": 76,
-        b"TELL SPAMC/1.5\r\nMessage-class: spam\r\nSet: local\r\nRemove: local\r\nContent-length: %d\r\n\r\n" % len(raw) + raw: 76,
+        b"TELL SPAMC/1.5\r\nMessage-class: spam\r\nSet: local\r\nRemove: local\r\nContent-length: %d\r\n\r\n" % len(raw)
+        + raw: 76,
         b"TELL SPAMC/1.5\r\nMessage-class: maybe\r\nSet: local\r\nContent-length: %d\r\n\r\n" % len(raw) + raw: 76,
         b"TELL SPAMC/1.5\r\nSet: local\r\nContent-length: %d\r\n\r\n" % len(raw) + raw: 76,
         b"TELL SPAMC/1.5\r\nMessage-class: spam\r\nSet: local\r\nContent-length: 9\r\n\r\n\x89PNG\r\n\x1a\n\x00": 65,
@@ -372,7 +392,10 @@ def test_tell_is_refused_unless_allowed(tmp_path):
         raw = make_message(Label.SPAM, 513)
         # As SpamAssassin's spamd without --allow-tell: 69 EX_UNAVAILABLE, nothing learned.
         answer = raw_exchange(daemon.port, request("TELL", raw, headers={"Message-class": "spam", "Set": "local"}))
-        assert answer == b"SPAMD/1.0 69 Service Unavailable: TELL commands are not enabled, set [spamc] allow_tell = true\r\n"
+        assert (
+            answer
+            == b"SPAMD/1.0 69 Service Unavailable: TELL commands are not enabled, set [spamc] allow_tell = true\r\n"
+        )
         done = daemon.spamc("-L", "spam", input=raw)
         assert done.returncode != 0 and b"successfully" not in done.stdout
         assert stats_counts(daemon.stats()) == (0, 0, 0)
@@ -403,7 +426,10 @@ def test_peers_outside_the_allow_list_are_refused_and_the_listener_is_off_by_def
             port = daemon.spamc.address[1]
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.write(request("PING", version="1.5"))
-            assert await asyncio.wait_for(reader.read(), 10) == b"SPAMD/1.0 77 connections from 127.0.0.1 are not accepted\r\n"
+            assert (
+                await asyncio.wait_for(reader.read(), 10)
+                == b"SPAMD/1.0 77 connections from 127.0.0.1 are not accepted\r\n"
+            )
             writer.close()
         async with running(daemon_config(tmp_path / "b")) as daemon:
             assert daemon.spamc is None and daemon.stats()["daemon"]["spamc_listen"] is None
@@ -432,7 +458,11 @@ def test_a_reload_applies_spamc_settings_to_the_next_connection(tmp_path):
             port = daemon.spamc.address[1]
             tell = request("TELL", make_message(Label.SPAM, 800), headers={"Message-class": "spam", "Set": "local"})
             assert (await exchange_async(port, tell)).startswith(b"SPAMD/1.0 69 ")
-            path.write_text(path.read_text().replace('listen = "127.0.0.1:0"', 'listen = "127.0.0.1:9"\nallow_tell = true\nrequired_score = 6.0'))
+            path.write_text(
+                path.read_text().replace(
+                    'listen = "127.0.0.1:0"', 'listen = "127.0.0.1:9"\nallow_tell = true\nrequired_score = 6.0'
+                )
+            )
             result = await daemon.reload()
             assert result["applied"] == {"spamc.allow_tell": [False, True], "spamc.required_score": [5.0, 6.0]}
             assert result["needs_restart"] == ["spamc.listen"]
@@ -523,8 +553,12 @@ _HEADER_LINES = st.sampled_from([
     b"Message-class: nope", b"Set: local", b"Remove: local, remote", b"X-Other: 1", b"no colon", b"",
 ])  # fmt: skip
 _NEAR_VALID = st.builds(
-    lambda verb, version, headers, body: b"%s SPAMC/%s\r\n%s\r\n%s" % (verb, version, b"".join(h + b"\r\n" for h in headers), body),
-    st.sampled_from([b"CHECK", b"PROCESS", b"HEADERS", b"SYMBOLS", b"REPORT", b"REPORT_IFSPAM", b"TELL", b"PING", b"SKIP", b"NOPE"]),
+    lambda verb, version, headers, body: (
+        b"%s SPAMC/%s\r\n%s\r\n%s" % (verb, version, b"".join(h + b"\r\n" for h in headers), body)
+    ),
+    st.sampled_from(
+        [b"CHECK", b"PROCESS", b"HEADERS", b"SYMBOLS", b"REPORT", b"REPORT_IFSPAM", b"TELL", b"PING", b"SKIP", b"NOPE"]
+    ),
     st.sampled_from([b"1.0", b"1.2", b"1.3", b"1.5", b"9.99", b"1", b"x"]),
     st.lists(_HEADER_LINES, max_size=6),
     st.binary(max_size=64) | st.just(zlib.compress(b"hello")),
@@ -688,7 +722,9 @@ def test_random_bytes_and_overlong_lines_get_76(hostile):
         assert rss_kib(hostile) - rss_before < 32 * 1024
     probe.check()
     assert len(answers) == 22
-    assert all(a.startswith(b"SPAMD/1.0 76 Bad header line: (") and a.endswith(b"\r\n") for a in answers), {a[:40] for a in answers}
+    assert all(a.startswith(b"SPAMD/1.0 76 Bad header line: (") and a.endswith(b"\r\n") for a in answers), {
+        a[:40] for a in answers
+    }
 
 
 @needs_spamc
@@ -701,7 +737,9 @@ def test_oversized_requests_get_65_and_teach_nothing(hostile):
         # Announced too big: answered before a byte of the body is sent.
         client = RawClient(hostile.port, greet=False)
         client.send(b"CHECK SPAMC/1.5\r\nContent-length: 999999999999\r\n\r\n")
-        assert client.sock.recv(200).startswith(b"SPAMD/1.0 65 message too big: 999999999999 bytes, the limit is 524288")
+        assert client.sock.recv(200).startswith(
+            b"SPAMD/1.0 65 message too big: 999999999999 bytes, the limit is 524288"
+        )
         client.close()
         tell = {"Message-class": "spam", "Set": "local"}
         for data in (

@@ -43,7 +43,9 @@ MODEL = ModelConfig(hash_bits=BITS)
 STORE = StoreConfig()
 
 
-def record(seq: int, tokens: list[str], label: Label | None, previous: Label | None = None, key: bytes | None = None) -> TrainingRecord:
+def record(
+    seq: int, tokens: list[str], label: Label | None, previous: Label | None = None, key: bytes | None = None
+) -> TrainingRecord:
     key = key if key is not None else seq.to_bytes(16, "big")
     return TrainingRecord(seq, key, label, previous, True, "test", featurize(tokens, BITS), 1000.0 + seq, BITS)
 
@@ -95,7 +97,11 @@ records_strategy = st.lists(
 
 
 @settings(max_examples=60, deadline=None)
-@given(items=records_strategy, seq=st.integers(0, 2**40), counters=st.dictionaries(st.text(max_size=8), st.integers(0, 2**40), max_size=3))
+@given(
+    items=records_strategy,
+    seq=st.integers(0, 2**40),
+    counters=st.dictionaries(st.text(max_size=8), st.integers(0, 2**40), max_size=3),
+)
 def test_snapshot_round_trips_exactly(items, seq, counters):
     model, ledger = MultinomialNB(MODEL), Ledger(1000)
     for tokens, label, key, user in items:
@@ -161,7 +167,7 @@ def test_journal_cut_at_every_byte_replays_the_whole_records(tmp_path):
         assert bool(loaded.recovery.problems) == torn, (cut, loaded.recovery.problems)
         if torn:
             good = max([0] + [e for e in ends if e <= cut])
-            assert journal.read_bytes() == data[:max(good, len(JOURNAL_MAGIC))]
+            assert journal.read_bytes() == data[: max(good, len(JOURNAL_MAGIC))]
             assert (state_dir / f"journal-000000000000.log.torn-{good}").read_bytes() == data[good:cut]
         # The journal is appendable again and the next start is clean.
         store.append(record(whole + 1, ["after"], Label.SPAM))
@@ -357,14 +363,20 @@ def test_lock_held_by_another_process(tmp_path):
     state_dir = tmp_path / "state"
     state_dir.mkdir()
     holder = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(f"""
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
             import fcntl, sys
-            f = open({str(state_dir / 'lock')!r}, "a+b")
+            f = open({str(state_dir / "lock")!r}, "a+b")
             fcntl.flock(f, fcntl.LOCK_EX)
             print("locked", flush=True)
             sys.stdin.read()
-        """)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        """),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert holder.stdout.readline().strip() == "locked"
@@ -462,7 +474,10 @@ def test_journal_only_state_with_another_hash_bits_is_refused(tmp_path, written,
     for i in range(3):
         engine.train(h.numbered_message(i), Label.SPAM, "test")
     engine.close()
-    with pytest.raises(CorruptStateError, match=f"journal-000000000000.log: record 1 .*hash_bits = {written}, the config says {configured}"):
+    with pytest.raises(
+        CorruptStateError,
+        match=f"journal-000000000000.log: record 1 .*hash_bits = {written}, the config says {configured}",
+    ):
         Engine.open(h.small_config(tmp_path, hash_bits=configured))
 
 

@@ -47,16 +47,31 @@ JVBERi0xLjQK
 def test_each_token_family_appears():
     tokens = set(tokens_of(MAIL))
     expected = {
-        "subject:save", "subject:80%", "subject:save 80%",  # subject words and pairs
-        "from:cheap", "from@pharma.example.net", "to@work.example", "reply-to@other.example",
-        "received:relay.pharma.example.net", "received:192.0.2.7",
-        "message-id@mailer.pharma.example.net", "x-mailer:bulkmail",
-        "content-type:multipart", "header:x-mailer",
-        "don't", "$99", "only!",  # body words keep inner ' and attached $ !
-        "url:shop.deals.example.com", "url:deals.example.com", "url:example.com",  # attribute URL hosts
-        "urlpath:buy", "urlpath:now",
+        "subject:save",
+        "subject:80%",
+        "subject:save 80%",  # subject words and pairs
+        "from:cheap",
+        "from@pharma.example.net",
+        "to@work.example",
+        "reply-to@other.example",
+        "received:relay.pharma.example.net",
+        "received:192.0.2.7",
+        "message-id@mailer.pharma.example.net",
+        "x-mailer:bulkmail",
+        "content-type:multipart",
+        "header:x-mailer",
+        "don't",
+        "$99",
+        "only!",  # body words keep inner ' and attached $ !
+        "url:shop.deals.example.com",
+        "url:deals.example.com",
+        "url:example.com",  # attribute URL hosts
+        "urlpath:buy",
+        "urlpath:now",
         "url:pills.example.org",  # a bare www. host in the text
-        "part:text/html", "part:application/pdf", "filename-ext:pdf",
+        "part:text/html",
+        "part:application/pdf",
+        "filename-ext:pdf",
         "nonascii:1",  # the Cyrillic run
     }
     assert expected <= tokens, expected - tokens

@@ -22,7 +22,9 @@ from tests.redis_helpers import redis_cluster, redis_cluster_url, redis_plain_ur
 
 CONFIG = Config(model=ModelConfig(hash_bits=12))
 CLASSIFIER = Classifier(CONFIG, MultinomialNB(CONFIG.model))
-MESSAGES = [h.numbered_message(i, words) for i, words in enumerate(["cheap pills", "meeting", "offer", "lunch", "", "click"])]
+MESSAGES = [
+    h.numbered_message(i, words) for i, words in enumerate(["cheap pills", "meeting", "offer", "lunch", "", "click"])
+]
 ANALYZED = [CLASSIFIER.analyze(raw) for raw in MESSAGES]
 ANALYZED_HTML = CLASSIFIER.analyze(h.HTML)
 
@@ -219,7 +221,9 @@ def test_settled_and_autolearn_mixed_with_people(new_trainer, events):
             held[index] = (label, person)
     assert trainer.model.state_equals(direct({i: label for i, (label, _) in held.items()}))
     assert int(sum(trainer.model.doc_totals)) == len(held)
-    assert trainer.ledger.as_dict() == {ANALYZED[i].key: int(label) | (2 if person else 0) for i, (label, person) in held.items()}
+    assert trainer.ledger.as_dict() == {
+        ANALYZED[i].key: int(label) | (2 if person else 0) for i, (label, person) in held.items()
+    }
     assert trainer.events.total() == len(events)
 
 

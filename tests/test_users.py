@@ -17,7 +17,17 @@ from spamd.store import Ledger, Store, TrainingRecord
 from spamd.engine.trainer import Trainer
 from spamd.learning.outcomes import Outcome
 from tests import core_helpers as h
-from spamd.people.users import TRIM_SLACK, UserLayer, UserLayers, UserNameError, check_user_name, recipient_name, recipients_user, score_for_user, user_ledger_key
+from spamd.people.users import (
+    TRIM_SLACK,
+    UserLayer,
+    UserLayers,
+    UserNameError,
+    check_user_name,
+    recipient_name,
+    recipients_user,
+    score_for_user,
+    user_ledger_key,
+)
 from spamd.learning.classifier import Analyzed
 
 MODEL = ModelConfig(hash_bits=12)
@@ -101,6 +111,7 @@ def test_a_user_without_trainings_scores_bit_identically_to_the_shared_model(tra
 
 def test_the_user_layer_turns_a_disputed_kind_for_its_user_only():
     t = trainer()
+
     def kind(seed: int) -> Analyzed:  # one list's copies: its own tokens, and a few of each copy's own
         a = analyzed(seed)
         ids = np.union1d(a.features.ids, np.arange(4000, 4030, dtype=np.uint32))
@@ -127,7 +138,9 @@ def test_user_names_are_checked_and_recipients_name_one_user_or_none():
             check_user_name(bad)
     assert recipients_user(["alice@example.org", "alice+lists@example.org"]) == "alice"
     assert recipients_user(["alice@example.org", "bob@example.org"]) is None
-    assert recipients_user(iter(["alice+a@example.org", "alice+b@example.org"])) == "alice"  # any iterable (the milter's)
+    assert (
+        recipients_user(iter(["alice+a@example.org", "alice+b@example.org"])) == "alice"
+    )  # any iterable (the milter's)
     assert recipients_user(["a b@example.org"]) is None  # no valid name: the shared model
     assert recipient_name("alice+lists@example.org") == recipient_name("alice") == "alice"
 
@@ -193,7 +206,9 @@ def test_layers_score_only_when_score_per_user_is_on_and_are_kept_either_way(tmp
                 engine.train(h.numbered_message(100 + i, "cheap pills online now"), Label.SPAM, "test")
             for i in range(13, 19):
                 engine.train(h.numbered_message(i, "weekly offer from the shop"), Label.SPAM, "test", user_name="alice")
-                engine.train(h.numbered_message(200 + i, "minutes of the meeting"), Label.HAM, "test", user_name="alice")
+                engine.train(
+                    h.numbered_message(200 + i, "minutes of the meeting"), Label.HAM, "test", user_name="alice"
+                )
             assert engine.users.for_scoring("alice", config.model)[0] is not None  # the layer is there either way
             scores[name] = (engine.classify(probe, user_name="alice").score, engine.classify(probe).score)
         finally:
@@ -205,7 +220,9 @@ def test_layers_score_only_when_score_per_user_is_on_and_are_kept_either_way(tmp
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(
-        st.tuples(st.sets(st.integers(0, 200), min_size=1, max_size=30), st.integers(1, 5), st.sampled_from(list(Label))),
+        st.tuples(
+            st.sets(st.integers(0, 200), min_size=1, max_size=30), st.integers(1, 5), st.sampled_from(list(Label))
+        ),
         min_size=1,
         max_size=25,
     ),

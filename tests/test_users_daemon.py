@@ -27,6 +27,8 @@ from tests.redis_helpers import redis_plain_url, redis_server  # noqa: F401 (fix
 from tests.spamc_helpers import SpamcDaemon, needs_spamc, start_spamd
 
 JUNK = ".Junk"
+
+
 def users(spamctl) -> dict[str, dict]:
     done = spamctl("users", "--json")
     assert done.returncode == 0, done.stderr
@@ -53,7 +55,9 @@ def test_two_users_opposite_moves_on_one_kind_each_get_their_way(tmp_path, store
     for maildir in maildirs.values():
         maildir.mkdir(parents=True)
     redis = f'[redis]\nurl = "{request.getfixturevalue("redis_plain_url")}"\n' if store == "redis" else ""
-    config = write_config(tmp_path / "spamd.toml", f'[maildir]\nroot = "{root}"\nfsync = false\n[users]\nscore_per_user = true\n{redis}')
+    config = write_config(
+        tmp_path / "spamd.toml", f'[maildir]\nroot = "{root}"\nfsync = false\n[users]\nscore_per_user = true\n{redis}'
+    )
     data = tmp_path / "data"
     process = DaemonProcess("--config", config, "--data-dir", data, "--smtp", "127.0.0.1:0")
     try:
@@ -75,7 +79,9 @@ def test_two_users_opposite_moves_on_one_kind_each_get_their_way(tmp_path, store
             for user, maildir in maildirs.items():
                 before = {p.name.split(":")[0] for p in folder_files(maildir) + folder_files(maildir, JUNK)}
                 with smtplib.SMTP("127.0.0.1", port, timeout=10) as client:
-                    client.sendmail("list@news.example.net", [f"{user}@example.com"], crlf(list_digest(n, f"{user}@example.com")))
+                    client.sendmail(
+                        "list@news.example.net", [f"{user}@example.com"], crlf(list_digest(n, f"{user}@example.com"))
+                    )
 
                 def arrived() -> tuple[Path, bool] | None:
                     for folder, junk in (("", False), (JUNK, True)):
@@ -119,7 +125,10 @@ def tell_alice_spam_and_bob_ham_of_one_list(daemon) -> bytes:
     for user in ("alice", "bob"):
         for i in range(3):
             for label in (Label.SPAM, Label.HAM):
-                assert daemon.spamc("-u", user, "-L", str(label), input=make_message(label, i, seed=len(user))).returncode == 0
+                assert (
+                    daemon.spamc("-u", user, "-L", str(label), input=make_message(label, i, seed=len(user))).returncode
+                    == 0
+                )
     for n in range(6):
         assert daemon.spamc("-u", "alice", "-L", "spam", input=list_digest(n, "alice@example.com")).returncode == 0
         assert daemon.spamc("-u", "bob", "-L", "ham", input=list_digest(n, "bob@example.com")).returncode == 0
@@ -176,7 +185,9 @@ def test_spamc_u_tells_turn_a_list_for_that_user_alone_as_shipped_and_kill_9_kee
         daemon.process.signal(signal.SIGKILL)  # no snapshot holds the tells: the journal does
         daemon.process.wait(30)
         daemon = restart(daemon)
-        assert {u: (row["senders_to_junk"], row["senders_to_inbox"]) for u, row in users(daemon.spamctl).items()} == turned
+        assert {
+            u: (row["senders_to_junk"], row["senders_to_inbox"]) for u, row in users(daemon.spamctl).items()
+        } == turned
         assert {u: user_score(daemon, u, probe) for u in scores} == scores
     finally:
         daemon.process.kill()
@@ -185,7 +196,9 @@ def test_spamc_u_tells_turn_a_list_for_that_user_alone_as_shipped_and_kill_9_kee
 @needs_spamc
 def test_spamc_u_trains_and_scores_with_the_users_layer_in_redis(tmp_path, redis_plain_url):
     redis = f'[redis]\nurl = "{redis_plain_url}"\n'
-    daemon = start_spamd(tmp_path / "d", f"allow_tell = true\n[users]\nscore_per_user = true\ntoken_moves = true\n{redis}")
+    daemon = start_spamd(
+        tmp_path / "d", f"allow_tell = true\n[users]\nscore_per_user = true\ntoken_moves = true\n{redis}"
+    )
     try:
         probe = tell_alice_spam_and_bob_ham_of_one_list(daemon)
     finally:

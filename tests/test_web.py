@@ -142,7 +142,9 @@ async def test_nothing_changes_state_over_get(daemon):
 @pytest.mark.asyncio
 async def test_every_answer_carries_the_content_security_policy_and_refuses_framing(daemon):
     async with WebClient(port_of(daemon)) as web:
-        responses = [await web.session.get(p, allow_redirects=False) for p in ("/login", "/", "/nowhere", "/static/console.css")]
+        responses = [
+            await web.session.get(p, allow_redirects=False) for p in ("/login", "/", "/nowhere", "/static/console.css")
+        ]
         await web.login_with_token(daemon.config.data_dir)
         responses += [await web.session.get(p) for p in ("/", "/accuracy", "/history", "/train", "/history/99")]
         for response in responses:
@@ -267,7 +269,9 @@ async def test_training_uploads_pastes_and_mboxes_answer_with_the_trainers_outco
         assert "box.mbox message 3" in await response.text()
         page = await response.text()
         assert stat_values(page)["trained_ham"] == 3 == int(daemon.engine.model.doc_totals[Label.HAM])
-        assert await outcomes(await web.post("/train", upload(b"\x89PNG\r\n\x1a\n", "spam", "x.png"), 200)) == ["not_a_message"]
+        assert await outcomes(await web.post("/train", upload(b"\x89PNG\r\n\x1a\n", "spam", "x.png"), 200)) == [
+            "not_a_message"
+        ]
         await web.post("/train", {"action": "spam"}, 400)  # nothing to train
         await web.post("/train", {"action": "delete everything", "message_text": pasted}, 400)
     events = daemon.engine.trainings
@@ -317,7 +321,9 @@ async def test_an_oversized_upload_is_refused_and_the_console_goes_on(daemon):
 
 def test_the_history_is_bounded_in_entries_and_in_message_bytes():
     now = [1_700_000_000.0]
-    history = History(HistorySettings(entries=100, message_bytes=10_000, max_message_bytes=600), lambda: True, lambda: now[0])
+    history = History(
+        HistorySettings(entries=100, message_bytes=10_000, max_message_bytes=600), lambda: True, lambda: now[0]
+    )
     for i in range(250):
         raw = make_message(Label.SPAM if i % 3 else Label.HAM, i) + b"x" * (i * 4)
         history.record(raw, bytes(16), "spam" if i % 3 else "ham", 0.9, "smtp", "alice")
@@ -355,7 +361,9 @@ async def test_each_page_renders_in_under_100_ms_with_100000_verdicts(tmp_path):
         raws = [make_message(Label.SPAM if i % 2 else Label.HAM, i) for i in range(200)]
         ways = ("smtp", "milter", "spamc", "maildir")
         for i in range(100_000):
-            d.history.record(raws[i % 200], bytes(16), ("ham", "spam", "unsure")[i % 3], 0.5, ways[i % 4], f"user{i % 7}")
+            d.history.record(
+                raws[i % 200], bytes(16), ("ham", "spam", "unsure")[i % 3], 0.5, ways[i % 4], f"user{i % 7}"
+            )
         assert len(d.history) == 100_000
         # The fullest overview and accuracy pages: a daemon up for a day with traffic in each of
         # the six hours charted, and live accuracy for each of the 400 days kept.
@@ -407,7 +415,10 @@ def test_listen_address_forms_and_errors():
     import dataclasses
 
     bare = Config()
-    assert web_address(dataclasses.replace(bare, web=dataclasses.replace(bare.web, listen="8154"))) == ("127.0.0.1", 8154)
+    assert web_address(dataclasses.replace(bare, web=dataclasses.replace(bare.web, listen="8154"))) == (
+        "127.0.0.1",
+        8154,
+    )
     with pytest.raises(ConfigError, match="--web"):
         load_config(None, web_listen="nowhere")
 

@@ -29,7 +29,11 @@ from tests.web_helpers import HOSTILE_SUBJECTS, hostile_message
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
-MISSING = [name for name, path in (("chromium", CHROMIUM), ("chromedriver (Debian: chromium-driver)", CHROMEDRIVER)) if not path]
+MISSING = [
+    name
+    for name, path in (("chromium", CHROMIUM), ("chromedriver (Debian: chromium-driver)", CHROMEDRIVER))
+    if not path
+]
 
 pytestmark = [pytest.mark.slow]
 
@@ -100,7 +104,9 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console | None
         driver.set_page_load_timeout(30)
         shots = tmp / "screenshots"
         shots.mkdir()
-        yield Console(daemon, driver, f"http://127.0.0.1:{started['web_port']}", started["smtp_port"], data, config, shots)
+        yield Console(
+            daemon, driver, f"http://127.0.0.1:{started['web_port']}", started["smtp_port"], data, config, shots
+        )
         print(f"screenshots of the console: {shots}")
         daemon.signal(signal.SIGTERM)
         assert daemon.wait() == 0
@@ -188,7 +194,10 @@ def test_browser_refuses_a_wrong_password_then_logs_in_and_the_overview_is_spamc
         "ledger_entries": after["ledger_entries"],
         "journal_records": after["journal_records"],
         **{f"scored_by_verdict.{v}": after["scored_by_verdict"].get(v, 0) for v in ("ham", "unsure", "spam")},
-        **{f"scored_by_verdict_all_time.{v}": after["scored_by_verdict_all_time"].get(v, 0) for v in ("ham", "unsure", "spam")},
+        **{
+            f"scored_by_verdict_all_time.{v}": after["scored_by_verdict_all_time"].get(v, 0)
+            for v in ("ham", "unsure", "spam")
+        },
     }
     assert shown == expected
     assert c.driver.find_element(*by("#store-health")).text.startswith("embedded: healthy")  # type: ignore[attr-defined]

@@ -44,7 +44,9 @@ def logged_in(port: int, token: str) -> tuple[str, str]:
     response = conn.getresponse()
     response.read()
     assert response.status == 303
-    session = next(v for k, v in response.getheaders() if k == "Set-Cookie" and v.startswith("spamd_session=")).split(";", 1)[0]
+    session = next(v for k, v in response.getheaders() if k == "Set-Cookie" and v.startswith("spamd_session=")).split(
+        ";", 1
+    )[0]
     conn.request("GET", "/train", headers={"Cookie": session})
     response = conn.getresponse()
     csrf = re.search(r'name="csrf" value="([^"]+)"', response.read().decode()).group(1)

@@ -55,7 +55,9 @@ class WebClient:
 
     async def login(self, secret: str, expect: int = 303) -> aiohttp.ClientResponse:
         page = await (await self.session.get("/login")).text()
-        response = await self.session.post("/login", data={"csrf": csrf_of(page), "secret": secret}, allow_redirects=False)
+        response = await self.session.post(
+            "/login", data={"csrf": csrf_of(page), "secret": secret}, allow_redirects=False
+        )
         assert response.status == expect, (response.status, await response.text())
         if expect == 303:
             self.csrf = csrf_of(await (await self.session.get("/train")).text())

@@ -60,7 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     def user_option(sub: argparse.ArgumentParser, what: str) -> None:
         sub.add_argument("--user", metavar="NAME", default=None, help=f"{what} (docs/users.md)")
 
-    stats = command("stats", "counters, model size, snapshot and journal state, scoring speed, live accuracy", cmd_stats)
+    stats = command(
+        "stats", "counters, model size, snapshot and journal state, scoring speed, live accuracy", cmd_stats
+    )
     user_option(stats, "also this user's layer: trainings, tokens, bytes")
     command("users", "the users with a layer of their own: trainings, tokens, bytes", cmd_users)
     report = command("report", "live accuracy per day: what people's moves said of spamd's verdicts", cmd_report)
@@ -78,7 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
         "classify", "verdict, score and spam probability: of one message, or a line each for many", cmd_classify
     )
     classify.add_argument(
-        "paths", nargs="+", metavar="PATH", help="message file or -; several, a directory, Maildir folder or mbox: a line each"
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="message file or -; several, a directory, Maildir folder or mbox: a line each",
     )
     user_option(classify, "score for this user: the shared model with their layer")
     explain = command("explain", "the tokens that moved a message's score most, each way", cmd_explain)
@@ -92,7 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     imported = command("import", "replace model and ledger with an export (verified first)", cmd_import)
     imported.add_argument("file", metavar="FILE")
     add_eval_arguments(command("eval", "TREC-style online evaluation over an index file", cmd_eval))
-    add_web_token_arguments(command("web-token", "the web console's login token (made if there is none), or a password hash", cmd_web_token))
+    add_web_token_arguments(
+        command("web-token", "the web console's login token (made if there is none), or a password hash", cmd_web_token)
+    )
     return parser
 
 
@@ -130,4 +137,3 @@ def main() -> None:
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=sys.stderr))
     tune_gc_for_message_streams()
     sys.exit(run())
-

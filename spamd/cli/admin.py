@@ -46,7 +46,9 @@ def cmd_users(config: Config, args: argparse.Namespace) -> int:
     if not result["per_user"]:
         print("no per-user layers in this store (docs/users.md)")
         return 0
-    rows: list[tuple[str, ...]] = [("user", "trained ham", "trained spam", "tokens", "bytes", "senders to Junk", "to inbox")]
+    rows: list[tuple[str, ...]] = [
+        ("user", "trained ham", "trained spam", "tokens", "bytes", "senders to Junk", "to inbox")
+    ]
     rows += [(r["user"], str(r["trained_ham"]), str(r["trained_spam"]), str(r["tokens"]), human_bytes(r["bytes"]),
               str(r.get("senders_to_junk", 0)), str(r.get("senders_to_inbox", 0))) for r in result["users"]]  # fmt: skip
     print(table(rows) if result["users"] else "no user has trained a layer yet")
@@ -142,4 +144,3 @@ def cmd_import(config: Config, args: argparse.Namespace) -> int:
             f"{result['ledger_entries']:,} trained messages; saved as {result['snapshot']}"
         )
     return 0
-

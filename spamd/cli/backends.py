@@ -107,4 +107,3 @@ def open_backend(config: Config, daemon_only: bool = False) -> Backend:
             "that daemon (stuck, or started with another config or --data-dir?)"
         ) from None
     return OfflineBackend(engine, config.control_socket)
-

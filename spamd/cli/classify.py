@@ -108,7 +108,9 @@ def classified(
     return done
 
 
-def read_and_classify(classifier: Classifier, job: tuple[str | None, list[tuple[str, str | bytes]]]) -> list[Classified]:
+def read_and_classify(
+    classifier: Classifier, job: tuple[str | None, list[tuple[str, str | bytes]]]
+) -> list[Classified]:
     """`classified` as a job for `AnalysisWorkers.map`: the worker reads, analyzes and scores (for the job's user).
 
     The workers read the files, as eval's do: when the one main process read, pickled
@@ -153,7 +155,9 @@ def _classify_many(config: Config, args: argparse.Namespace, inputs: Inputs) -> 
             # scoring for a user ran at 0.61-0.69x the workers' speed: 2 cores).
             engine = backend.engine
             user_name = user_request(args).get("user")
-            with AnalysisWorkers(config, jobs, model=engine.model, users=engine.users, senders=engine.senders) as workers:
+            with AnalysisWorkers(
+                config, jobs, model=engine.model, users=engine.users, senders=engine.senders
+            ) as workers:
                 for results in workers.map(read_and_classify, ((user_name, batch) for batch in source_batches(inputs))):
                     show(results)
         else:
@@ -190,4 +194,3 @@ def _check_size(name: str, raw: bytes) -> None:
     if len(raw) > MAX_MESSAGE_BYTES:
         size, limit = human_bytes(len(raw)), human_bytes(MAX_MESSAGE_BYTES)
         raise SpamdError(f"{name}: message of {size} is over the {limit} limit of the control socket")
-

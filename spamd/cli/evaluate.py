@@ -17,7 +17,10 @@ def add_eval_arguments(evaluate: argparse.ArgumentParser) -> None:
     evaluate.add_argument("--results", metavar="FILE", help="write TREC results lines here")
     evaluate.add_argument("--plot", metavar="FILE.png", help="draw the ROC curve here")
     evaluate.add_argument(
-        "--jobs", type=int, metavar="N", help="processes analyzing messages (default: one per core; 1: none beside eval)"
+        "--jobs",
+        type=int,
+        metavar="N",
+        help="processes analyzing messages (default: one per core; 1: none beside eval)",
     )
     evaluate.add_argument(
         "--no-user-layer", dest="user_layer", action="store_false",
@@ -33,7 +36,8 @@ def add_eval_arguments(evaluate: argparse.ArgumentParser) -> None:
 def add_protocol_arguments(evaluate: argparse.ArgumentParser, several: bool = False) -> None:
     """The feedback protocol's options; `several` lets --feedback name a comma-separated list (scripts)."""
     protocol = evaluate.add_argument_group(
-        "feedback protocol", "who labels which message, and when (spamd/evaluation/feedback.py); delays count messages scored"
+        "feedback protocol",
+        "who labels which message, and when (spamd/evaluation/feedback.py); delays count messages scored",
     )
     protocol.add_argument(
         "--feedback", default=["full"] if several else "full", type=_feedbacks if several else _feedback,
@@ -41,7 +45,9 @@ def add_protocol_arguments(evaluate: argparse.ArgumentParser, several: bool = Fa
         help="full: every message trained with its label (TREC); errors: only when the verdict was wrong or "
         "Unsure; people: a seeded simulation of a mailbox's owner (default: full)",
     )  # fmt: skip
-    protocol.add_argument("--delay", type=int, default=0, metavar="N", help="full/errors: a label arrives N messages later")
+    protocol.add_argument(
+        "--delay", type=int, default=0, metavar="N", help="full/errors: a label arrives N messages later"
+    )
     protocol.add_argument("--train-margin", type=float, default=None, metavar="LOG_ODDS",
                           help="learn a new message only when its verdict is wrong or Unsure or its |log-odds| is "
                           "below this, as [model] train_margin does (default: the config's; inf: every message)")  # fmt: skip

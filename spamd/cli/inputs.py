@@ -240,4 +240,3 @@ class Inputs:
             box.close()
         if self._spool is not None:
             self._spool.unlink(missing_ok=True)
-

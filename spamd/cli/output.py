@@ -39,7 +39,15 @@ def _verdicts(counts: dict[str, int] | None) -> str:
 # EX_TEMPFAIL, as spamc answers then, so a script or a Sieve filter can retry.
 EX_TEMPFAIL = 75
 
-_OUTCOME_COLUMNS = ("learned", "corrected", "skipped_repeat", "skipped_confident", "unlearned", "not_trained", "declined")
+_OUTCOME_COLUMNS = (
+    "learned",
+    "corrected",
+    "skipped_repeat",
+    "skipped_confident",
+    "unlearned",
+    "not_trained",
+    "declined",
+)
 
 
 def format_stats(stats: dict[str, Any]) -> str:
@@ -80,11 +88,21 @@ def format_stats(stats: dict[str, Any]) -> str:
         rows.append(("scoring throughput (last min)", f"{extra.get('throughput_msgs_per_s', 0)} msgs/s"))
         rows.append(("scoring latency p50 / p99", "-" if p50 is None else f"{p50} ms / {p99} ms"))
         if extra.get("smtp_listen"):
-            rows.append(("smtp", f"{extra['smtp_listen']} ({extra.get('smtp_mode', '?')}), "
-                                 f"{extra.get('smtp_sessions', 0)} sessions open"))
+            rows.append(
+                (
+                    "smtp",
+                    f"{extra['smtp_listen']} ({extra.get('smtp_mode', '?')}), "
+                    f"{extra.get('smtp_sessions', 0)} sessions open",
+                )
+            )
         if extra.get("milter_listen"):
-            rows.append(("milter", f"{extra['milter_listen']}, {extra.get('milter_sessions', 0)} connections open, "
-                                   f"{extra.get('milter_in_flight', 0)} messages in flight"))
+            rows.append(
+                (
+                    "milter",
+                    f"{extra['milter_listen']}, {extra.get('milter_sessions', 0)} connections open, "
+                    f"{extra.get('milter_in_flight', 0)} messages in flight",
+                )
+            )
         for served in extra.get("maildirs") or []:
             rows.append(("maildir", f"{served.get('path')} ({served.get('indexed_messages', 0)} messages indexed)"))
     out = [header, "", table(rows, numbers=False)]
@@ -97,8 +115,11 @@ def format_stats(stats: dict[str, Any]) -> str:
     if not daemon:
         out.append("training events: counted by a running daemon only")
     elif by_source:
-        columns = [c for c in _OUTCOME_COLUMNS if c in ("learned", "corrected", "skipped_repeat") or any(
-            counts[c] for counts in by_source.values())]
+        columns = [
+            c
+            for c in _OUTCOME_COLUMNS
+            if c in ("learned", "corrected", "skipped_repeat") or any(counts[c] for counts in by_source.values())
+        ]
         names = {"skipped_repeat": "skipped (repeat)", "skipped_confident": "skipped (filed right)"}
         training_rows = [("training since start",) + tuple(names.get(c, c) for c in columns)]
         for source in sorted(by_source):
@@ -151,7 +172,6 @@ def format_live_accuracy(live: dict[str, Any]) -> str:
         "a missed spam, mail it let through that a person moved into Junk"
     )
     return table(rows) + "\n" + note
-
 
 
 def user_request(args: Any) -> dict[str, str]:

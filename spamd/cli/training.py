@@ -135,4 +135,3 @@ def _progress_bar(total: int, what: str) -> Any:
     from tqdm import tqdm  # only worth importing for a person watching
 
     return tqdm(total=total, desc=what, unit="msg", file=sys.stderr, leave=False)
-

@@ -22,7 +22,9 @@ def add_web_token_arguments(parser: argparse.ArgumentParser) -> None:
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--new", action="store_true", help="replace the token (logins with the old one stop working)")
     which.add_argument(
-        "--hash", action="store_true", help="read a password (terminal, or stdin's first line) and print its [web] password_hash"
+        "--hash",
+        action="store_true",
+        help="read a password (terminal, or stdin's first line) and print its [web] password_hash",
     )
 
 

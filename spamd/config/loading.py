@@ -81,7 +81,9 @@ def _validate(config: Config, source: str) -> None:
         if not (math.isfinite(weight) and 0 < weight <= 10):
             problems.append(f"model.{name} must be above 0 and at most 10, got {weight}")
     if not m.train_margin >= 0:
-        problems.append(f"model.train_margin must be a |log-odds| >= 0 (inf: learn every message), got {m.train_margin}")
+        problems.append(
+            f"model.train_margin must be a |log-odds| >= 0 (inf: learn every message), got {m.train_margin}"
+        )
     if config.redis.url and (m.weight_normalization or m.class_prior):
         problems.append(
             "model.weight_normalization and model.class_prior are not available with [redis] url set: the Redis "
@@ -92,9 +94,13 @@ def _validate(config: Config, source: str) -> None:
     if not -1 <= p.processes <= 64:
         problems.append("parser.processes must be -1 (one per core but one), 0 (none) or up to 64")
     if not (math.isfinite(config.maildir.settle_after) and config.maildir.settle_after >= 0):
-        problems.append(f"maildir.settle_after must be a number of seconds >= 0 (0: off), got {config.maildir.settle_after}")
+        problems.append(
+            f"maildir.settle_after must be a number of seconds >= 0 (0: off), got {config.maildir.settle_after}"
+        )
     if not config.maildir.settle_margin >= 0:
-        problems.append(f"maildir.settle_margin must be a log-odds >= 0 (inf: only mail spamd never scored), got {config.maildir.settle_margin}")
+        problems.append(
+            f"maildir.settle_margin must be a log-odds >= 0 (inf: only mail spamd never scored), got {config.maildir.settle_margin}"
+        )
     if not -1 <= config.maildir.delivery_processes <= 8:
         problems.append("maildir.delivery_processes must be -1 (one on two cores or more), 0 (none) or up to 8")
     u = config.users
@@ -229,8 +235,7 @@ def _apply(config: Config, raw: dict[str, Any], source: str) -> Config:
         cls = _SECTION_CLASSES.get(key)
         if cls is None or not isinstance(value, dict):
             raise ConfigError(
-                f"{source}: unknown key or section {key!r} "
-                f"(known: data_dir, {', '.join(_SECTION_CLASSES)})"
+                f"{source}: unknown key or section {key!r} (known: data_dir, {', '.join(_SECTION_CLASSES)})"
             )
         section = getattr(config, key)
         known = {f.name for f in dataclasses.fields(cls)}

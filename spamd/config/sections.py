@@ -121,7 +121,6 @@ class ModelConfig:
     train_margin: float = 2.0
 
 
-
 @dataclass(frozen=True)
 class StoreConfig:
     """Snapshot and journal policy."""

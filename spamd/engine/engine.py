@@ -187,7 +187,9 @@ class Engine:
         Follow with `finish_snapshot` (blocking fsyncs: run it in a thread).
         """
         if not self.store.keeps_snapshots:
-            raise StoreError("the model is in Redis ([redis] url): it keeps no snapshots here; back it up with spamctl export")
+            raise StoreError(
+                "the model is in Redis ([redis] url): it keeps no snapshots here; back it up with spamctl export"
+            )
         seq = self.trainer.seq
         counters = self.counters()
         encoded = encode_snapshot(self.model, self.trainer.ledger, seq, counters, self.live_export(), self.users)

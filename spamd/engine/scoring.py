@@ -221,7 +221,9 @@ class Scorer:
         )  # fmt: skip
         if self.history is not None:
             user = context.get("user_name") or context.get("client_user") or ""
-            self.history.record(raw, scored.key, scored.score.verdict.value, scored.score.probability, way_in, str(user))
+            self.history.record(
+                raw, scored.key, scored.score.verdict.value, scored.score.probability, way_in, str(user)
+            )
         log.info(
             "message_scored",
             way_in=way_in,

@@ -84,8 +84,17 @@ class Trainer:
         user_name: str | None,
     ) -> None:  # fmt: skip
         record = TrainingRecord(
-            self.seq + 1, analyzed.key, label, previous, user, source, analyzed.features, time.time(),
-            self.model.config.hash_bits, user_name, count_settings(self.model.config),
+            self.seq + 1,
+            analyzed.key,
+            label,
+            previous,
+            user,
+            source,
+            analyzed.features,
+            time.time(),
+            self.model.config.hash_bits,
+            user_name,
+            count_settings(self.model.config),
             analyzed.senders if user_name is not None else (),
         )
         if self.store is not None:

@@ -91,7 +91,9 @@ class Protocol:
         if self.autolearn:
             parts.append("autolearn" + (f" margin {self.autolearn_margin:g}" if self.autolearn_margin else ""))
         if self.settled and self.settle_margin != math.inf:
-            parts.append(f"settled after {self.settle_after}" + (f" margin {self.settle_margin:g}" if self.settle_margin else ""))
+            parts.append(
+                f"settled after {self.settle_after}" + (f" margin {self.settle_margin:g}" if self.settle_margin else "")
+            )
         return ", ".join(parts)
 
 

@@ -105,7 +105,9 @@ def index_messages(
             yield entry, raw
 
 
-def mail_entries(entries: Iterable[IndexEntry], on_skip: Callable[[IndexEntry, str], None] = say_skipped) -> list[IndexEntry]:
+def mail_entries(
+    entries: Iterable[IndexEntry], on_skip: Callable[[IndexEntry, str], None] = say_skipped
+) -> list[IndexEntry]:
     """The entries that are readable mail messages (each file read once); the others go to `on_skip`.
 
     For a caller that hands the files to another program (`spamctl train`,
@@ -178,7 +180,9 @@ def read_batches(entries: list[IndexEntry], analyze_many: Callable[[list[bytes]]
                 size += len(raw)
             batch.append(entry)
         analyzed = iter(analyze_many(raws))
-        yield [(entry, None, failed[n]) if n in failed else (entry, next(analyzed), "") for n, entry in enumerate(batch)]
+        yield [
+            (entry, None, failed[n]) if n in failed else (entry, next(analyzed), "") for n, entry in enumerate(batch)
+        ]
 
 
 def run_online(
@@ -253,7 +257,9 @@ def run_online(
 # weights end to end (None while every weight is 1: [model] families). Three arrays pickle in
 # three headers, where a list of Analyzed pickled two arrays a message: the main
 # process unpickled a batch in 14.3 us a message, 1.4 us this way (trec07p-dev).
-AnalyzedChunk = tuple[list[bytes], list[tuple[int, ...]], np.ndarray, np.ndarray, np.ndarray, dict[int, str], np.ndarray | None]
+AnalyzedChunk = tuple[
+    list[bytes], list[tuple[int, ...]], np.ndarray, np.ndarray, np.ndarray, dict[int, str], np.ndarray | None
+]
 
 
 def _read_and_analyze(classifier: "Classifier", paths: list[str]) -> AnalyzedChunk:
@@ -288,7 +294,9 @@ def _unpacked(entries: list[IndexEntry], chunk: AnalyzedChunk) -> Batch:
     ends = np.cumsum(lengths).tolist()
     analyzed = iter(
         [
-            Analyzed(key, Features(ids[start:end], counts[start:end], None if weights is None else weights[start:end]), sent)
+            Analyzed(
+                key, Features(ids[start:end], counts[start:end], None if weights is None else weights[start:end]), sent
+            )
             for key, sent, start, end in zip(keys, senders, [0, *ends], ends)
         ]
     )

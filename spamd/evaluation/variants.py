@@ -165,7 +165,9 @@ _CYRILLIC = str.maketrans(
 
 
 def _text_message(raw: bytes, subject_text: str, text: str, charset: str = "utf-8") -> bytes:
-    keep = keep_fields(raw, lambda n: n not in (b"subject", b"content-type", b"content-transfer-encoding", b"mime-version"))
+    keep = keep_fields(
+        raw, lambda n: n not in (b"subject", b"content-type", b"content-transfer-encoding", b"mime-version")
+    )
     encoded_subject = email.header.Header(subject_text, charset).encode()
     return (
         split(keep)[0]

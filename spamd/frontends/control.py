@@ -194,7 +194,9 @@ def op_users(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
     if users is None:
         return {"users": [], "per_user": False}
     turned = engine.senders.summary()  # type: ignore[attr-defined]
-    rows = [{**row, **turned.get(row["user"], {"senders_to_junk": 0, "senders_to_inbox": 0})} for row in users.summary()]
+    rows = [
+        {**row, **turned.get(row["user"], {"senders_to_junk": 0, "senders_to_inbox": 0})} for row in users.summary()
+    ]
     return {"users": rows, "per_user": True, "expired": users.expired}
 
 

@@ -70,7 +70,9 @@ class DeliveryProcesses(HelperProcesses[None]):
     # deliveries go to the daemon's threads (the SMTP session's data timeout is longer).
     answer_timeout_s = 60.0
 
-    async def write(self, root: Path, ownership: Ownership | None, folder: str, name: str, data: bytes, fsync: bool) -> Path:
+    async def write(
+        self, root: Path, ownership: Ownership | None, folder: str, name: str, data: bytes, fsync: bool
+    ) -> Path:
         """`maildir.write_file` of `maildir_lines(data)` in a helper; its OSError if it fails there,
         DeliveryUnavailable if no helper answers."""
         await self.request(encode_work(root, ownership, folder, name, data, fsync))
@@ -91,7 +93,9 @@ def encode_work(root: Path, ownership: Ownership | None, folder: str, name: str,
     flags = (_FSYNC if fsync else 0) | (_OWNERSHIP if ownership is not None else 0)
     owner = ownership or Ownership(0, 0, 0, 0)
     root_b, folder_b, name_b = os.fsencode(root), os.fsencode(folder), os.fsencode(name)
-    head = _WORK.pack(flags, owner.uid, owner.gid, owner.dir_mode, owner.file_mode, len(root_b), len(folder_b), len(name_b))
+    head = _WORK.pack(
+        flags, owner.uid, owner.gid, owner.dir_mode, owner.file_mode, len(root_b), len(folder_b), len(name_b)
+    )
     return b"".join((head, root_b, folder_b, name_b, data))
 
 

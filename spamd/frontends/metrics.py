@@ -68,7 +68,9 @@ class SpamdCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         yield InfoMetricFamily("spamd_build", "spamd's version.", value={"version": __version__})
-        yield GaugeMetricFamily("spamd_start_time_seconds", "When this spamd process started (Unix time).", value=self.started)
+        yield GaugeMetricFamily(
+            "spamd_start_time_seconds", "When this spamd process started (Unix time).", value=self.started
+        )
         yield from self._frontends(self.daemon.metrics)
         yield from self._analyzers(self.daemon.analyzers)
         yield from self._delivery_processes(self.daemon.writers)
@@ -108,7 +110,9 @@ class SpamdCollector(Collector):
         yield scan
 
         errors = CounterMetricFamily(
-            "spamd_errors", "Errors spamd reported (see `spamctl stats`), by log event (restarts at zero).", labels=["event"]
+            "spamd_errors",
+            "Errors spamd reported (see `spamctl stats`), by log event (restarts at zero).",
+            labels=["event"],
         )
         for event, n in sorted(metrics.errors_by_event.items()):
             errors.add_metric([event], n)
@@ -165,16 +169,24 @@ class SpamdCollector(Collector):
             "spamd_live_verdicts_remembered", "Verdicts remembered for judging later moves.", value=len(live)
         )
 
-        trained = GaugeMetricFamily("spamd_model_trained_messages", "Messages the model holds, by label.", labels=["label"])
+        trained = GaugeMetricFamily(
+            "spamd_model_trained_messages", "Messages the model holds, by label.", labels=["label"]
+        )
         for label in Label:
             trained.add_metric([str(label)], int(model.doc_totals[label]))
         yield trained
         yield GaugeMetricFamily("spamd_model_tokens", "Distinct token buckets in use.", value=int(model.distinct))
-        yield GaugeMetricFamily("spamd_model_memory_bytes", "Memory of the model's count arrays.", value=model.memory_bytes)
-        yield GaugeMetricFamily("spamd_ledger_entries", "Trained messages the ledger remembers.", value=len(engine.trainer.ledger))
+        yield GaugeMetricFamily(
+            "spamd_model_memory_bytes", "Memory of the model's count arrays.", value=model.memory_bytes
+        )
+        yield GaugeMetricFamily(
+            "spamd_ledger_entries", "Trained messages the ledger remembers.", value=len(engine.trainer.ledger)
+        )
         if engine.users is not None:  # no label per user: a family per user count would grow without bound
             # With Redis: the users in <p>users, every daemon's; their memory is Redis's (INFO memory).
-            yield GaugeMetricFamily("spamd_users_with_layer", "Users with a layer of their own (docs/users.md).", value=len(engine.users))
+            yield GaugeMetricFamily(
+                "spamd_users_with_layer", "Users with a layer of their own (docs/users.md).", value=len(engine.users)
+            )
             if engine.users.memory_bytes is not None:
                 yield GaugeMetricFamily(
                     "spamd_users_memory_bytes", "Memory of every user's layer and of the scoring tables held.",
@@ -197,7 +209,9 @@ class SpamdCollector(Collector):
         )
         if not getattr(store, "keeps_snapshots", True):
             return  # the model is in Redis: no journal or snapshot of this process's own
-        yield GaugeMetricFamily("spamd_journal_bytes", "Size of the current journal segment.", value=store.journal_bytes)
+        yield GaugeMetricFamily(
+            "spamd_journal_bytes", "Size of the current journal segment.", value=store.journal_bytes
+        )
         yield GaugeMetricFamily(
             "spamd_journal_records", "Training records in the current journal segment.", value=store.journal_records
         )
@@ -221,7 +235,9 @@ class MetricsServer:
     No TLS or authentication: put a reverse proxy in front to scrape across hosts.
     """
 
-    def __init__(self, registry: CollectorRegistry, allowed_peers: tuple[str, ...], on_error: Callable[..., None] | None = None):
+    def __init__(
+        self, registry: CollectorRegistry, allowed_peers: tuple[str, ...], on_error: Callable[..., None] | None = None
+    ):
         self.registry = registry
         self.served = 0
         self.on_error = on_error
@@ -253,7 +269,9 @@ class MetricsServer:
             self.on_error("metrics_request_failed", error=f"{type(exc).__name__}: {exc}")
 
 
-def _helper_families(helpers: HelperProcesses | None, kind: str, ready_help: str, done_name: str, done_help: str) -> Iterator[Metric]:
+def _helper_families(
+    helpers: HelperProcesses | None, kind: str, ready_help: str, done_name: str, done_help: str
+) -> Iterator[Metric]:
     """spamd_<kind>_processes, spamd_<kind>_processes_started and `done_name` by helper or handed back."""
     ready = 0 if helpers is None else sum(h.alive and h.ready for h in helpers.helpers)
     yield GaugeMetricFamily(f"spamd_{kind}_processes", ready_help, value=ready)

@@ -278,7 +278,9 @@ class MilterSession:
         except MilterProtocolError as e:
             log.warning("milter_protocol_error", peer=self.peer, error=str(e))
         except Exception as e:  # a bug of spamd's own: the MTA sees the connection close and tempfails
-            log.error("milter_session_failed", peer=self.peer, error=f"{type(e).__name__}: {e}", exc_info=e, **self._ids())
+            log.error(
+                "milter_session_failed", peer=self.peer, error=f"{type(e).__name__}: {e}", exc_info=e, **self._ids()
+            )
             self.server.on_error("milter_session_failed", error=f"{type(e).__name__}: {e}")
 
     def _ids(self) -> dict[str, str]:
@@ -391,7 +393,14 @@ class MilterSession:
         chosen = WANTED_PROTOCOL & protocol
         self.no_reply = {command for command, flag in NO_REPLY_FLAGS.items() if chosen & flag}
         self.negotiated = True
-        log.debug("milter_negotiated", peer=self.peer, version=version, actions=hex(actions), offered=hex(protocol), chosen=hex(chosen))
+        log.debug(
+            "milter_negotiated",
+            peer=self.peer,
+            version=version,
+            actions=hex(actions),
+            offered=hex(protocol),
+            chosen=hex(chosen),
+        )
         await self._send(packet(SMFIC_OPTNEG, struct.pack("!III", min(version, PROTOCOL_VERSION), ACTIONS, chosen)))
 
     def _recipient(self, data: bytes) -> None:
@@ -452,5 +461,7 @@ class MilterSession:
             for index in range(count, 0, -1):
                 changes.append(packet(SMFIR_CHGHEADER, struct.pack("!I", index) + name + b"\0\0"))
         for name, value in scored.headers:
-            changes.append(packet(SMFIR_ADDHEADER, name.encode("ascii") + b"\0" + value.encode("ascii", "replace") + b"\0"))
+            changes.append(
+                packet(SMFIR_ADDHEADER, name.encode("ascii") + b"\0" + value.encode("ascii", "replace") + b"\0")
+            )
         return changes

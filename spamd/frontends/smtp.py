@@ -219,7 +219,9 @@ def relay_message(config: Config, envelope: Envelope, data: bytes) -> dict[str, 
     s = config.smtp
     data = _BARE_LF_RE.sub(b"\r\n", data)  # smtplib sends bytes as they are; SMTP wants CRLF
     options = [o for o in envelope.mail_options if o.upper().startswith(("BODY=", "SMTPUTF8"))]
-    with smtplib.SMTP(s.next_hop_host, s.next_hop_port, local_hostname=HOSTNAME, timeout=s.next_hop_timeout_s) as client:
+    with smtplib.SMTP(
+        s.next_hop_host, s.next_hop_port, local_hostname=HOSTNAME, timeout=s.next_hop_timeout_s
+    ) as client:
         try:
             return client.sendmail(envelope.mail_from or "", envelope.rcpt_tos, data, mail_options=options)
         except smtplib.SMTPRecipientsRefused as e:
@@ -258,7 +260,9 @@ class SmtpHandler:
         self.idle.set()
         self.accepted = 0
 
-    async def handle_RCPT(self, server: SMTP, session: Session, envelope: Envelope, address: str, options: list[str]) -> str:
+    async def handle_RCPT(
+        self, server: SMTP, session: Session, envelope: Envelope, address: str, options: list[str]
+    ) -> str:
         config = self.config()
         if len(envelope.rcpt_tos) >= config.smtp.max_recipients:
             return "452 4.5.3 Too many recipients"
@@ -318,7 +322,11 @@ class SmtpHandler:
         if status.startswith("250"):
             self.accepted += 1
             self.scorer.scored(scored, raw, started, way_in="smtp", peer=peer, **where)
-            if config.smtp.mode == "deliver" and config.maildir.autolearn and scored.score.verdict is not Verdict.UNSURE:
+            if (
+                config.smtp.mode == "deliver"
+                and config.maildir.autolearn
+                and scored.score.verdict is not Verdict.UNSURE
+            ):
                 label = Label.SPAM if scored.score.verdict is Verdict.SPAM else Label.HAM
                 try:
                     self.scorer.learn(raw, label, "autolearn", user=False, layer_user=layer_user, peer=peer)
@@ -327,7 +335,9 @@ class SmtpHandler:
                     self.on_error("autolearn_failed", error=str(e))
         return status
 
-    async def _deliver(self, config: Config, mailboxes: list[Mailbox | None], scored: Scored, peer: str) -> tuple[str, list[str]]:
+    async def _deliver(
+        self, config: Config, mailboxes: list[Mailbox | None], scored: Scored, peer: str
+    ) -> tuple[str, list[str]]:
         targets: list[Mailbox] = []
         for mailbox in mailboxes:  # None only if refused at RCPT
             if mailbox is not None and mailbox not in targets:

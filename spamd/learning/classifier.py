@@ -33,7 +33,11 @@ class Analyzed:
 
 class Classifier:
     def __init__(
-        self, config: Config, model: MultinomialNB, users: LayerScorer | None = None, senders: SenderCounts | None = None
+        self,
+        config: Config,
+        model: MultinomialNB,
+        users: LayerScorer | None = None,
+        senders: SenderCounts | None = None,
     ):
         self.config = config
         self.model = model
@@ -63,7 +67,9 @@ class Classifier:
         model = self.config.model
         token_lists = [with_families(tokenize(message), message, model) for message in parsed]
         return [
-            Analyzed(stripped_message_key(message), featurize(tokens, model.hash_bits, weights), sender_keys(parsed_message))
+            Analyzed(
+                stripped_message_key(message), featurize(tokens, model.hash_bits, weights), sender_keys(parsed_message)
+            )
             for message, parsed_message, (tokens, weights) in zip(stripped, parsed, token_lists)
         ]
 

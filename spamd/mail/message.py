@@ -429,7 +429,9 @@ def _walk(parsed: ParsedMessage, top_fields: dict[str, str], body: bytes, limits
         if visited > limits.max_parts:
             parsed.defects.append("parts-cap")
             return
-        ctype, params = parse_content_type(fields.get("content-type", "")) if "content-type" in fields else (default_type, {})
+        ctype, params = (
+            parse_content_type(fields.get("content-type", "")) if "content-type" in fields else (default_type, {})
+        )
         if "/" not in ctype:
             ctype = default_type
         encoding = fields.get("content-transfer-encoding", "").strip().lower()

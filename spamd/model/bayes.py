@@ -401,7 +401,6 @@ def verdict_of(config: ModelConfig, log_odds: float) -> Score:
     return Score(log_odds, probability, verdict)
 
 
-
 # Logistic slope mapping the normalized log-odds to a probability: the best fit
 # (maximum likelihood, intercept fixed at 0 so that an empty or undecided model
 # says 0.5) to the online scores of trec07p-dev + spamassassin, before the

@@ -41,7 +41,9 @@ def log_masses(counts: np.ndarray, alpha: float) -> np.ndarray:
     return np.array([log_mass(counts[0], alpha), log_mass(counts[1], alpha)], dtype=np.int64)
 
 
-def class_norms(masses: np.ndarray, smoothed_totals: tuple[float, float], distinct: int, alpha: float) -> tuple[float, float]:
+def class_norms(
+    masses: np.ndarray, smoothed_totals: tuple[float, float], distinct: int, alpha: float
+) -> tuple[float, float]:
     """||log P(.|c)||_1 over the seen buckets, (ham, spam), from the log masses and the smoothed class totals."""
     seen = max(distinct, 1)
     log_alpha = math.log(alpha)

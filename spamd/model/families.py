@@ -94,7 +94,9 @@ def with_families(tokens: list[str], msg: ParsedMessage, config: ModelConfig) ->
     return join_families(tokens, families, config)
 
 
-def join_families(tokens: list[str], families: list[Family], config: ModelConfig) -> tuple[list[str], np.ndarray | None]:
+def join_families(
+    tokens: list[str], families: list[Family], config: ModelConfig
+) -> tuple[list[str], np.ndarray | None]:
     """`tokens` and the families' tokens as one list, with per-token weights when a weight is not 1."""
     joined = tokens + [t for family, _ in families for t in family]
     if not is_weighted(config):

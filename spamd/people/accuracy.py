@@ -186,5 +186,7 @@ class LiveAccuracy:
         if len(codes) and int(codes.max()) > (_JUDGED_BIT | 3):
             raise ValueError("live accuracy verdict code out of range")
         self._verdicts = {keys[16 * i : 16 * i + 16]: int(v) for i, v in enumerate(values)}
-        self.days = {int(day): Counter({str(k): int(v) for k, v in bucket.items()}) for day, bucket in data["days"].items()}
+        self.days = {
+            int(day): Counter({str(k): int(v) for k, v in bucket.items()}) for day, bucket in data["days"].items()
+        }
         self.totals = Counter({str(k): int(v) for k, v in data["totals"].items()})

@@ -82,7 +82,9 @@ def sender_names(message: ParsedMessage) -> list[str]:
 
 def sender_keys(message: ParsedMessage) -> tuple[int, ...]:
     """`sender_names` hashed to 64 bits (at most 4: the first From and List-Ids a message carries)."""
-    return tuple(dict.fromkeys(xxhash.xxh3_64_intdigest(n.encode("utf-8", "surrogatepass")) for n in sender_names(message)))[:4]
+    return tuple(
+        dict.fromkeys(xxhash.xxh3_64_intdigest(n.encode("utf-8", "surrogatepass")) for n in sender_names(message))
+    )[:4]
 
 
 def way_of(counts: Iterable[tuple[int, int, int, int] | None], moves: int, share: float) -> int:
@@ -134,7 +136,9 @@ class SenderReputation:
         self.max_senders = max_senders
         self.moves = moves  # 0: off
         self.share = share
-        self._placed: OrderedDict[bytes, tuple[str, bool, tuple[int, ...]]] = OrderedDict()  # key -> (user, in Junk, senders)
+        self._placed: OrderedDict[bytes, tuple[str, bool, tuple[int, ...]]] = (
+            OrderedDict()
+        )  # key -> (user, in Junk, senders)
         # (user, sender) -> the four counts, most recent last. Tuples, replaced on each change:
         # the garbage collector stops tracking a tuple of ints, not a list (200,000 pairs
         # as lists: 28-90 us a delivery in collections; as tuples: see users.md).

@@ -192,7 +192,9 @@ class LayerScorer(Protocol):
 
     def score_for(self, model: Any, user_name: str, features: Features) -> Score: ...
 
-    def explain_for(self, model: Any, user_name: str, tokens: list[str], limit: int) -> tuple[Score, list[Contribution]]: ...
+    def explain_for(
+        self, model: Any, user_name: str, tokens: list[str], limit: int
+    ) -> tuple[Score, list[Contribution]]: ...
 
 
 class UserLayers:
@@ -210,7 +212,9 @@ class UserLayers:
     def get(self, user_name: str | None) -> UserLayer | None:
         return None if user_name is None else self.layers.get(user_name)
 
-    def for_scoring(self, user_name: str | None, model_config: ModelConfig) -> tuple[UserLayer | None, np.ndarray | None]:
+    def for_scoring(
+        self, user_name: str | None, model_config: ModelConfig
+    ) -> tuple[UserLayer | None, np.ndarray | None]:
         """The user's layer and its scoring table, kept for the SCORING_TABLES users scored last."""
         layer = self.get(user_name)
         if layer is None:
@@ -230,18 +234,28 @@ class UserLayers:
         """`user_name`'s score of a message: `score_for_user` with their layer and its kept table."""
         return score_for_user(model, *self.for_scoring(user_name, model.config), features)
 
-    def explain_for(self, model: MultinomialNB, user_name: str, tokens: list[str], limit: int) -> tuple[Score, list[Contribution]]:
+    def explain_for(
+        self, model: MultinomialNB, user_name: str, tokens: list[str], limit: int
+    ) -> tuple[Score, list[Contribution]]:
         return explain_for_user(model, *self.for_scoring(user_name, model.config), tokens, limit)
 
     @property
     def table_bytes(self) -> int:
         """Memory of the scoring tables held (SCORING_TABLES users at most)."""
         return sum(
-            layer.table.nbytes for name in self.tabled if (layer := self.layers.get(name)) is not None and layer.table is not None
+            layer.table.nbytes
+            for name in self.tabled
+            if (layer := self.layers.get(name)) is not None and layer.table is not None
         )
 
     def apply(
-        self, user_name: str, features: Features, label: Label | None, previous: Label | None, seq: int, stored_counts: str = "log"
+        self,
+        user_name: str,
+        features: Features,
+        label: Label | None,
+        previous: Label | None,
+        seq: int,
+        stored_counts: str = "log",
     ) -> bool:
         """A record's change to its user's layer: unlearn `previous`, learn `label`. False if the unlearn clamped.
 
@@ -364,7 +378,9 @@ def scoring_table(
     table = np.empty((len(layer), 4), dtype=np.float32)
     table[:, 0], table[:, 1], table[:, 2] = mine[0], mine[1], w
     masses = log_masses(mine, model_config.alpha) if model_config.weight_normalization else None  # the layer's own
-    table[:, 3] = w * token_log_odds(model_config, mine, layer.token_totals, len(layer) if distinct is None else distinct, masses)
+    table[:, 3] = w * token_log_odds(
+        model_config, mine, layer.token_totals, len(layer) if distinct is None else distinct, masses
+    )
     return table
 
 
@@ -441,7 +457,9 @@ def _overrides(
 #     k=10, moving to 2x the user's log-odds:            1.10/1.01/0.99x   -               100%
 # (alice/bob/carol; an in-process replay of the streams with the user's log-odds smoothed
 # over the shared vocabulary; the kept rule as shipped, through spamctl eval, in docs/users.md.)
-def score_for_user(model: MultinomialNB, layer: UserLayer | None, table: np.ndarray | None, features: Features) -> Score:
+def score_for_user(
+    model: MultinomialNB, layer: UserLayer | None, table: np.ndarray | None, features: Features
+) -> Score:
     """The message's score for a user: the shared model's, to the last bit, where the user's evidence moves nothing.
 
     `table` is the layer's `scoring_table` (None: the shared model alone).
@@ -451,14 +469,22 @@ def score_for_user(model: MultinomialNB, layer: UserLayer | None, table: np.ndar
     return score_counts_for_user(SharedCounts.of_model(model, features), layer, table, features)
 
 
-def score_counts_for_user(shared: SharedCounts, layer: UserLayer | None, table: np.ndarray | None, features: Features) -> Score:
+def score_counts_for_user(
+    shared: SharedCounts, layer: UserLayer | None, table: np.ndarray | None, features: Features
+) -> Score:
     """`score_for_user` over the shared counts of the message's buckets (`shared.counts` is for `features.ids`)."""
     config = shared.config
     if len(features) == 0 or not (shared.doc_totals[0] and shared.doc_totals[1]):
         return verdict_of(config, 0.0)
     if layer is None or table is None:
         return score_counts(
-            config, shared.counts, shared.token_totals, shared.distinct, features.weights, shared.doc_totals, shared.masses
+            config,
+            shared.counts,
+            shared.token_totals,
+            shared.distinct,
+            features.weights,
+            shared.doc_totals,
+            shared.masses,
         )
     log_odds = token_log_odds(config, shared.counts, shared.token_totals, shared.distinct, shared.masses)
     overrides = _overrides(shared, layer, table, features.ids, shared.counts, log_odds)
@@ -479,13 +505,26 @@ def explain_for_user(
 
 
 def explain_counts_for_user(
-    shared: SharedCounts, layer: UserLayer | None, table: np.ndarray | None, tokens: list[str], features: Features, limit: int
+    shared: SharedCounts,
+    layer: UserLayer | None,
+    table: np.ndarray | None,
+    tokens: list[str],
+    features: Features,
+    limit: int,
 ) -> tuple[Score, list[Contribution]]:
     """`explain_for_user` over the shared counts of the message's buckets."""
     config = shared.config
     if layer is None or table is None or len(features) == 0 or not (shared.doc_totals[0] and shared.doc_totals[1]):
         return explain_counts(
-            config, tokens, features, shared.counts, shared.token_totals, shared.doc_totals, shared.distinct, limit, shared.masses
+            config,
+            tokens,
+            features,
+            shared.counts,
+            shared.token_totals,
+            shared.doc_totals,
+            shared.distinct,
+            limit,
+            shared.masses,
         )
     log_odds = token_log_odds(config, shared.counts, shared.token_totals, shared.distinct, shared.masses)
     log_odds = log_odds + _overrides(shared, layer, table, features.ids, shared.counts, log_odds)

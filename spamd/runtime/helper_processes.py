@@ -261,7 +261,9 @@ class HelperProcesses(Generic[T]):
             for helper in list(self.helpers):
                 oldest = next(iter(helper.pending.values()), None)
                 if helper.alive and oldest is not None and now - oldest[1] > self.answer_timeout_s:
-                    log.warning(f"{self.kind}_process_stuck", pid=helper.process.pid, waited_s=round(now - oldest[1], 1))
+                    log.warning(
+                        f"{self.kind}_process_stuck", pid=helper.process.pid, waited_s=round(now - oldest[1], 1)
+                    )
                     helper.process.kill()  # its reader sees the end of the socket and hands the requests back
             if len(self.helpers) < self.wanted:
                 self._replace_exited()

@@ -36,7 +36,9 @@ _METHOD_LEVELS = {
 _threshold = logging.INFO
 
 
-def _drop_below_level(logger: object, method_name: str, event_dict: structlog.typing.EventDict) -> structlog.typing.EventDict:
+def _drop_below_level(
+    logger: object, method_name: str, event_dict: structlog.typing.EventDict
+) -> structlog.typing.EventDict:
     if _METHOD_LEVELS.get(method_name, logging.INFO) < _threshold:
         raise structlog.DropEvent
     return event_dict

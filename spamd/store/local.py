@@ -67,7 +67,9 @@ class LoadedState:
     # The records replayed over the snapshot, without their features: (key, label,
     # previous, user, source, time, user name, senders), so live accuracy and the senders'
     # state (spamd/people/senders.py) can re-derive what they meant.
-    replayed: list[tuple[bytes, Label | None, Label | None, bool, str, float, str | None, tuple[int, ...]]] = field(default_factory=list)
+    replayed: list[tuple[bytes, Label | None, Label | None, bool, str, float, str | None, tuple[int, ...]]] = field(
+        default_factory=list
+    )
     users: UserLayers = field(default_factory=lambda: UserLayers(UsersConfig()))
 
 
@@ -156,7 +158,8 @@ class Store:
                 recovery.problems.append(f"{path}: {e.strerror}")
         if snapshot is None and snapshots:
             raise CorruptStateError(
-                "no usable snapshot: " + " | ".join(recovery.problems)
+                "no usable snapshot: "
+                + " | ".join(recovery.problems)
                 + f". Restore {self.state_dir} from a backup (spamctl import), or move it aside to start empty"
             )
         if snapshot is None:
@@ -308,7 +311,9 @@ class Store:
             fd, end = self._open_journal_file(path)
         except OSError as e:
             what = "disk full" if e.errno == errno.ENOSPC else e.strerror
-            raise StoreError(f"{path}: cannot start a journal segment ({what}); training goes on in the current one") from None
+            raise StoreError(
+                f"{path}: cannot start a journal segment ({what}); training goes on in the current one"
+            ) from None
         if self._journal_fd is not None:
             os.close(self._journal_fd)
         self._journal_fd, self._journal_path, self._journal_end = fd, path, end

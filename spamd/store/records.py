@@ -183,5 +183,7 @@ def apply_record(model: MultinomialNB, ledger: Ledger, record: TrainingRecord, u
     if record.label is not None:
         model.learn_one(record.features, record.label)
     if record.user_name is not None and users is not None:
-        users.apply(record.user_name, record.features, record.label, record.previous, record.seq, model.config.stored_counts)
+        users.apply(
+            record.user_name, record.features, record.label, record.previous, record.seq, model.config.stored_counts
+        )
     ledger.apply(record)

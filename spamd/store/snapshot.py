@@ -111,11 +111,12 @@ def check_count_settings(
     if not isinstance(stored, dict):
         raise CorruptStateError(f"{where}: the count settings are not a map ({stored!r})")
     differ = ", ".join(
-        f"model.{key} = {stored.get(key)!r} (the config says {value!r})" for key, value in wanted.items() if stored.get(key) != value
+        f"model.{key} = {stored.get(key)!r} (the config says {value!r})"
+        for key, value in wanted.items()
+        if stored.get(key) != value
     )
     raise CorruptStateError(
-        f"{where}: built with {differ}: the counts mean something else under these settings; "
-        f"set them back, or {remedy}"
+        f"{where}: built with {differ}: the counts mean something else under these settings; set them back, or {remedy}"
     )
 
 

@@ -86,7 +86,9 @@ class Console:
             trim_blocks=True,
             lstrip_blocks=True,
         )
-        self.templates.filters.update(num=_num, pct=_pct, bytes=human_bytes, duration=human_duration, utc=_utc, ago=_ago)
+        self.templates.filters.update(
+            num=_num, pct=_pct, bytes=human_bytes, duration=human_duration, utc=_utc, ago=_ago
+        )
         app = bounded_application(LIMITS, [self._security_headers, self._require_login])
         r = app.router
         r.add_get("/login", self.login_form)
@@ -147,7 +149,9 @@ class Console:
         if request.method == "POST":
             form = await request.post()
             if not csrf_matches(form.get("csrf"), session.csrf):
-                return self._error(request, 403, "The form's CSRF token is missing or stale: reload the page and send it again.")
+                return self._error(
+                    request, 403, "The form's CSRF token is missing or stale: reload the page and send it again."
+                )
         return await handler(request)
 
     def _failed(self, request: web.BaseRequest, exc: BaseException | None) -> None:
@@ -176,7 +180,9 @@ class Console:
             raise web.HTTPSeeOther("/")
         return self._login_page(request, 200, None)
 
-    def _login_page(self, request: web.Request, status: int, problem: str | None, retry_after: float | None = None) -> web.Response:
+    def _login_page(
+        self, request: web.Request, status: int, problem: str | None, retry_after: float | None = None
+    ) -> web.Response:
         form_token = secrets.token_urlsafe(32)
         response = self._render(request, "login.html", status=status, title="Log in", form_token=form_token, problem=problem,
                                 has_password=bool(self.daemon.config.web.password_hash))  # fmt: skip
@@ -189,12 +195,16 @@ class Console:
         form = await request.post()
         expected = request.cookies.get(LOGIN_COOKIE)
         if expected is None or not csrf_matches(form.get("csrf"), expected):
-            return self._error(request, 403, "The login form's CSRF token is missing or stale: reload the page and log in again.")
+            return self._error(
+                request, 403, "The login form's CSRF token is missing or stale: reload the page and log in again."
+            )
         peer = request.remote or "?"
         wait = self.throttle.retry_after(peer)
         if wait is not None:
             log.warning("web_login_throttled", peer=peer, retry_after_s=round(wait))
-            return self._login_page(request, 429, f"Too many failed logins: try again in {max(1, round(wait))} s.", wait)
+            return self._login_page(
+                request, 429, f"Too many failed logins: try again in {max(1, round(wait))} s.", wait
+            )
         secret = form.get("secret")
         if not isinstance(secret, str) or not 0 < len(secret) <= MAX_SECRET_CHARS or not await self._secret_ok(secret):
             self.throttle.failed(peer)
@@ -250,7 +260,9 @@ class Console:
     def _entry(self, request: web.Request) -> Any:
         entry = self.history.get(int(request.match_info["id"]))
         if entry is None:
-            raise web.HTTPNotFound(text="no such verdict in the history (it may have been dropped as newer ones came)\n")
+            raise web.HTTPNotFound(
+                text="no such verdict in the history (it may have been dropped as newer ones came)\n"
+            )
         return entry
 
     async def verdict_page(self, request: web.Request) -> web.Response:
@@ -332,5 +344,3 @@ def _utc(when: float | None, fmt: str = "%Y-%m-%d %H:%M:%S", zone: str = " UTC")
 
 def _ago(when: float | None) -> str:
     return "-" if when is None else human_duration(max(0.0, time.time() - when)) + " ago"
-
-

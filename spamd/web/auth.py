@@ -78,7 +78,9 @@ def _read_token(path: Path) -> str:
         raise SpamdError(f"{path}: cannot read the web console's token: {e.strerror}") from None
     with os.fdopen(fd, "rb") as f:
         if os.fstat(f.fileno()).st_mode & 0o077:
-            raise SpamdError(f"{path}: the web console's token is readable by others; chmod 600 it, or delete it for a new one")
+            raise SpamdError(
+                f"{path}: the web console's token is readable by others; chmod 600 it, or delete it for a new one"
+            )
         token = f.read(4096).decode("ascii", "replace").strip()
     if len(token) < 16:
         raise SpamdError(f"{path}: not a web console token (too short); delete it and a new one is made")
@@ -165,7 +167,12 @@ class Session:
 class Sessions:
     """Logged-in sessions by id, the least recently used dropped past MAX_SESSIONS."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic, max_sessions: int = MAX_SESSIONS, idle_s: float = SESSION_IDLE_S):
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.monotonic,
+        max_sessions: int = MAX_SESSIONS,
+        idle_s: float = SESSION_IDLE_S,
+    ):
         self.clock = clock
         self.max_sessions = max_sessions
         self.idle_s = idle_s

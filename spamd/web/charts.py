@@ -73,7 +73,11 @@ class _Scale:
 
 
 def stacked_areas(
-    label: str, x_labels: Sequence[str], columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[float]], x_tick_every: int
+    label: str,
+    x_labels: Sequence[str],
+    columns: Sequence[tuple[str, str]],
+    rows: Sequence[Sequence[float]],
+    x_tick_every: int,
 ) -> Chart:
     """Stacked areas, one per column (name, css), over points in order; rows[i][j] is point i's value of column j."""
     n = len(rows)

@@ -74,7 +74,9 @@ class HistorySettings:
 class History:
     """The ring of recent verdicts, the raw messages of the newest, and per-minute counts."""
 
-    def __init__(self, settings: HistorySettings, show_subjects: Callable[[], bool], clock: Callable[[], float] = time.time):
+    def __init__(
+        self, settings: HistorySettings, show_subjects: Callable[[], bool], clock: Callable[[], float] = time.time
+    ):
         self.settings = settings
         self.show_subjects = show_subjects
         self.clock = clock
@@ -105,7 +107,9 @@ class History:
         if self.show_subjects():
             m = _SUBJECT_RE.search(head)
             subject = m.group(1)[:SUBJECT_BYTES] if m is not None else b""
-        entry = Recorded(next(self._ids), now, way_in, sys.intern(user), verdict, probability, domain, subject, key, None)
+        entry = Recorded(
+            next(self._ids), now, way_in, sys.intern(user), verdict, probability, domain, subject, key, None
+        )
         self.recorded += 1
         settings = self.settings
         if settings.entries:

@@ -88,8 +88,10 @@ def overview(daemon: DaemonView, web_listen: str | None) -> dict[str, Any]:
         "verdicts": [v.value for v in (Verdict.HAM, Verdict.UNSURE, Verdict.SPAM)],
         "by_way": _by_way_in(engine),
         "latency": _latency(daemon.metrics),
-        "helpers": [_helpers("analysis", daemon.analyzers, daemon.config.parser.processes),
-                    _helpers("delivery", daemon.writers, daemon.config.maildir.delivery_processes)],  # fmt: skip
+        "helpers": [
+            _helpers("analysis", daemon.analyzers, daemon.config.parser.processes),
+            _helpers("delivery", daemon.writers, daemon.config.maildir.delivery_processes),
+        ],  # fmt: skip
         "store": _store(daemon, stats, store_problem),
         "history_size": 0 if history is None else len(history),
         "history_kept": 0 if history is None else len(history.kept),
@@ -150,16 +152,36 @@ def _latency(metrics: Any) -> list[dict[str, Any]]:
             for i, count in enumerate(buckets):
                 cumulative += count
                 if cumulative >= q * n:
-                    return f"≤ {SCAN_BUCKETS_S[i] * 1000:g} ms" if i < len(SCAN_BUCKETS_S) else f"> {SCAN_BUCKETS_S[-1]:g} s"
+                    return (
+                        f"≤ {SCAN_BUCKETS_S[i] * 1000:g} ms"
+                        if i < len(SCAN_BUCKETS_S)
+                        else f"> {SCAN_BUCKETS_S[-1]:g} s"
+                    )
             return "-"
 
-        rows.append({"way": way, "count": n, "mean_ms": metrics.scan_seconds[way] / n * 1000, "p50": bound(0.5), "p99": bound(0.99)})
+        rows.append(
+            {
+                "way": way,
+                "count": n,
+                "mean_ms": metrics.scan_seconds[way] / n * 1000,
+                "p50": bound(0.5),
+                "p99": bound(0.99),
+            }
+        )
     return rows
 
 
 def _helpers(kind: str, helpers: Any, configured: int) -> dict[str, Any]:
     if helpers is None:
-        return {"kind": kind, "configured": configured, "wanted": 0, "ready": 0, "started": 0, "answered": 0, "handed_back": 0}
+        return {
+            "kind": kind,
+            "configured": configured,
+            "wanted": 0,
+            "ready": 0,
+            "started": 0,
+            "answered": 0,
+            "handed_back": 0,
+        }
     return {
         "kind": kind,
         "configured": configured,

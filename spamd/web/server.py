@@ -110,7 +110,9 @@ class _BoundedRequestHandler(web.RequestHandler):
         """Between requests, or a head still arriving: nothing to lose by closing it."""
         return self.answered >= self._request_count
 
-    async def finish_response(self, request: web.BaseRequest, resp: web.StreamResponse, start_time: float | None) -> Any:
+    async def finish_response(
+        self, request: web.BaseRequest, resp: web.StreamResponse, start_time: float | None
+    ) -> Any:
         try:
             return await super().finish_response(request, resp, start_time)
         finally:

@@ -133,7 +133,9 @@ def _open_dir(parent_fd: int, name: str, where: Path) -> int:
         raise OSError(e.errno, e.strerror, str(where)) from None
 
 
-def _make_dir(parent_fd: int, name: str, where: Path, ownership: Ownership | None, repaired: list[str] | None = None) -> int:
+def _make_dir(
+    parent_fd: int, name: str, where: Path, ownership: Ownership | None, repaired: list[str] | None = None
+) -> int:
     """`name` under `parent_fd`, created with `ownership` if missing; its descriptor.
 
     One that a root spamd once left root's gets `ownership` too, and is added to `repaired`.

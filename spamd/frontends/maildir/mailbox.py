@@ -20,7 +20,15 @@ import structlog
 
 from spamd.config import MaildirConfig
 from spamd.errors import StoreError
-from spamd.frontends.maildir.layout import INBOX, Location, Ownership, _made_by_root_spamd, _make_dir, _open_dir, _open_root
+from spamd.frontends.maildir.layout import (
+    INBOX,
+    Location,
+    Ownership,
+    _made_by_root_spamd,
+    _make_dir,
+    _open_dir,
+    _open_root,
+)
 from spamd.frontends.maildir.seen import RecentNames, SeenIndex
 from spamd.model.bayes import Label
 
@@ -100,7 +108,9 @@ class Mailbox:
                          self.ownership.file_mode, dir_fd=folder_fd)  # fmt: skip
         except FileExistsError:
             try:
-                fd = os.open("maildirfolder", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder_fd)
+                fd = os.open(
+                    "maildirfolder", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder_fd
+                )
             except OSError:
                 return  # a link or unreadable: not spamd's to touch
             if not (stat.S_ISREG(os.fstat(fd).st_mode) and _made_by_root_spamd(fd, self.ownership)):

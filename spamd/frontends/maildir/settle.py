@@ -329,12 +329,16 @@ class Settler:
                 self.queue.push(since + settle_after, mailbox, path)
                 counts["waiting"] += 1
                 continue
-            known = await self.until_stored(functools.partial(self.ledger_label, entry[1]), maildir=str(mailbox.root), name=name)
+            known = await self.until_stored(
+                functools.partial(self.ledger_label, entry[1]), maildir=str(mailbox.root), name=name
+            )
             if known is not None and (known[1] or known[0] == label):
                 mailbox.index.mark_settled(base_of(name))  # a person decided, or it is learned so already
                 counts["known"] += 1
                 continue
-            to_read.append((mailbox, Location(folder, sub, name, mailbox.folder_dir(folder) / sub / name), label, since))
+            to_read.append(
+                (mailbox, Location(folder, sub, name, mailbox.folder_dir(folder) / sub / name), label, since)
+            )
             if len(to_read) == READ_BATCH:
                 await self._learn(to_read, now, counts)
                 to_read = []
@@ -342,7 +346,9 @@ class Settler:
         if to_read:
             await self._learn(to_read, now, counts)
 
-    async def _learn(self, to_read: list[tuple[Mailbox, Location, Label, float]], now: float, counts: Counter[str]) -> None:
+    async def _learn(
+        self, to_read: list[tuple[Mailbox, Location, Label, float]], now: float, counts: Counter[str]
+    ) -> None:
         raws = await asyncio.to_thread(lambda: [mailbox.read_message(loc) for mailbox, loc, _, _ in to_read])
         margin = self.config().settle_margin
         for (mailbox, loc, label, since), raw in zip(to_read, raws):
@@ -360,7 +366,9 @@ class Settler:
             )  # fmt: skip
             try:
                 outcome = await self.until_stored(learn, maildir=str(mailbox.root), name=loc.name)
-            except SpamdError as e:  # the store refused (a full disk, Redis gone at shutdown): tried again at next start
+            except (
+                SpamdError
+            ) as e:  # the store refused (a full disk, Redis gone at shutdown): tried again at next start
                 log.error("maildir_settle_failed", maildir=str(mailbox.root), path=str(loc.path), error=str(e))
                 self.on_error("maildir_settle_failed", path=str(loc.path), error=str(e))
                 counts["failed"] += 1

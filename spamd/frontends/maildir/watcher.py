@@ -173,7 +173,9 @@ class MaildirWatcher:
             return
         self.settler.reconfigure(before, config.settle_after)
         if not before and (self._settle_listing is None or self._settle_listing.done()):
-            self._settle_listing = asyncio.create_task(self.settler.consider_all(self.mailboxes), name="maildir-settle-listing")
+            self._settle_listing = asyncio.create_task(
+                self.settler.consider_all(self.mailboxes), name="maildir-settle-listing"
+            )
 
     async def stop(self) -> None:
         """Stop watching and settling, then handle what was already queued."""
@@ -217,7 +219,12 @@ class MaildirWatcher:
                 # the copies outside the folder it was last seen in are the move.
                 locs = [loc for loc in locs if loc.folder != entry[0]] or locs[:1]
             for loc in locs:
-                if entry is None and loc.folder == INBOX and loc.sub == "new" and _SIZE_FIELDS_RE.sub("", base) in filed_originals:
+                if (
+                    entry is None
+                    and loc.folder == INBOX
+                    and loc.sub == "new"
+                    and _SIZE_FIELDS_RE.sub("", base) in filed_originals
+                ):
                     # A filing interrupted after its copy was renamed into place.
                     await asyncio.to_thread(mailbox.remove, loc)
                     continue
@@ -276,7 +283,9 @@ class MaildirWatcher:
             await self._appeared(mailbox, after, previous, context="live")
             self.settler.consider(mailbox, after)  # where it is now, flags included (not if filed away)
 
-    async def _appeared(self, mailbox: Mailbox, loc: Location, previous: tuple[str, bytes] | None, context: str) -> None:
+    async def _appeared(
+        self, mailbox: Mailbox, loc: Location, previous: tuple[str, bytes] | None, context: str
+    ) -> None:
         entry = previous or mailbox.index.by_base.get(loc.base)
         if entry is not None:
             before, key = entry
@@ -316,7 +325,14 @@ class MaildirWatcher:
         return await asyncio.to_thread(mailbox.read_message, loc)
 
     async def _learn(
-        self, mailbox: Mailbox, loc: Location, label: Label, how: str, before: str | None, context: str, raw: bytes | None = None
+        self,
+        mailbox: Mailbox,
+        loc: Location,
+        label: Label,
+        how: str,
+        before: str | None,
+        context: str,
+        raw: bytes | None = None,
     ) -> None:
         if raw is None:
             raw = await self._read(mailbox, loc)
@@ -364,7 +380,9 @@ class MaildirWatcher:
     async def _file(self, mailbox: Mailbox, loc: Location, raw: bytes, key: bytes) -> None:
         """Score an unscored INBOX message and put the scored copy in INBOX or Junk."""
         started = time.perf_counter()
-        scored = await self._until_stored(lambda: self.score(raw, mailbox.layer_user), maildir=str(mailbox.root), name=loc.name)
+        scored = await self._until_stored(
+            lambda: self.score(raw, mailbox.layer_user), maildir=str(mailbox.root), name=loc.name
+        )
         spam = scored.score.verdict is Verdict.SPAM
         folder = mailbox.junk if spam else INBOX
         name = filed_base(loc.base, len(scored.data))
@@ -381,6 +399,15 @@ class MaildirWatcher:
             log.error("maildir_filing_failed", maildir=str(mailbox.root), name=loc.name, error=what)
             self.on_error("maildir_filing_failed", path=str(loc.path), error=what)
             return
-        self.delivered(scored, raw, started, way_in="maildir", user_name=mailbox.user, folder=folder or "INBOX", via="maildir")
+        self.delivered(
+            scored, raw, started, way_in="maildir", user_name=mailbox.user, folder=folder or "INBOX", via="maildir"
+        )
         if self.config.autolearn and scored.score.verdict is not Verdict.UNSURE:
-            self.learn(raw, Label.SPAM if spam else Label.HAM, "autolearn", user=False, layer_user=mailbox.layer_user, user_name=mailbox.user)
+            self.learn(
+                raw,
+                Label.SPAM if spam else Label.HAM,
+                "autolearn",
+                user=False,
+                layer_user=mailbox.layer_user,
+                user_name=mailbox.user,
+            )

@@ -158,7 +158,11 @@ class RequestParser:
         # Which requests carry a header block, as spamd.raw reads them: TELL always; PING and
         # SKIP from protocol 1.5 on (bug 6187); the others from 1.1 on. Without one, PING and
         # SKIP are whole at once and the others' message follows to the end of the stream.
-        if verb == "TELL" or (verb in ("PING", "SKIP") and version >= 1.5) or (verb not in ("PING", "SKIP") and version > 1.0):
+        if (
+            verb == "TELL"
+            or (verb in ("PING", "SKIP") and version >= 1.5)
+            or (verb not in ("PING", "SKIP") and version > 1.0)
+        ):
             return
         self._end_head()
 
@@ -238,7 +242,9 @@ class RequestParser:
 
 
 def _too_big(size: int, limit: int) -> SpamcRequestError:
-    return SpamcRequestError(Ex.EX_DATAERR, f"message too big: {size} bytes, the limit is {limit} ([spamc] max_message_bytes)")
+    return SpamcRequestError(
+        Ex.EX_DATAERR, f"message too big: {size} bytes, the limit is {limit} ([spamc] max_message_bytes)"
+    )
 
 
 def _inflate(data: bytes, limit: int) -> bytes:

@@ -110,7 +110,9 @@ class SpamcServer:
             backlog = min(max(self.config().spamc.max_connections, 128), 4096)
             self.server = await asyncio.start_server(self._serve, host, port, backlog=backlog)
         except OSError as e:
-            raise SpamdError(f"cannot listen for spamc on {listen}: {e.strerror} ([spamc] listen, or --spamc)") from None
+            raise SpamdError(
+                f"cannot listen for spamc on {listen}: {e.strerror} ([spamc] listen, or --spamc)"
+            ) from None
         self.address = self.server.sockets[0].getsockname()[:2]
         return self.address
 
@@ -201,7 +203,11 @@ class SpamcServer:
         if not candidates:
             return False
         oldest = next((c for c in candidates if c.answered or not _bytes_waiting(c.writer)), candidates[0])
-        log.warning("spamc_connection_evicted", peer=oldest.peer, waited_s=round(asyncio.get_running_loop().time() - oldest.opened, 2))
+        log.warning(
+            "spamc_connection_evicted",
+            peer=oldest.peer,
+            waited_s=round(asyncio.get_running_loop().time() - oldest.opened, 2),
+        )
         self._evict(oldest, "too many connections, try again later")
         return True
 
@@ -231,7 +237,9 @@ class SpamcServer:
             self.on_error("spamc_request_failed", error=str(e))
             reply = SpamcRequestError(Ex.EX_TEMPFAIL, "spam filter model unavailable, try again later").reply()
         except Exception as e:  # noqa: BLE001 - spamd's own bug: answer 70 and keep serving
-            log.error("spamc_request_failed", peer=conn.peer, verb=request.verb, error=f"{type(e).__name__}: {e}", exc_info=e)
+            log.error(
+                "spamc_request_failed", peer=conn.peer, verb=request.verb, error=f"{type(e).__name__}: {e}", exc_info=e
+            )
             self.on_error("spamc_request_failed", error=f"{type(e).__name__}: {e}")
             reply = SpamcRequestError(Ex.EX_SOFTWARE, "internal error, try again later").reply()
         conn.answered = True
@@ -244,7 +252,9 @@ class SpamcServer:
                 return
         self.answered += 1
 
-    async def _read_request(self, reader: asyncio.StreamReader, conn: _Connection, parser: RequestParser, config: Config) -> Request:
+    async def _read_request(
+        self, reader: asyncio.StreamReader, conn: _Connection, parser: RequestParser, config: Config
+    ) -> Request:
         loop = asyncio.get_running_loop()
         deadline = conn.opened + config.spamc.idle_timeout_s
         while True:
@@ -256,7 +266,9 @@ class SpamcServer:
                     chunk = await reader.read(READ_CHUNK)
             except TimeoutError:
                 seconds = config.spamc.idle_timeout_s if parser.in_head else config.spamc.data_timeout_s
-                raise SpamcRequestError(Ex.EX_TIMEOUT, f"Timeout: ({seconds:g} second socket timeout reading input from client)") from None
+                raise SpamcRequestError(
+                    Ex.EX_TIMEOUT, f"Timeout: ({seconds:g} second socket timeout reading input from client)"
+                ) from None
             if not chunk:
                 return parser.eof()
             conn.heard = loop.time()
@@ -285,7 +297,11 @@ class SpamcServer:
             explained = explanation(
                 self.scorer.engine, raw, max(SYMBOL_TOKENS, REPORT_TOKENS), self.scorer.engine.layer_user(request.user)
             )
-            text = symbols(scored.score, explained) if verb == "SYMBOLS" else report(scored.score, explained, points, required)
+            text = (
+                symbols(scored.score, explained)
+                if verb == "SYMBOLS"
+                else report(scored.score, explained, points, required)
+            )
         reply = answer(request, scored.score, points, required, scored.data, text)
         self.scorer.scored(scored, raw, started, way_in="spamc", peer=conn.peer, via="spamc", command=verb, client_user=request.user,
                            points=points)  # fmt: skip
@@ -302,13 +318,17 @@ class SpamcServer:
             raise protocol_error("Set: local needs Message-class: spam or ham")
         raw = request.body
         if (request.set_local or request.remove_local) and not looks_like_message(raw):
-            raise SpamcRequestError(Ex.EX_DATAERR, "not a mail message (it does not start with a header field); nothing learned")
+            raise SpamcRequestError(
+                Ex.EX_DATAERR, "not a mail message (it does not start with a header field); nothing learned"
+            )
         context = {"peer": conn.peer, "via": "spamc", "client_user": request.user}
         headers = ""
         try:
             if request.set_local:
                 assert request.message_class is not None
-                outcome = self.scorer.learn(raw, request.message_class, TELL_SOURCE, user=True, layer_user=request.user, **context)
+                outcome = self.scorer.learn(
+                    raw, request.message_class, TELL_SOURCE, user=True, layer_user=request.user, **context
+                )
                 if outcome in (Outcome.LEARNED, Outcome.CORRECTED):
                     headers += "DidSet: local\r\n"
             if request.remove_local:
@@ -319,7 +339,9 @@ class SpamcServer:
             self.on_error("spamc_training_failed", error=str(e))
             raise SpamcRequestError(Ex.EX_TEMPFAIL, f"training not stored, try again later: {e}") from None
         if not request.set_local and not request.remove_local:
-            log.info("spamc_tell_ignored", peer=conn.peer, set_remote=request.set_remote, remove_remote=request.remove_remote)
+            log.info(
+                "spamc_tell_ignored", peer=conn.peer, set_remote=request.set_remote, remove_remote=request.remove_remote
+            )
         return f"SPAMD/1.1 0 EX_OK\r\n{headers}\r\n".encode()
 
 

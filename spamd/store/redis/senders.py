@@ -61,7 +61,9 @@ local function finish()
 end
 """
 
-DELIVER_LUA = _BOUNDS + """
+DELIVER_LUA = (
+    _BOUNDS
+    + """
 local key, filed, now = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 for i = 7, #ARGV do
   count(ARGV[i], ':d', now)
@@ -72,8 +74,11 @@ redis.call('ZADD', KEYS[4], now, key)
 finish()
 return 1
 """
+)
 
-MOVE_LUA = _BOUNDS + """
+MOVE_LUA = (
+    _BOUNDS
+    + """
 local key, to_junk, now = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local place = redis.call('HGET', KEYS[3], key)
 if not place then
@@ -97,6 +102,7 @@ end
 finish()
 return 1
 """
+)
 
 
 def sender_keys_of(prefix: str, user: str) -> list[str]:
@@ -119,7 +125,9 @@ class RedisSenders:
     def _run(self, script: Script, what: str, user: str, key: bytes, side: int, senders: tuple[int, ...]) -> Any:
         keys = sender_keys_of(self.prefix, user)
         args = [key, side, repr(time.time()), SENDERS_PER_USER, PLACED_PER_USER, KEEP_S, *map(str, senders)]
-        return self.state.call(f"{what} of user {user}", lambda: script(keys=keys, args=args), where=self.state.node_of(keys[0]))
+        return self.state.call(
+            f"{what} of user {user}", lambda: script(keys=keys, args=args), where=self.state.node_of(keys[0])
+        )
 
     def delivered(self, user: str, key: bytes, senders: tuple[int, ...], filed_spam: bool) -> None:
         """Counted after the message was delivered: a Redis failure is logged, not raised (the message is safe)."""
@@ -144,10 +152,14 @@ class RedisSenders:
         key = sender_keys_of(self.prefix, user)[0]
         fields = [f"{s}:{f}" for s in senders for f in "dfio"]
         values = self.state.call(
-            f"reading the senders of user {user}", lambda: self.state.client.hmget(key, fields), where=self.state.node_of(key)
+            f"reading the senders of user {user}",
+            lambda: self.state.client.hmget(key, fields),
+            where=self.state.node_of(key),
         )
         numbers = [int(v) if v is not None else 0 for v in values]
-        return [tuple(numbers[4 * i : 4 * i + 4]) if any(numbers[4 * i : 4 * i + 4]) else None for i in range(len(senders))]  # type: ignore[misc]
+        return [
+            tuple(numbers[4 * i : 4 * i + 4]) if any(numbers[4 * i : 4 * i + 4]) else None for i in range(len(senders))
+        ]  # type: ignore[misc]
 
     def direction(self, user: str, senders: tuple[int, ...]) -> int:
         return way_of(self.counts(user, tuple(senders)), self.moves, self.share) if senders else 0
@@ -159,11 +171,18 @@ class RedisSenders:
 
     def summary(self) -> dict[str, dict[str, int]]:
         """Per user in `<p>users` (those with a layer): the senders their moves turned each way."""
-        names = [n.decode() if isinstance(n, bytes) else str(n) for n in self.state.call("listing users", lambda: self.state.client.zrange(self.state.users, 0, -1))]
+        names = [
+            n.decode() if isinstance(n, bytes) else str(n)
+            for n in self.state.call("listing users", lambda: self.state.client.zrange(self.state.users, 0, -1))
+        ]
         out: dict[str, dict[str, int]] = {}
         for user in names:
             key = sender_keys_of(self.prefix, user)[0]
-            raw = self.state.call(f"reading the senders of user {user}", lambda: self.state.client.hgetall(key), where=self.state.node_of(key))
+            raw = self.state.call(
+                f"reading the senders of user {user}",
+                lambda: self.state.client.hgetall(key),
+                where=self.state.node_of(key),
+            )
             by_sender: dict[str, list[int]] = {}
             for field, value in raw.items():
                 name = field.decode() if isinstance(field, bytes) else str(field)

@@ -100,7 +100,9 @@ class RedisState:
         backoff = self._backoffs.get(where)
         place = self.url if where == "model" else f"{self.url} (node {where})"
         if backoff is not None and now < backoff.retry_at:
-            raise StoreUnavailableError(f"Redis at {place} is unreachable ({backoff.last_error}); {what} not done, retrying by itself")
+            raise StoreUnavailableError(
+                f"Redis at {place} is unreachable ({backoff.last_error}); {what} not done, retrying by itself"
+            )
         try:
             result = fn()
         except NOT_UNAVAILABLE:
@@ -111,12 +113,20 @@ class RedisState:
                 log.error("redis_unreachable", url=self.url, node=where, error=f"{type(e).__name__}: {e}",
                           action="answering temporary failures; retrying")  # fmt: skip
             backoff.failed(now, f"{type(e).__name__}: {e}")
-            raise StoreUnavailableError(f"Redis at {place} is unreachable ({backoff.last_error}); {what} not done, retrying by itself") from None
+            raise StoreUnavailableError(
+                f"Redis at {place} is unreachable ({backoff.last_error}); {what} not done, retrying by itself"
+            ) from None
         except redis.ResponseError as e:
             raise StoreError(f"Redis at {place} refused {what}: {e}") from None
         if backoff is not None:
             del self._backoffs[where]
-            log.info("redis_reconnected", url=self.url, node=where, down_s=round(now - backoff.down_since, 2), failures=backoff.failures)
+            log.info(
+                "redis_reconnected",
+                url=self.url,
+                node=where,
+                down_s=round(now - backoff.down_since, 2),
+                failures=backoff.failures,
+            )
         return result
 
     def node_of(self, key: str) -> str:
@@ -133,7 +143,9 @@ class RedisState:
         model = self.config.model
         bits = model.hash_bits
         mine, defaults = (json.dumps(count_settings(m), sort_keys=True) for m in (model, ModelConfig()))
-        stored, settings = self.call("the start-up check", lambda: self._claim(keys=[self.totals], args=[bits, mine, defaults]))
+        stored, settings = self.call(
+            "the start-up check", lambda: self._claim(keys=[self.totals], args=[bits, mine, defaults])
+        )
         where = f"Redis at {self.url} (prefix {self.config.redis.prefix!r})"
         if int(stored) != bits:
             raise CorruptStateError(
@@ -149,7 +161,9 @@ class RedisState:
         """INFO memory of the Redis (on a cluster: of the node that holds the model's slot)."""
         if not self.cluster:
             return self.call("reading INFO", lambda: self.client.info("memory"))
-        return self.call("reading INFO", lambda: self.client.info("memory", target_nodes=self.client.get_node_from_key(self.totals)))
+        return self.call(
+            "reading INFO", lambda: self.client.info("memory", target_nodes=self.client.get_node_from_key(self.totals))
+        )
 
     # ---------------------------------------------------------- reads
 
@@ -159,7 +173,12 @@ class RedisState:
         reply = self.call("scoring", lambda: self._score(keys=self.keys[:3], args=[text]))
         values = np.array(reply.split(), dtype=np.int64)
         n = len(ids)
-        return values[: 2 * n].reshape(2, n).astype(np.uint32), values[2 * n : 2 * n + 2], values[2 * n + 2 : 2 * n + 4], int(values[-1])
+        return (
+            values[: 2 * n].reshape(2, n).astype(np.uint32),
+            values[2 * n : 2 * n + 2],
+            values[2 * n + 2 : 2 * n + 4],
+            int(values[-1]),
+        )
 
     def totals_now(self) -> dict[str, int]:
         values = self.call("reading the totals", lambda: self.client.hmget(self.totals, [*_TOTAL_FIELDS, "seq"]))
@@ -183,10 +202,16 @@ class RedisState:
             source, repr(time.time()), self.config.store.ledger_max_entries, self.config.redis.events_max,
             user_name or "", self.config.users.max_users, *features.ids.tolist(), *stored.tolist(),
         ]  # fmt: skip
-        outcome, seq, apply, previous, value, expired = self.call("training", lambda: self._train(keys=self.keys, args=args))
+        outcome, seq, apply, previous, value, expired = self.call(
+            "training", lambda: self._train(keys=self.keys, args=args)
+        )
         return SharedTraining(
-            outcome.decode(), int(seq), bool(apply), None if int(previous) < 0 else Label(int(previous)),
-            value.decode() if isinstance(value, bytes) else str(value), [bytes(n).decode() for n in expired],
+            outcome.decode(),
+            int(seq),
+            bool(apply),
+            None if int(previous) < 0 else Label(int(previous)),
+            value.decode() if isinstance(value, bytes) else str(value),
+            [bytes(n).decode() for n in expired],
         )
 
     # ---------------------------------------------------------- whole state
@@ -216,7 +241,9 @@ class RedisState:
         ledger = Ledger(self.config.store.ledger_max_entries)
         for key in order:  # oldest first, as the embedded ledger keeps them
             value = entries.get(key)
-            if value is not None and int(value) < UNTRAINED:  # (an untrained entry whose layer is not yet told: not held)
+            if (
+                value is not None and int(value) < UNTRAINED
+            ):  # (an untrained entry whose layer is not yet told: not held)
                 ledger.set(bytes(key), Label(int(value) & 1), bool(int(value) & 2))
         return model, ledger, t.get("seq", 0)
 
@@ -249,4 +276,3 @@ class RedisState:
             pipe.execute()
 
         self.call("the import", write)
-

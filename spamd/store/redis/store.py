@@ -50,14 +50,18 @@ class RedisStore:
 
     def import_snapshot(self, data: bytes, where: str) -> dict[str, object]:
         try:
-            imported = decode_snapshot(data, self.config.model, self.config.store.ledger_max_entries, where, self.config.users)
+            imported = decode_snapshot(
+                data, self.config.model, self.config.store.ledger_max_entries, where, self.config.users
+            )
         except CorruptStateError as e:
             raise StoreError(f"import refused, nothing changed: {e}") from None
         seq = self.state.totals_now()["seq"] + 1
         before = self.users.names() if self.users is not None else []
         self.state.replace(imported.model, imported.ledger, seq)
         if self.users is not None:
-            self.users.replace(imported.users, before)  # each on its own slot, after the model (spamd.store.redis.users)
+            self.users.replace(
+                imported.users, before
+            )  # each on its own slot, after the model (spamd.store.redis.users)
         return {
             "redis": self.state.url,
             "seq": seq,
@@ -105,4 +109,3 @@ def open_redis(config: Config) -> tuple[RedisStore, RedisTrainer, Recovery, None
     trainer.seq = state.totals_now()["seq"]
     # The Engine's counters and live accuracy stay in this process; where users' mail goes is in Redis.
     return store, trainer, Recovery(), None, None, RedisSenders(state, config.users)
-

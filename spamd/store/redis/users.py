@@ -83,7 +83,9 @@ class RedisUsers:
 
     # ---------------------------------------------------------- training
 
-    def finish(self, user_name: str, analyzed: Analyzed, label: Label | None, ledger_key: bytes, shared: SharedTraining) -> None:
+    def finish(
+        self, user_name: str, analyzed: Analyzed, label: Label | None, ledger_key: bytes, shared: SharedTraining
+    ) -> None:
         """Steps 2 and 3 of a training (module docstring); StoreUnavailableError if the user's node is down."""
         self._forget(shared.expired)
         if not shared.apply:
@@ -131,7 +133,9 @@ class RedisUsers:
         layer.doc_totals[:] = values[2 * n + 2 : 2 * n + 4]
         return layer, int(values[-1])
 
-    def _joined(self, model: Any, user_name: str, features: Features) -> tuple[SharedCounts, UserLayer, np.ndarray | None]:
+    def _joined(
+        self, model: Any, user_name: str, features: Features
+    ) -> tuple[SharedCounts, UserLayer, np.ndarray | None]:
         counts, token_totals, doc_totals, distinct = model.state.fetch(features.ids)
         shared = SharedCounts(model.config, counts, token_totals, doc_totals, distinct)
         layer, layer_tokens = self.fetch(user_name, features.ids)
@@ -143,7 +147,9 @@ class RedisUsers:
             return model.score(features)
         return score_counts_for_user(*self._joined(model, user_name, features), features)
 
-    def explain_for(self, model: Any, user_name: str, tokens: list[str], limit: int) -> tuple[Score, list[Contribution]]:
+    def explain_for(
+        self, model: Any, user_name: str, tokens: list[str], limit: int
+    ) -> tuple[Score, list[Contribution]]:
         features = features_of(tokens, model.config)
         if len(features) == 0:
             return model.explain(tokens, limit)
@@ -153,7 +159,10 @@ class RedisUsers:
 
     def names(self) -> list[str]:
         """The users with a layer, least recently trained first."""
-        return [bytes(n).decode() for n in self.state.call("listing users", lambda: self.state.client.zrange(self.state.users, 0, -1))]
+        return [
+            bytes(n).decode()
+            for n in self.state.call("listing users", lambda: self.state.client.zrange(self.state.users, 0, -1))
+        ]
 
     def __len__(self) -> int:
         return int(self.state.call("counting users", lambda: self.state.client.zcard(self.state.users)))
@@ -185,13 +194,19 @@ class RedisUsers:
     def load(self) -> UserLayers:
         """Every layer as the embedded store holds them (for export): ids sorted, last_seq their last change's seq."""
         users = UserLayers(self.config)
-        order = self.state.call("listing users", lambda: self.state.client.zrange(self.state.users, 0, -1, withscores=True))
+        order = self.state.call(
+            "listing users", lambda: self.state.client.zrange(self.state.users, 0, -1, withscores=True)
+        )
         for raw_name, seq in order:
             name = bytes(raw_name).decode()
             keys = self.keys(name)
 
             def read(keys: list[str] = keys) -> list[Any]:
-                return [self.state.client.hgetall(keys[0]), self.state.client.hgetall(keys[1]), self.state.client.hgetall(keys[2])]
+                return [
+                    self.state.client.hgetall(keys[0]),
+                    self.state.client.hgetall(keys[1]),
+                    self.state.client.hgetall(keys[2]),
+                ]
 
             ham, spam, totals = self._call(name, "reading the layer", read)
             ids = np.array(sorted({int(k) for k in ham} | {int(k) for k in spam}), dtype=np.uint32)

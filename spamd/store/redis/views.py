@@ -11,7 +11,17 @@ from typing import Any
 import numpy as np
 
 from spamd.learning.classifier import Analyzed, score_as_delivered
-from spamd.model.bayes import Contribution, Features, Label, MultinomialNB, Score, explain_counts, features_of, score_counts, verdict_of
+from spamd.model.bayes import (
+    Contribution,
+    Features,
+    Label,
+    MultinomialNB,
+    Score,
+    explain_counts,
+    features_of,
+    score_counts,
+    verdict_of,
+)
 from spamd.store.redis.state import UNTRAINED, RedisState
 from spamd.store.redis.users import RedisUsers
 from spamd.learning.outcomes import Outcome, left_unlearned
@@ -114,7 +124,9 @@ class RedisTrainer:
             return score_as_delivered(self.model, self.users, self.state.config.users, analyzed.features, user_name)
 
         if left_unlearned(self.model.config, label, source, now_if_new):
-            self.events[(source, Outcome.CONFIDENT.value)] += 1  # thick threshold, as spamd.engine.trainer.Trainer (this daemon's count)
+            self.events[(source, Outcome.CONFIDENT.value)] += (
+                1  # thick threshold, as spamd.engine.trainer.Trainer (this daemon's count)
+            )
             return Outcome.CONFIDENT
         return self._run("train", analyzed, label, user, source, user_name)
 
@@ -125,7 +137,9 @@ class RedisTrainer:
         known = self.ledger.get(user_ledger_key(user_name, key))
         return None if known is None else known[0]
 
-    def _run(self, op: str, analyzed: Analyzed, label: Label | None, user: bool, source: str, user_name: str | None) -> Outcome:
+    def _run(
+        self, op: str, analyzed: Analyzed, label: Label | None, user: bool, source: str, user_name: str | None
+    ) -> Outcome:
         """The shared script, then with a user their layer's (spamd.store.redis.users: the order and why)."""
         if user_name is not None:
             check_user_name(user_name)  # it names Redis keys
