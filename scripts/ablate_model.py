@@ -55,14 +55,14 @@ from pathlib import Path
 import numpy as np
 
 from spamd.config import Config, ModelConfig
-from spamd.evaluation.trec import IndexEntry, one_minus_roca, read_index, read_mail, say_skipped
-from spamd.model.families import families_of, is_weighted, join_families, message_sources
-from spamd.mail.message import parse_message, strip_own_headers
 from spamd.evaluation.feedback import Event, Feedback, Protocol
-from spamd.model.bayes import Features, Label, MultinomialNB, Verdict, featurize
-from spamd.mail.tokenize import tokenize
-from spamd.learning.outcomes import left_unlearned
+from spamd.evaluation.trec import IndexEntry, one_minus_roca, read_index, read_mail, say_skipped
 from spamd.evaluation.variants import VARIANTS, write_variant
+from spamd.learning.outcomes import left_unlearned
+from spamd.mail.message import parse_message, strip_own_headers
+from spamd.mail.tokenize import tokenize
+from spamd.model.bayes import Features, Label, MultinomialNB, Verdict, featurize
+from spamd.model.families import families_of, is_weighted, join_families, message_sources
 
 # What an analyzed message keeps for every candidate: its tokens, and the decoded
 # headers and text the n-gram families read.

@@ -28,8 +28,8 @@ from spamd.config import Config
 from spamd.errors import SpamdError
 from spamd.evaluation.trec import hm_at_sm, index_messages, one_minus_roca, read_index
 from spamd.mail.message import parse_message, strip_own_headers
-from spamd.model.bayes import Label, MultinomialNB, featurize
 from spamd.mail.tokenize import tokenize
+from spamd.model.bayes import Label, MultinomialNB, featurize
 
 CORPORA = Path(__file__).resolve().parents[2] / "shared" / "corpora"
 INDEXES = {"trec07p-dev": CORPORA / "trec07p-dev/full/index", "spamassassin": CORPORA / "spamassassin/index"}

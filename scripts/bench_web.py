@@ -34,8 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from spamd.config import LogConfig  # noqa: E402
-from spamd.runtime.logs import configure_logging  # noqa: E402
 from spamd.model.bayes import Label  # noqa: E402
+from spamd.runtime.logs import configure_logging  # noqa: E402
 from spamd.web.history import History, HistorySettings  # noqa: E402
 from tests.daemon_helpers import daemon_config, make_message, running, train  # noqa: E402
 from tests.web_helpers import WebClient  # noqa: E402

@@ -41,9 +41,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from spamd.config import load_config
 from spamd.cli.evaluate import add_protocol_arguments, protocol_of, with_train_margin
+from spamd.config import load_config
 from spamd.errors import SpamdError
+from spamd.evaluation.feedback import Event, Feedback, Protocol
 from spamd.evaluation.trec import (
     IndexEntry,
     Result,
@@ -54,9 +55,8 @@ from spamd.evaluation.trec import (
     read_mail,
     summarize,
 )
-from spamd.evaluation.feedback import Event, Feedback, Protocol
-from spamd.model.bayes import Label, Verdict
 from spamd.evaluation.variants import VARIANTS, write_variant
+from spamd.model.bayes import Label, Verdict
 
 
 def run_bogofilter(entries: list[IndexEntry], protocol: Protocol) -> tuple[list[Result], int, float]:

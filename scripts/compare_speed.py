@@ -41,6 +41,7 @@ import time
 from pathlib import Path
 
 from compare_bogofilter import bogofilter_missing  # this script's sibling in scripts/
+
 from spamd.errors import SpamdError
 from spamd.evaluation.trec import IndexEntry, mail_entries, read_index
 from spamd.model.bayes import Label

@@ -23,8 +23,8 @@ from pathlib import Path
 
 from spamd.config import load_config
 from spamd.errors import SpamdError
-from spamd.evaluation.trec import evaluate_index
 from spamd.evaluation.feedback import People, Protocol
+from spamd.evaluation.trec import evaluate_index
 
 # (name, [model] overrides, protocol overrides): each measured under the protocols asked for.
 SETTINGS: list[tuple[str, dict, dict]] = [

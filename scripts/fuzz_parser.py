@@ -84,8 +84,8 @@ def instrument_for_atheris() -> None:
 
         import spamd.learning.classifier  # noqa: F401
         import spamd.mail.message  # noqa: F401
-        import spamd.model.bayes  # noqa: F401
         import spamd.mail.tokenize  # noqa: F401
+        import spamd.model.bayes  # noqa: F401
 
 
 def save(out: Path, kind: str, raw: bytes, note: str) -> Path:

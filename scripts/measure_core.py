@@ -32,16 +32,15 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
-
-from spamd.learning.classifier import Analyzed
 from spamd.config import Config, ModelConfig
 from spamd.engine.engine import Engine
 from spamd.errors import SpamdError
 from spamd.evaluation.trec import index_messages, read_index
+from spamd.learning.classifier import Analyzed
 from spamd.mail.message import message_key, parse_message, strip_own_headers
+from spamd.mail.tokenize import tokenize
 from spamd.model.bayes import featurize
 from spamd.store import Ledger, Store
-from spamd.mail.tokenize import tokenize
 
 CORPORA = Path(__file__).resolve().parents[2] / "shared" / "corpora"
 DEFAULT_INDEX = CORPORA / "trec07p-dev" / "full" / "index"

@@ -39,18 +39,54 @@ sys.path.insert(0, str(ROOT))
 
 from spamd.config import Config, LogConfig, MaildirConfig, ModelConfig  # noqa: E402
 from spamd.engine.engine import Engine  # noqa: E402
+from spamd.engine.scoring import Metrics, Scorer  # noqa: E402
 from spamd.frontends.maildir.mailbox import Mailbox  # noqa: E402
 from spamd.frontends.maildir.seen import SeenIndex, encode_indexes  # noqa: E402
 from spamd.frontends.maildir.watcher import MaildirWatcher  # noqa: E402
 from spamd.runtime.logs import configure_logging  # noqa: E402
-from spamd.engine.scoring import Metrics, Scorer  # noqa: E402
 
 DAY = 86400.0
-WORDS = (
-    "meeting agenda minutes project review deadline lunch report schedule budget draft notes team "
-    "viagra casino winner prize claim cheap pills offer unsubscribe bitcoin lottery free money urgent "
-    "invoice shipping order account password reset holiday family weekend photos dinner travel"
-).split()
+WORDS = [
+    "meeting",
+    "agenda",
+    "minutes",
+    "project",
+    "review",
+    "deadline",
+    "lunch",
+    "report",
+    "schedule",
+    "budget",
+    "draft",
+    "notes",
+    "team",
+    "viagra",
+    "casino",
+    "winner",
+    "prize",
+    "claim",
+    "cheap",
+    "pills",
+    "offer",
+    "unsubscribe",
+    "bitcoin",
+    "lottery",
+    "free",
+    "money",
+    "urgent",
+    "invoice",
+    "shipping",
+    "order",
+    "account",
+    "password",
+    "reset",
+    "holiday",
+    "family",
+    "weekend",
+    "photos",
+    "dinner",
+    "travel",
+]
 
 
 def build(maildir: Path, count: int, seed: int = 1) -> dict[str, int]:

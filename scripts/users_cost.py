@@ -44,9 +44,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from spamd.learning.classifier import Analyzed  # noqa: E402
 from spamd.config import Config, UsersConfig  # noqa: E402
 from spamd.engine.engine import Engine  # noqa: E402
+from spamd.learning.classifier import Analyzed  # noqa: E402
 from spamd.model.bayes import Features, Label, featurize  # noqa: E402
 
 COMMON_WORDS = 100  # the commonest words are the same for ham and spam ("the", "and", headers' names)

@@ -25,23 +25,23 @@ from typing import Any
 
 import structlog
 
-from spamd.engine.analyzers import AnalysisProcesses, default_processes
-from spamd.config.addresses import parse_host_port
 from spamd.config import Config, load_config, metrics_address, web_address
+from spamd.config.addresses import parse_host_port
+from spamd.engine.analyzers import AnalysisProcesses, default_processes
 from spamd.engine.engine import Engine
+from spamd.engine.scoring import Metrics, Scorer
 from spamd.errors import SpamdError, StoreUnavailableError
-from spamd.runtime.gc_tuning import tune_gc_for_message_streams
-from spamd.runtime.logs import configure_logging, set_level
+from spamd.frontends.delivery import DeliveryProcesses, default_delivery_processes
 from spamd.frontends.maildir.mailbox import Mailbox, user_of
 from spamd.frontends.maildir.seen import export_indexes, load_indexes, save_indexes
 from spamd.frontends.maildir.watcher import MaildirWatcher
-from spamd.model.bayes import Label
-from spamd.runtime.scheduling import background_executor
-from spamd.engine.scoring import Metrics, Scorer
 from spamd.frontends.milter import MilterServer
-from spamd.frontends.delivery import DeliveryProcesses, default_delivery_processes
 from spamd.frontends.smtp import FilterSMTP, SmtpHandler
 from spamd.frontends.spamc.server import SpamcServer
+from spamd.model.bayes import Label
+from spamd.runtime.gc_tuning import tune_gc_for_message_streams
+from spamd.runtime.logs import configure_logging, set_level
+from spamd.runtime.scheduling import background_executor
 from spamd.store import remove_stale_temps
 
 log = structlog.get_logger()

@@ -127,7 +127,7 @@ class NextHop:
         self._loop.run_until_complete(self._server.wait_closed())
         self._loop.close()
 
-    def __enter__(self) -> "NextHop":
+    def __enter__(self) -> NextHop:
         self._thread.start()
         if not self._ready.wait(10):
             raise AssertionError("next hop did not start within 10 s")
@@ -535,7 +535,7 @@ class WellBehaved:
                 "probe@example.org", ["user@example.com"], tagged_message(tag, spam=False).replace(b"\n", b"\r\n")
             )
 
-    def __enter__(self) -> "WellBehaved":
+    def __enter__(self) -> WellBehaved:
         self._thread.start()
         return self
 

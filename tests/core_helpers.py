@@ -78,7 +78,7 @@ MIME-Version: 1.0
 Content-Type: text/plain; charset=utf-8
 Content-Transfer-Encoding: base64
 
-""" + b64("Grüße aus München, prices from $99!".encode("utf-8"))
+""" + b64("Grüße aus München, prices from $99!".encode())
 
 QP_TEXT = b"""From: sender@example.com
 Subject: qp body
@@ -203,7 +203,7 @@ firstpart complete
 Content-Type: text/plain; charset=utf-8
 Content-Transfer-Encoding: base64
 
-""" + b64("secondpart partial".encode())[:14]
+""" + b64(b"secondpart partial")[:14]
 
 HAND_MESSAGES = [
     PLAIN,

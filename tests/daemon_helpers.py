@@ -21,8 +21,37 @@ from spamd.daemon import Daemon
 from spamd.frontends.maildir.layout import unique_name
 from spamd.model.bayes import Label
 
-SPAM_WORDS = "viagra casino winner prize claim cheap pills offer unsubscribe bitcoin lottery free money urgent".split()
-HAM_WORDS = "meeting agenda minutes project review deadline lunch report schedule budget draft notes team".split()
+SPAM_WORDS = [
+    "viagra",
+    "casino",
+    "winner",
+    "prize",
+    "claim",
+    "cheap",
+    "pills",
+    "offer",
+    "unsubscribe",
+    "bitcoin",
+    "lottery",
+    "free",
+    "money",
+    "urgent",
+]
+HAM_WORDS = [
+    "meeting",
+    "agenda",
+    "minutes",
+    "project",
+    "review",
+    "deadline",
+    "lunch",
+    "report",
+    "schedule",
+    "budget",
+    "draft",
+    "notes",
+    "team",
+]
 
 
 def wait_until_sync(predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.02) -> object:
@@ -62,7 +91,7 @@ def daemon_config(data_dir: Path, **sections: dict) -> Config:
     return dataclasses.replace(config, **changes)
 
 
-LIST_WORDS = "release rpm package mirror update changelog kernel build repository version".split()
+LIST_WORDS = ["release", "rpm", "package", "mirror", "update", "changelog", "kernel", "build", "repository", "version"]
 
 
 def list_digest(n: int, to: str = "readers@example.com") -> bytes:

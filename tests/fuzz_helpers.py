@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spamd.learning.classifier import Classifier
 from spamd.config import Config
 from spamd.evaluation.trec import read_index
+from spamd.learning.classifier import Classifier
 from spamd.model.bayes import MultinomialNB
 from tests import core_helpers as h
 

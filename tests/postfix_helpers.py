@@ -167,7 +167,7 @@ class Postfix:
         listener = f"127.0.0.1:{self.smtp_port} inet n - n - - smtpd\n"
         return "\n".join(lines) + "\n" + listener + self.smtpd_options + self.services
 
-    def start(self) -> "Postfix":
+    def start(self) -> Postfix:
         self.conf.mkdir(exist_ok=True)
         (self.conf / "main.cf").write_text(self.main_cf())
         (self.conf / "master.cf").write_text(self.master_cf())
@@ -328,7 +328,7 @@ class Spamd:
         finally:
             engine.close()
 
-    def start(self) -> "Spamd":
+    def start(self) -> Spamd:
         args: list[str | Path] = [
             "--config",
             self.config_path,

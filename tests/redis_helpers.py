@@ -75,7 +75,7 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self) -> "RedisServer":
+    def start(self) -> RedisServer:
         self.proc = subprocess.Popen(
             [
                 REDIS_SERVER, "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.directory),
@@ -158,7 +158,7 @@ class RedisClusterServers:
     def url(self) -> str:
         return "redis+cluster://" + ",".join(f"127.0.0.1:{node.port}" for node in self.nodes)
 
-    def start(self) -> "RedisClusterServers":
+    def start(self) -> RedisClusterServers:
         try:
             for node in self.nodes:
                 node.start()

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from spamd.config import Config, ModelConfig, ParserConfig
 from spamd.engine.analyzers import AnalysisProcesses, AnalysisUnavailable
 from spamd.learning.classifier import Analyzed, Classifier
-from spamd.config import Config, ModelConfig, ParserConfig
 from spamd.model.bayes import Label
 from tests import fuzz_helpers as fh
 from tests.core_helpers import PLAIN, TREC_INDEX, corpus_sample

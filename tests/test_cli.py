@@ -22,15 +22,14 @@ from hypothesis import strategies as st
 
 from spamd.cli.inputs import holds_several_mbox_messages
 from spamd.config import load_config
-from spamd.frontends.control import ControlClient, ControlError
 from spamd.engine.engine import Engine
+from spamd.frontends.control import ControlClient, ControlError
 from spamd.model.bayes import Label
 from tests.cli_helpers import (
     HAM,
     SPAM,
     SPAMCTL,
     classify_inputs,
-    home,
     run_spamctl,
     wait_until,
     write_maildir,

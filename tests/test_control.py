@@ -22,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spamd.config import load_config
+from spamd.engine.engine import Engine
 from spamd.frontends.control import (
     MAX_FRAME_BYTES,
     ControlClient,
@@ -32,7 +33,6 @@ from spamd.frontends.control import (
     op_classify,
     op_explain,
 )
-from spamd.engine.engine import Engine
 from spamd.mail.message import looks_like_message
 from spamd.model.bayes import Label
 from tests.cli_helpers import HAM, SPAM, classify_inputs, home, run_spamctl_async, write_maildir  # noqa: F401 (home is a fixture)

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from spamd.config import Config, ModelConfig, UsersConfig, load_config
 from spamd.errors import ConfigError
-from spamd.model.estimation import class_norms, log_masses
 from spamd.model.bayes import PRIOR_ROW, Features, Label, MultinomialNB, featurize, score_counts, verdict_of
+from spamd.model.estimation import class_norms, log_masses
 from spamd.people.users import UserLayers, explain_for_user, score_for_user
 
 TINY = ModelConfig(hash_bits=10)  # small enough that random vocabularies collide
@@ -99,8 +99,8 @@ def test_unlearn_restores_counts_and_log_masses_exactly_and_the_masses_are_a_rec
 
 def test_the_class_norms_are_the_l1_norms_of_log_p_over_the_buckets_seen():
     model = MultinomialNB(dataclasses.replace(TINY, weight_normalization=True))
-    train(model, [("buy cheap pills now now".split(), Label.SPAM), ("lunch at noon".split(), Label.HAM),
-                  ("cheap lunch".split(), Label.HAM)])  # fmt: skip
+    train(model, [(["buy", "cheap", "pills", "now", "now"], Label.SPAM), (["lunch", "at", "noon"], Label.HAM),
+                  (["cheap", "lunch"], Label.HAM)])  # fmt: skip
     alpha, seen = TINY.alpha, model.counts[0] | model.counts[1] > 0
     totals = [float(model.token_totals[c]) + alpha * model.distinct for c in (0, 1)]
     direct = [float(np.abs(np.log((model.counts[c][seen] + alpha) / totals[c])).sum()) for c in (0, 1)]
@@ -111,10 +111,10 @@ def test_the_class_norms_are_the_l1_norms_of_log_p_over_the_buckets_seen():
 def test_normalization_with_equal_norms_is_the_plain_log_odds():
     """The common factor is the mean of the two norms: where they are equal nothing changes."""
     plain, normed = MultinomialNB(TINY), MultinomialNB(dataclasses.replace(TINY, weight_normalization=True))
-    items = [("a b c".split(), Label.SPAM), ("d e f".split(), Label.HAM)]  # mirror images: equal norms
+    items = [(["a", "b", "c"], Label.SPAM), (["d", "e", "f"], Label.HAM)]  # mirror images: equal norms
     train(plain, items)
     train(normed, items)
-    features = featurize("a b d x".split(), TINY.hash_bits)
+    features = featurize(["a", "b", "d", "x"], TINY.hash_bits)
     assert math.isclose(normed.score(features).log_odds, plain.score(features).log_odds, rel_tol=1e-9)
 
 
@@ -132,7 +132,7 @@ def test_a_model_whose_counts_were_written_in_place_recounts_its_masses():
     """A snapshot load or an import writes the arrays, not learn_one: the masses follow."""
     config = dataclasses.replace(TINY, weight_normalization=True)
     source, loaded = MultinomialNB(config), MultinomialNB(config)
-    train(source, [("x y z".split(), Label.SPAM), ("u v".split(), Label.HAM)])
+    train(source, [(["x", "y", "z"], Label.SPAM), (["u", "v"], Label.HAM)])
     assert loaded.class_log_masses().tolist() == [0, 0]
     loaded.counts[:], loaded.token_totals[:], loaded.doc_totals[:] = (
         source.counts,
@@ -140,7 +140,7 @@ def test_a_model_whose_counts_were_written_in_place_recounts_its_masses():
         source.doc_totals,
     )
     loaded.distinct = source.distinct
-    probe = featurize("x u w".split(), TINY.hash_bits)
+    probe = featurize(["x", "u", "w"], TINY.hash_bits)
     assert loaded.score(probe) == source.score(probe)
 
 
@@ -148,15 +148,15 @@ def test_a_model_whose_counts_were_written_in_place_recounts_its_masses():
 def test_per_user_scoring_and_explain_use_the_switches_as_the_shared_model_does(switch):
     config = dataclasses.replace(TINY, **SWITCHES[switch])
     model, layers = MultinomialNB(config), UserLayers(UsersConfig())
-    items = [("cheap pills offer".split(), Label.SPAM, "alice"), ("meeting agenda lunch".split(), Label.HAM, "alice"),
-             ("cheap offer casino".split(), Label.SPAM, None), ("agenda patch review".split(), Label.HAM, None),
-             ("newsletter offer agenda".split(), Label.HAM, "alice")]  # fmt: skip
+    items = [(["cheap", "pills", "offer"], Label.SPAM, "alice"), (["meeting", "agenda", "lunch"], Label.HAM, "alice"),
+             (["cheap", "offer", "casino"], Label.SPAM, None), (["agenda", "patch", "review"], Label.HAM, None),
+             (["newsletter", "offer", "agenda"], Label.HAM, "alice")]  # fmt: skip
     for seq, (tokens, label, user) in enumerate(items):
         features = featurize(tokens, config.hash_bits)
         model.learn_one(features, label)
         if user:
             layers.apply(user, features, label, None, seq)
-    probe = "newsletter offer agenda cheap".split()
+    probe = ["newsletter", "offer", "agenda", "cheap"]
     features = featurize(probe, config.hash_bits)
     # A user without a layer: the shared model's score, to the bit.
     assert score_for_user(model, *layers.for_scoring("bob", config), features) == model.score(features)

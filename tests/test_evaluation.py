@@ -13,17 +13,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spamd.evaluation import trec as evaluation
-from spamd.learning.classifier import Classifier
 from spamd.config import Config, ModelConfig
 from spamd.engine.engine import Engine
 from spamd.errors import SpamdError
+from spamd.evaluation import trec as evaluation
 from spamd.evaluation.trec import evaluate_index, hm_at_sm, lam, one_minus_roca, read_index, roc_points
+from spamd.learning.classifier import Classifier
 from spamd.mail.message import looks_like_message
 from spamd.model.bayes import Label, MultinomialNB
 
-SPAM_WORDS = "viagra cheap pills casino winner prize offer bitcoin loan refinance".split()
-HAM_WORDS = "meeting agenda patch review kernel thanks lunch budget draft minutes".split()
+SPAM_WORDS = ["viagra", "cheap", "pills", "casino", "winner", "prize", "offer", "bitcoin", "loan", "refinance"]
+HAM_WORDS = ["meeting", "agenda", "patch", "review", "kernel", "thanks", "lunch", "budget", "draft", "minutes"]
 
 
 def _message(words: list[str], i: int, spam: bool) -> bytes:

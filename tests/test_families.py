@@ -12,17 +12,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spamd.engine.analyzers import _decode_analyzed, _encode_answer
-from spamd.learning.classifier import Classifier
 from spamd.config import Config, ModelConfig, UsersConfig, load_config
+from spamd.engine.analyzers import _decode_analyzed, _encode_answer
 from spamd.engine.engine import Engine
+from spamd.engine.trainer import Trainer
 from spamd.errors import ConfigError, CorruptStateError
+from spamd.learning.classifier import Classifier
+from spamd.model.bayes import Label, MultinomialNB, features_of, featurize
 from spamd.model.families import char_ngram_tokens, families_of, is_weighted, join_families, osb_tokens, token_weights
-from spamd.model.bayes import Label, MultinomialNB, featurize, features_of
+from spamd.people.users import UserLayers, _overrides, score_for_user
 from spamd.store import Ledger
 from spamd.store.snapshot import decode_snapshot, encode_snapshot
-from spamd.engine.trainer import Trainer
-from spamd.people.users import UserLayers, _overrides, score_for_user
 from tests import core_helpers as h
 from tests.cli_helpers import HAM, SPAM, run_spamctl
 from tests.redis_helpers import redis_cluster, redis_cluster_url, redis_plain_url, redis_server, redis_url, with_redis  # noqa: F401 (fixtures)

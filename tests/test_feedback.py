@@ -13,10 +13,10 @@ import pytest
 
 from spamd.config import Config, ModelConfig
 from spamd.engine.engine import Engine
-from spamd.evaluation.trec import evaluate_index
 from spamd.evaluation.feedback import AUTOLEARN, PERSON, SETTLED, Feedback, People, Protocol
-from spamd.model.bayes import Label, Score, Verdict, verdict_of
+from spamd.evaluation.trec import evaluate_index
 from spamd.learning.outcomes import Outcome, confidently_right
+from spamd.model.bayes import Label, Score, Verdict, verdict_of
 from tests import core_helpers as h
 
 S, H, U = Verdict.SPAM, Verdict.HAM, Verdict.UNSURE
@@ -137,8 +137,8 @@ def test_protocol_rejects_unknown_feedback_and_negative_delays():
 # ---------------------------------------------------------------- through the real engine
 
 
-SPAM_WORDS = "viagra cheap pills casino winner prize offer bitcoin loan refinance".split()
-HAM_WORDS = "meeting agenda patch review kernel thanks lunch budget draft minutes".split()
+SPAM_WORDS = ["viagra", "cheap", "pills", "casino", "winner", "prize", "offer", "bitcoin", "loan", "refinance"]
+HAM_WORDS = ["meeting", "agenda", "patch", "review", "kernel", "thanks", "lunch", "budget", "draft", "minutes"]
 
 
 @pytest.fixture

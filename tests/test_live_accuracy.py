@@ -16,6 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from spamd.config import Config, ModelConfig, StoreConfig
+from spamd.engine.engine import Engine
+from spamd.model.bayes import Label, Verdict
 from spamd.people.accuracy import (
     AGREED,
     DAY_S,
@@ -27,9 +30,6 @@ from spamd.people.accuracy import (
     is_person,
     judgement,
 )
-from spamd.config import Config, ModelConfig, StoreConfig
-from spamd.engine.engine import Engine
-from spamd.model.bayes import Label, Verdict
 from spamd.store import decode_snapshot, encode_snapshot
 from tests.daemon_helpers import DaemonProcess, folder_files, imap_move, send, set_flags, write_config
 

@@ -7,9 +7,8 @@ sentinel is learned every earlier event has been handled.
 
 from __future__ import annotations
 
-import math
-
 import asyncio
+import math
 import os
 import smtplib
 import time

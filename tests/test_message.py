@@ -92,7 +92,7 @@ def test_ascii_table_codecs_decode_ascii_as_ascii():
 
 
 def test_8bit_headers_are_decoded_and_flagged():
-    raw = "Subject: Grüße für Sie\nFrom: Zoë <z@example.com>\n\nbody\n".encode("utf-8")
+    raw = "Subject: Grüße für Sie\nFrom: Zoë <z@example.com>\n\nbody\n".encode()
     latin = "Subject: caf\xe9\n\nbody\n".encode("latin-1")
     parsed = parse(raw)
     assert parsed.header("subject") == "Grüße für Sie"
@@ -204,7 +204,7 @@ def test_unknown_transfer_encoding_reads_raw():
         # Wrong label: "utf-8" with Latin-1 bytes: replacement character, no error.
         ("utf-8", "café".encode("latin-1"), "caf\ufffd", None),
         # Unknown labels fall back to UTF-8, then windows-1252, and are flagged.
-        ("x-made-up", "café".encode("utf-8"), "café", "unknown-charset"),
+        ("x-made-up", "café".encode(), "café", "unknown-charset"),
         ("x-made-up", "café".encode("cp1252"), "café", "unknown-charset"),
         ("base64", b"plain words", "plain words", "unknown-charset"),
         ("undefined", b"plain words", "plain words", None),

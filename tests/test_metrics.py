@@ -311,7 +311,7 @@ async def test_two_daemons_in_one_process_each_serve_their_own_registry(tmp_path
         assert value(second, "spamd_messages_scored_total") == 0
         assert value(first, "spamd_model_trained_messages") == 10
         assert value(second, "spamd_model_trained_messages") == 0
-        assert a.stats()["daemon"]["metrics_listen"] == "127.0.0.1:{}".format(a.metrics_server.address[1])
+        assert a.stats()["daemon"]["metrics_listen"] == f"127.0.0.1:{a.metrics_server.address[1]}"
 
 
 @pytest.mark.asyncio

@@ -26,6 +26,7 @@ from spamd.config import Config, ModelConfig
 from spamd.engine.engine import Engine
 from spamd.frontends.control import ControlClient
 from spamd.model.bayes import Label
+from tests.cli_helpers import run_spamctl
 from tests.daemon_helpers import (
     DaemonProcess,
     crlf,
@@ -35,16 +36,10 @@ from tests.daemon_helpers import (
     wait_until_sync,
     write_config,
 )
-from tests.cli_helpers import run_spamctl
 from tests.redis_helpers import (
     RedisClusterServers,
     RedisServer,
     free_port,
-    redis_cluster,
-    redis_cluster_url,
-    redis_plain_url,
-    redis_server,
-    redis_url,
 )  # noqa: F401 (fixtures)
 from tests.spamc_helpers import raw_exchange
 from tests.spamc_helpers import request as spamc_request

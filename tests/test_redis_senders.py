@@ -20,11 +20,6 @@ from tests import core_helpers as h
 from tests.daemon_helpers import list_digest, make_message, wait_until_sync
 from tests.redis_helpers import (
     RedisClusterServers,
-    redis_cluster,
-    redis_cluster_url,
-    redis_plain_url,
-    redis_server,
-    redis_url,
     with_redis,
 )  # noqa: F401 (fixtures)
 from tests.test_redis_users import slot_owner

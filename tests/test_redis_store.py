@@ -9,11 +9,11 @@ import dataclasses
 
 import pytest
 
-from spamd.learning.classifier import Classifier
-from spamd.config.addresses import parse_cluster_url
 from spamd.config import ModelConfig, StoreConfig, load_config
+from spamd.config.addresses import parse_cluster_url
 from spamd.engine.engine import Engine
 from spamd.errors import ConfigError, CorruptStateError, StoreError, StoreUnavailableError
+from spamd.learning.classifier import Classifier
 from spamd.model.bayes import Label
 from spamd.store import decode_snapshot
 from spamd.store.redis import RedisModel, RedisState, RedisTrainer
@@ -22,11 +22,6 @@ from tests import core_helpers as h
 from tests.redis_helpers import (
     RedisServer,
     free_port,
-    redis_cluster,
-    redis_cluster_url,
-    redis_plain_url,
-    redis_server,
-    redis_url,
     with_redis,
 )  # noqa: F401 (fixtures)
 

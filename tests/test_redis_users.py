@@ -16,20 +16,15 @@ from spamd.config import UsersConfig
 from spamd.engine.engine import Engine
 from spamd.errors import StoreUnavailableError
 from spamd.model.bayes import Label
+from spamd.people.users import TRIM_SLACK
 from spamd.store import decode_snapshot
 from spamd.store.redis.connect import user_keys
-from spamd.people.users import TRIM_SLACK
 from tests import cli_helpers as c
 from tests import core_helpers as h
 from tests.daemon_helpers import wait_until_sync
 from tests.redis_helpers import (
     REDIS_CLI,
     RedisClusterServers,
-    redis_cluster,
-    redis_cluster_url,
-    redis_plain_url,
-    redis_server,
-    redis_url,
     with_redis,
 )  # noqa: F401 (fixtures)
 

@@ -21,8 +21,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted((REPO / "scripts").glob("*.py"))
 
-SPAM_WORDS = "viagra cheap pills casino winner prize offer bitcoin loan refinance".split()
-HAM_WORDS = "meeting agenda patch review kernel thanks lunch budget draft minutes".split()
+SPAM_WORDS = ["viagra", "cheap", "pills", "casino", "winner", "prize", "offer", "bitcoin", "loan", "refinance"]
+HAM_WORDS = ["meeting", "agenda", "patch", "review", "kernel", "thanks", "lunch", "budget", "draft", "minutes"]
 NOT_MAIL = ["data/empty1", "data/empty2", "data/junk", "data/empty3"]
 
 

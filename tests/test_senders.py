@@ -12,11 +12,12 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spamd.learning.classifier import Analyzed
 from spamd.config import Config, ModelConfig, StoreConfig, UsersConfig
 from spamd.engine.engine import Engine
+from spamd.learning.classifier import Analyzed
 from spamd.mail.message import ParsedMessage, parse_message
-from spamd.model.bayes import Label, ModelConfig as _ModelConfig, Verdict, verdict_of
+from spamd.model.bayes import Label, Verdict, verdict_of
+from spamd.model.bayes import ModelConfig as _ModelConfig
 from spamd.people.senders import FLOOR, PUSH, SenderReputation, sender_keys, sender_names
 from tests.daemon_helpers import list_digest, make_message
 

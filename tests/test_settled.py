@@ -8,9 +8,8 @@ Maildirs are real, in tmp_path; moves are renames, as an IMAP server makes them.
 
 from __future__ import annotations
 
-import math
-
 import json
+import math
 import os
 import signal
 import subprocess
@@ -274,8 +273,8 @@ async def test_spamds_own_filing_settles_only_beyond_the_margin(tmp_path):
 
 
 def test_delivered_log_odds_reads_spamds_own_header():
-    from spamd.model.bayes import Score, Verdict
     from spamd.engine.scoring import delivered_log_odds, spam_headers
+    from spamd.model.bayes import Score, Verdict
 
     header = "".join(f"{k}: {v}\n" for k, v in spam_headers(Score(-0.4321, 0.09, Verdict.HAM), 0.15, 0.85))
     assert delivered_log_odds(header.encode() + b"\nbody log_odds=9\n") == -0.432

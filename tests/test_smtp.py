@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import smtplib
-import time
 import socket
+import time
 
 import pytest
 from aiosmtpd.smtp import SMTP

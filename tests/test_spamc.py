@@ -40,11 +40,11 @@ from tests.spamc_helpers import (
     SpamcDaemon,
     exim_parse,
     exim_unavailable,
-    run_exim,
     mixed_message,
     needs_spamc,
     raw_exchange,
     request,
+    run_exim,
     start_spamd,
     stats_counts,
 )

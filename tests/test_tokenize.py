@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from spamd.config import ParserConfig
 from spamd.mail.message import parse_message
-from spamd.model.bayes import featurize
 from spamd.mail.tokenize import MAX_HOST_LABELS, MAX_WORD, tokenize, words
+from spamd.model.bayes import featurize
 
 LIMITS = ParserConfig()
 

@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hypothesis import HealthCheck
-
-from spamd.learning.classifier import Classifier
 from spamd.config import Config, ModelConfig
 from spamd.engine.engine import Engine
+from spamd.engine.trainer import Trainer
+from spamd.learning.classifier import Classifier
+from spamd.learning.outcomes import Outcome
 from spamd.mail.message import message_key, strip_own_headers, with_own_headers
 from spamd.model.bayes import Label, MultinomialNB
 from spamd.store import Ledger
-from spamd.engine.trainer import Trainer
-from spamd.learning.outcomes import Outcome
 from tests import core_helpers as h
 from tests.redis_helpers import redis_cluster, redis_cluster_url, redis_plain_url, redis_server, redis_url, with_redis  # noqa: F401 (fixtures)
 

@@ -11,12 +11,11 @@ from hypothesis import strategies as st
 
 from spamd.config import Config, ModelConfig, UsersConfig
 from spamd.engine.engine import Engine
-from spamd.evaluation.trec import read_index
-from spamd.model.bayes import Features, Label, MultinomialNB
-from spamd.store import Ledger, Store, TrainingRecord
 from spamd.engine.trainer import Trainer
+from spamd.evaluation.trec import read_index
+from spamd.learning.classifier import Analyzed
 from spamd.learning.outcomes import Outcome
-from tests import core_helpers as h
+from spamd.model.bayes import Features, Label, MultinomialNB
 from spamd.people.users import (
     TRIM_SLACK,
     UserLayer,
@@ -28,7 +27,8 @@ from spamd.people.users import (
     score_for_user,
     user_ledger_key,
 )
-from spamd.learning.classifier import Analyzed
+from spamd.store import Ledger, TrainingRecord
+from tests import core_helpers as h
 
 MODEL = ModelConfig(hash_bits=12)
 

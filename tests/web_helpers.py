@@ -47,7 +47,7 @@ class WebClient:
         self.session = aiohttp.ClientSession(self.base, cookie_jar=aiohttp.CookieJar(unsafe=True))
         self.csrf = ""
 
-    async def __aenter__(self) -> "WebClient":
+    async def __aenter__(self) -> WebClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -27,9 +27,9 @@ from spamd.cli.output import EX_TEMPFAIL
 from spamd.cli.training import cmd_train, cmd_untrain
 from spamd.cli.web import add_web_token_arguments, cmd_web_token
 from spamd.config import load_config
-from spamd.runtime.gc_tuning import tune_gc_for_message_streams
 from spamd.errors import SpamdError, StoreUnavailableError
 from spamd.frontends.control import DEFAULT_EXPLAIN_LIMIT
+from spamd.runtime.gc_tuning import tune_gc_for_message_streams
 
 
 def _add_common(parser: argparse.ArgumentParser, top: bool) -> None:

@@ -11,9 +11,9 @@ from spamd.cli.backends import open_backend
 from spamd.cli.inputs import _read_file
 from spamd.cli.output import emit_json, format_stats, table, user_request
 from spamd.config import Config
-from spamd.runtime.humanize import human_bytes
 from spamd.errors import SpamdError
 from spamd.frontends.control import DaemonNotRunning
+from spamd.runtime.humanize import human_bytes
 from spamd.store import write_atomically
 
 

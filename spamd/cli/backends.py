@@ -10,7 +10,6 @@ from spamd.engine.engine import Engine
 from spamd.errors import SpamdError, StateLockedError
 from spamd.frontends.control import ENGINE_OPERATIONS, MAX_FRAME_BYTES, ControlClient, DaemonNotRunning
 
-
 # Training requests carry a few messages each: small enough that the daemon's
 # loop is never held long (each training is an fsync), large enough to amortize
 # the round trip.

@@ -14,9 +14,9 @@ from spamd.cli.backends import BATCH_BYTES, MAX_MESSAGE_BYTES, OfflineBackend, o
 from spamd.cli.inputs import Inputs, file_messages, input_kind, read_message, too_large
 from spamd.cli.output import emit_json, table, user_request
 from spamd.config import Config
-from spamd.runtime.humanize import human_bytes
 from spamd.errors import SpamdError
 from spamd.frontends.control import score_fields
+from spamd.runtime.humanize import human_bytes
 
 if TYPE_CHECKING:
     from spamd.learning.classifier import Classifier

@@ -132,8 +132,8 @@ def with_train_margin(config: Config, args: argparse.Namespace) -> Config:
 
 
 def cmd_eval(config: Config, args: argparse.Namespace) -> int:
-    from spamd.learning.classifier import default_jobs
     from spamd.evaluation.trec import eval_command  # heavy (numpy reports, optional matplotlib): only when asked
+    from spamd.learning.classifier import default_jobs
 
     if args.jobs is not None and args.jobs < 1:
         raise SpamdError(f"--jobs {args.jobs}: need at least 1 (1 = analyze in this process)")

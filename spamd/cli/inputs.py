@@ -13,8 +13,8 @@ from typing import BinaryIO
 
 from spamd.cli.backends import MAX_MESSAGE_BYTES
 from spamd.errors import NotAMessageError, SpamdError
-from spamd.runtime.humanize import human_bytes
 from spamd.mail.message import read_message_file
+from spamd.runtime.humanize import human_bytes
 
 
 def read_message(name: str) -> bytes:

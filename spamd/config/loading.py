@@ -18,7 +18,6 @@ from spamd.config.addresses import CLUSTER_SCHEMES, parse_cluster_url, parse_hos
 from spamd.config.sections import MAX_NGRAM_CHARS, STORED_COUNTS, Config, metrics_address, web_address
 from spamd.errors import ConfigError
 
-
 # Each [section] of the file and its dataclass, in the Config's order.
 _SECTION_CLASSES = {f.name: type(getattr(Config(), f.name)) for f in dataclasses.fields(Config) if f.name != "data_dir"}
 

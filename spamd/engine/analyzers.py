@@ -28,11 +28,11 @@ import sys
 
 import numpy as np
 
-from spamd.learning.classifier import Analyzed, Classifier, usable_cores
 from spamd.config import Config
+from spamd.learning.classifier import Analyzed, Classifier, usable_cores
+from spamd.model.bayes import Features
 from spamd.runtime.gc_tuning import tune_gc_for_message_streams
 from spamd.runtime.helper_processes import HelperProcesses, HelperUnavailable, frame, frames, ignore_stop_signals
-from spamd.model.bayes import Features
 from spamd.runtime.scheduling import yield_to_the_loop
 
 _KEY_LENGTH = struct.Struct("!H")

@@ -12,16 +12,16 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from spamd.people.accuracy import LiveAccuracy, is_person
-from spamd.learning.classifier import Analyzed, Classifier
 from spamd.config import Config
-from spamd.errors import CorruptStateError, StoreError
-from spamd.model.bayes import Contribution, Label, Score, Verdict
-from spamd.people.senders import SenderCounts, SenderReputation
-from spamd.store import LoadedState, Recovery, StateStore, Store, TrainerLike, decode_snapshot, encode_snapshot
 from spamd.engine.trainer import Trainer
+from spamd.errors import CorruptStateError, StoreError
+from spamd.learning.classifier import Analyzed, Classifier
 from spamd.learning.outcomes import Outcome
+from spamd.model.bayes import Contribution, Label, Score, Verdict
+from spamd.people.accuracy import LiveAccuracy, is_person
+from spamd.people.senders import SenderCounts, SenderReputation
 from spamd.people.users import is_user_name
+from spamd.store import LoadedState, Recovery, StateStore, Store, TrainerLike, decode_snapshot, encode_snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +65,7 @@ class Engine:
         self._saved_counters = self.counters()  # as the newest snapshot holds them
 
     @classmethod
-    def open(cls, config: Config, durable: bool = True) -> "Engine":
+    def open(cls, config: Config, durable: bool = True) -> Engine:
         """Lock the state directory, load the newest good snapshot and replay the journal.
 
         With `[redis] url` set: connect to Redis instead, which holds model, ledger and training.

@@ -19,9 +19,9 @@ import structlog
 
 from spamd.engine.analyzers import AnalysisProcesses, AnalysisUnavailable
 from spamd.engine.engine import Classified, Engine
+from spamd.learning.outcomes import Outcome
 from spamd.mail.message import split_head_body, with_own_headers
 from spamd.model.bayes import Contribution, Label, Score, Verdict
-from spamd.learning.outcomes import Outcome
 
 log = structlog.get_logger()
 

@@ -19,18 +19,16 @@ correction learns it as new. A person's move, TELL, train or click is always lea
 
 from __future__ import annotations
 
-import math
 import time
 from collections import Counter
-from collections.abc import Callable
 
+from spamd.config import UsersConfig
 from spamd.learning.classifier import Analyzed, score_as_delivered
-from spamd.config import ModelConfig, UsersConfig
-from spamd.model.families import count_settings
-from spamd.model.bayes import Label, MultinomialNB, Score, Verdict
 from spamd.learning.outcomes import Outcome, left_unlearned
-from spamd.store import Ledger, Store, TrainingRecord, apply_record
+from spamd.model.bayes import Label, MultinomialNB
+from spamd.model.families import count_settings
 from spamd.people.users import UserLayers, user_ledger_key
+from spamd.store import Ledger, Store, TrainingRecord, apply_record
 
 
 class Trainer:

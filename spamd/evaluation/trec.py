@@ -20,15 +20,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from spamd.errors import SpamdError
-from spamd.model.families import is_weighted
 from spamd.evaluation.feedback import SETTLED, Event, Feedback, Protocol
 from spamd.mail.message import looks_like_message, read_message_file
 from spamd.model.bayes import Label, Verdict
+from spamd.model.families import is_weighted
 from spamd.people.users import is_user_name
 
 if TYPE_CHECKING:
-    from spamd.learning.classifier import Classifier
     from spamd.config import Config
+    from spamd.learning.classifier import Classifier
 
 Prepared = TypeVar("Prepared")  # what the caller's analysis makes of a message
 
@@ -262,7 +262,7 @@ AnalyzedChunk = tuple[
 ]
 
 
-def _read_and_analyze(classifier: "Classifier", paths: list[str]) -> AnalyzedChunk:
+def _read_and_analyze(classifier: Classifier, paths: list[str]) -> AnalyzedChunk:
     """In a worker: read a chunk of the index and analyze what could be read (module level: picklable)."""
     raws: list[bytes] = []
     failed: dict[int, str] = {}
@@ -303,7 +303,7 @@ def _unpacked(entries: list[IndexEntry], chunk: AnalyzedChunk) -> Batch:
     return [(entry, None, failed[n]) if n in failed else (entry, next(analyzed), "") for n, entry in enumerate(entries)]
 
 
-def analyze_in_workers(config: "Config", entries: list[IndexEntry], jobs: int) -> Iterator[Batch]:
+def analyze_in_workers(config: Config, entries: list[IndexEntry], jobs: int) -> Iterator[Batch]:
     """The batches of `read_batches`, read and analyzed by `jobs` worker processes, yielded in index order.
 
     Analysis (parse, tokenize, hash) is most of the work per message and needs no
@@ -439,7 +439,7 @@ def iter_result_lines(results: list[Result]) -> Iterator[str]:
 
 
 def evaluate_index(
-    config: "Config",
+    config: Config,
     index: Path,
     progress: bool = False,
     on_skip: Callable[[IndexEntry, str], None] = lambda entry, reason: None,
@@ -461,8 +461,8 @@ def evaluate_index(
     import dataclasses
     import tempfile
 
-    from spamd.learning.classifier import Analyzed
     from spamd.engine.engine import Engine
+    from spamd.learning.classifier import Analyzed
     from spamd.model.bayes import Verdict
 
     entries = read_index(index)
@@ -544,7 +544,7 @@ def format_report(report: Report, index: Path, protocol: Protocol | None = None)
 
 
 def eval_command(
-    config: "Config", index: Path, results: Path | None, plot: Path | None, as_json: bool, progress: bool, jobs: int,
+    config: Config, index: Path, results: Path | None, plot: Path | None, as_json: bool, progress: bool, jobs: int,
     protocol: Protocol | None = None, user_layer: bool = True,
 ) -> int:  # fmt: skip
     """`spamctl eval INDEX`: print the report (a table, or JSON as the last line) and write extras."""

@@ -217,7 +217,7 @@ def bare_tokenized(raw: bytes) -> bytes:
     lines = [_SPACES_RE.sub(" ", line).strip() for line in text.splitlines()]
     body = "\n".join(line for line in lines if line)
     subject_text = _SPACES_RE.sub(" ", _PUNCT_RE.sub(r" \1 ", subject(raw).lower())).strip()
-    return f"Subject: {subject_text}\n{body}\n".encode("utf-8")
+    return f"Subject: {subject_text}\n{body}\n".encode()
 
 
 VARIANTS: dict[str, Callable[[bytes], bytes]] = {

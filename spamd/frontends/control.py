@@ -35,10 +35,10 @@ from typing import Any, Protocol
 import msgpack
 import structlog
 
+from spamd.engine.scoring import explanation
 from spamd.errors import SpamdError, StoreUnavailableError
 from spamd.mail.message import looks_like_message
 from spamd.model.bayes import Label, Score
-from spamd.engine.scoring import explanation
 from spamd.people.users import check_user_name
 
 log = structlog.get_logger()
@@ -520,7 +520,7 @@ class ControlClient:
             self._sock.close()
             self._sock = None
 
-    def __enter__(self) -> "ControlClient":
+    def __enter__(self) -> ControlClient:
         self.connect()
         return self
 

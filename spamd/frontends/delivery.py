@@ -35,9 +35,9 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from spamd.learning.classifier import usable_cores
 from spamd.frontends.maildir.files import maildir_lines, write_file
 from spamd.frontends.maildir.layout import Ownership
+from spamd.learning.classifier import usable_cores
 from spamd.runtime.helper_processes import HelperProcesses, HelperUnavailable, frame, frames, ignore_stop_signals
 
 _WORK = struct.Struct("!BIIHHIHH")

@@ -29,13 +29,13 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from spamd import __version__
-from spamd.people.accuracy import JUDGEMENTS, WAYS_IN
 from spamd.engine.analyzers import AnalysisProcesses
 from spamd.engine.engine import Engine
-from spamd.frontends.delivery import DeliveryProcesses
-from spamd.runtime.helper_processes import HelperProcesses
-from spamd.model.bayes import Label, Verdict
 from spamd.engine.scoring import SCAN_BUCKETS_S, Metrics
+from spamd.frontends.delivery import DeliveryProcesses
+from spamd.model.bayes import Label, Verdict
+from spamd.people.accuracy import JUDGEMENTS, WAYS_IN
+from spamd.runtime.helper_processes import HelperProcesses
 from spamd.web.server import BoundedServer, Limits, bounded_application
 
 log = structlog.get_logger()

@@ -22,13 +22,13 @@ import structlog
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
 from spamd.config import Config
+from spamd.engine.scoring import Scored, Scorer
 from spamd.errors import SpamdError, StoreUnavailableError
 from spamd.frontends.delivery import DeliveryProcesses
 from spamd.frontends.maildir.deliver import deliver
 from spamd.frontends.maildir.layout import Location
 from spamd.frontends.maildir.mailbox import Mailbox, mailbox_for
 from spamd.model.bayes import Label, Verdict
-from spamd.engine.scoring import Scored, Scorer
 from spamd.people.users import recipients_user
 
 log = structlog.get_logger()
@@ -53,7 +53,7 @@ class FilterSMTP(SMTP):
     # max_message_bytes still bounds the whole message.
     line_length_limit = 1024 * 1024
 
-    def __init__(self, handler: "SmtpHandler", config: Config, loop: asyncio.AbstractEventLoop):
+    def __init__(self, handler: SmtpHandler, config: Config, loop: asyncio.AbstractEventLoop):
         s = config.smtp
         self.allowed_peers = frozenset(s.allowed_peers)
         self.data_timeout_s = s.data_timeout_s

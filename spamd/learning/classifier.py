@@ -11,15 +11,14 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-
 from spamd.config import Config, UsersConfig
-from spamd.model.families import with_families
-from spamd.runtime.gc_tuning import tune_gc_for_message_streams
 from spamd.mail.message import parse_message, strip_own_headers, stripped_message_key
-from spamd.model.bayes import Features, MultinomialNB, Score, featurize
-from spamd.people.senders import SenderCounts, sender_keys
 from spamd.mail.tokenize import tokenize
+from spamd.model.bayes import Features, MultinomialNB, Score, featurize
+from spamd.model.families import with_families
+from spamd.people.senders import SenderCounts, sender_keys
 from spamd.people.users import LayerScorer
+from spamd.runtime.gc_tuning import tune_gc_for_message_streams
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +150,7 @@ class AnalysisWorkers:
         """function(classifier, job) for each job in a worker, results in the jobs' order, computed ahead."""
         return self._pool.imap(_run_in_worker, ((function, job) for job in jobs))
 
-    def __enter__(self) -> "AnalysisWorkers":
+    def __enter__(self) -> AnalysisWorkers:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -10,9 +10,9 @@ import math
 from collections.abc import Callable
 from enum import Enum
 
+from spamd.config import ModelConfig
 from spamd.model.bayes import Label, Score, Verdict
 from spamd.people.accuracy import NOT_A_PERSON
-from spamd.config import ModelConfig
 
 
 class Outcome(str, Enum):

@@ -25,7 +25,7 @@ class Label(IntEnum):
     SPAM = 1
 
     @classmethod
-    def parse(cls, text: str) -> "Label":
+    def parse(cls, text: str) -> Label:
         return cls[text.strip().upper()]
 
     def __str__(self) -> str:
@@ -261,7 +261,7 @@ class MultinomialNB:
     def memory_bytes(self) -> int:
         return self.counts.nbytes + self.token_totals.nbytes + self.doc_totals.nbytes
 
-    def state_equals(self, other: "MultinomialNB") -> bool:
+    def state_equals(self, other: MultinomialNB) -> bool:
         return (
             np.array_equal(self.counts, other.counts)
             and np.array_equal(self.token_totals, other.token_totals)

@@ -24,7 +24,6 @@ import numpy as np
 
 from spamd.config import ModelConfig, UsersConfig
 from spamd.errors import SpamdError
-from spamd.model.estimation import log_masses
 from spamd.model.bayes import (
     Contribution,
     Features,
@@ -40,6 +39,7 @@ from spamd.model.bayes import (
     token_log_odds,
     verdict_of,
 )
+from spamd.model.estimation import log_masses
 
 # Also the rule of a Maildir user's directory name, an IMAP login and spamc's -u: the
 # name goes into log lines, ledger keys and (with Redis) key names, so it is checked
@@ -175,7 +175,7 @@ class UserLayer:
         keep[drop] = False
         self.ids, self.counts = self.ids[keep], self.counts[:, keep]
 
-    def equals(self, other: "UserLayer") -> bool:
+    def equals(self, other: UserLayer) -> bool:
         return (
             np.array_equal(self.ids, other.ids)
             and np.array_equal(self.counts, other.counts)
@@ -284,7 +284,7 @@ class UserLayers:
             del self.layers[coldest]
             self.expired += 1
 
-    def replace_with(self, other: "UserLayers") -> None:
+    def replace_with(self, other: UserLayers) -> None:
         """Take over another's layers in place (import: holders of this object see them)."""
         self.layers = other.layers
         other.layers = {}
@@ -307,7 +307,7 @@ class UserLayers:
             for name, layer in sorted(self.layers.items())
         ]
 
-    def equals(self, other: "UserLayers") -> bool:
+    def equals(self, other: UserLayers) -> bool:
         return self.layers.keys() == other.layers.keys() and all(
             layer.equals(other.layers[name]) for name, layer in self.layers.items()
         )
@@ -328,7 +328,7 @@ class UserLayers:
         }
 
     @classmethod
-    def restore(cls, data: dict[str, Any], config: UsersConfig, n_buckets: int) -> "UserLayers":
+    def restore(cls, data: dict[str, Any], config: UsersConfig, n_buckets: int) -> UserLayers:
         """From `export`; ValueError on anything malformed (the snapshot is then refused)."""
         users = cls(config)
         if not isinstance(data, dict):
@@ -400,7 +400,7 @@ class SharedCounts:
     masses: np.ndarray | None = None  # the class log masses, with [model] weight_normalization (not with Redis)
 
     @classmethod
-    def of_model(cls, model: MultinomialNB, features: Features) -> "SharedCounts":
+    def of_model(cls, model: MultinomialNB, features: Features) -> SharedCounts:
         return cls(
             model.config, model.counts.take(features.ids, axis=1), model.token_totals, model.doc_totals, model.distinct,
             model.class_log_masses(),

@@ -40,10 +40,10 @@ from spamd.store.snapshot import (
 if TYPE_CHECKING:
     import numpy as np
 
-    from spamd.learning.classifier import Analyzed
     from spamd.config import ModelConfig
-    from spamd.model.bayes import Contribution, Features, Label, Score
+    from spamd.learning.classifier import Analyzed
     from spamd.learning.outcomes import Outcome
+    from spamd.model.bayes import Contribution, Features, Label, Score
     from spamd.people.users import UserLayers
 
 

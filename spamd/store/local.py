@@ -31,11 +31,11 @@ import structlog
 from spamd.config import ModelConfig, StoreConfig, UsersConfig
 from spamd.errors import CorruptStateError, StateLockedError, StoreError
 from spamd.model.bayes import Label, MultinomialNB
+from spamd.people.users import UserLayers
 from spamd.store.durable import fsync_directory, remove_stale_temps, write_atomically
 from spamd.store.journal import JOURNAL_MAGIC, JournalScan, frame_record, scan_journal
 from spamd.store.records import Ledger, TrainingRecord, apply_record
 from spamd.store.snapshot import Snapshot, check_count_settings, decode_snapshot
-from spamd.people.users import UserLayers
 
 log = structlog.get_logger()
 

@@ -9,8 +9,8 @@ import msgpack
 import numpy as np
 
 from spamd.config import ModelConfig
-from spamd.model.families import count_settings
 from spamd.model.bayes import Features, Label, MultinomialNB
+from spamd.model.families import count_settings
 from spamd.people.users import UserLayers, check_user_name, user_ledger_key
 
 
@@ -69,7 +69,7 @@ class TrainingRecord:
         )
 
     @classmethod
-    def from_msgpack(cls, data: bytes) -> "TrainingRecord":
+    def from_msgpack(cls, data: bytes) -> TrainingRecord:
         d = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=False)
         ids = np.frombuffer(d["ids"], dtype="<u4").astype(np.uint32)
         counts = np.frombuffer(d["counts"], dtype="<u4").astype(np.uint32)
@@ -155,7 +155,7 @@ class Ledger:
         return {"keys": keys, "values": values}
 
     @classmethod
-    def restore(cls, data: dict[str, bytes], max_entries: int) -> "Ledger":
+    def restore(cls, data: dict[str, bytes], max_entries: int) -> Ledger:
         ledger = cls(max_entries)
         keys, values = data["keys"], data["values"]
         if len(keys) != 16 * len(values):
@@ -163,7 +163,7 @@ class Ledger:
         ledger._entries = {keys[16 * i : 16 * i + 16]: v for i, v in enumerate(values)}
         return ledger
 
-    def replace_with(self, other: "Ledger") -> None:
+    def replace_with(self, other: Ledger) -> None:
         """Take over another ledger's entries in place (for import: holders of this object see them)."""
         self._entries = other._entries
         other._entries = {}
@@ -172,7 +172,7 @@ class Ledger:
         """Key -> label | 2 if a person decided, oldest first (a copy)."""
         return dict(self._entries)
 
-    def equals(self, other: "Ledger") -> bool:
+    def equals(self, other: Ledger) -> bool:
         return self._entries == other._entries
 
 

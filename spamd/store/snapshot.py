@@ -12,10 +12,10 @@ import numpy as np
 
 from spamd.config import ModelConfig, UsersConfig
 from spamd.errors import CorruptStateError
-from spamd.model.families import count_settings
 from spamd.model.bayes import Label, MultinomialNB
-from spamd.store.records import Ledger
+from spamd.model.families import count_settings
 from spamd.people.users import UserLayers
+from spamd.store.records import Ledger
 
 SNAPSHOT_FORMAT = "spamd-snapshot"
 

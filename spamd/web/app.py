@@ -30,8 +30,8 @@ import structlog
 from aiohttp import web
 
 from spamd.errors import SpamdError
-from spamd.runtime.humanize import human_bytes, human_duration
 from spamd.people.users import USER_NAME_RULE, is_user_name
+from spamd.runtime.humanize import human_bytes, human_duration
 from spamd.web import pages
 from spamd.web.auth import (
     LoginThrottle,

@@ -54,7 +54,7 @@ def nice_step(value: float) -> float:
 TICKS = 4  # gridlines above zero
 
 
-def _y_ticks(step: float, y: "_Scale", percent: bool) -> list[tuple[float, str]]:
+def _y_ticks(step: float, y: _Scale, percent: bool) -> list[tuple[float, str]]:
     ticks = []
     for i in range(TICKS + 1):
         v = step * i

@@ -11,10 +11,10 @@ from __future__ import annotations
 import time
 from typing import Any, Protocol
 
-from spamd.people.accuracy import JUDGEMENTS, WAYS_IN
+from spamd.engine.scoring import SCAN_BUCKETS_S, explanation
 from spamd.errors import SpamdError
 from spamd.model.bayes import Verdict
-from spamd.engine.scoring import SCAN_BUCKETS_S, explanation
+from spamd.people.accuracy import JUDGEMENTS, WAYS_IN
 from spamd.web import charts
 from spamd.web.history import MINUTES_KEPT, VERDICT_COLUMNS, History, Recorded
 

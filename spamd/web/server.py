@@ -77,7 +77,7 @@ def bounded_application(limits: Limits, middlewares: list[Any] | None = None) ->
 class _BoundedRequestHandler(web.RequestHandler):
     """aiohttp's protocol object, one per connection, with the checks the module docstring lists."""
 
-    def __init__(self, owner: "BoundedServer", manager: web.Server, **kwargs: Any):
+    def __init__(self, owner: BoundedServer, manager: web.Server, **kwargs: Any):
         super().__init__(manager, **kwargs)
         self.owner = owner
         self.answered = 0  # requests answered on this connection (aiohttp counts those parsed)

@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING
 
 from spamd.frontends.maildir.files import maildir_lines, write_file
 from spamd.frontends.maildir.layout import INBOX, Location, unique_name
-from spamd.runtime.helper_processes import HelperUnavailable
 from spamd.model.bayes import Verdict
+from spamd.runtime.helper_processes import HelperUnavailable
 
 if TYPE_CHECKING:
+    from spamd.engine.scoring import Scored
     from spamd.frontends.delivery import DeliveryProcesses
     from spamd.frontends.maildir.mailbox import Mailbox
-    from spamd.engine.scoring import Scored
 
 
 async def deliver(mailbox: Mailbox, scored: Scored, fsync: bool, writers: DeliveryProcesses | None = None) -> Location:

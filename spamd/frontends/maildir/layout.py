@@ -75,7 +75,7 @@ class Ownership:
     file_mode: int
 
     @classmethod
-    def of(cls, st: os.stat_result) -> "Ownership":
+    def of(cls, st: os.stat_result) -> Ownership:
         # The set-group-ID bit is kept: group-shared Maildirs rely on it for new folders.
         dir_mode = stat.S_IMODE(st.st_mode) & 0o2777
         return cls(st.st_uid, st.st_gid, dir_mode, dir_mode & 0o666)

@@ -91,7 +91,7 @@ class SeenIndex:
         return bytes(key in settled for _, key in self.by_base.values())
 
     @classmethod
-    def restore(cls, rows: list[list[Any]], settled: bytes = b"") -> "SeenIndex":
+    def restore(cls, rows: list[list[Any]], settled: bytes = b"") -> SeenIndex:
         index = cls()
         for base, folder, key in rows:
             index.record(base, folder, key)

@@ -62,10 +62,10 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from spamd.engine.scoring import delivered_log_odds
 from spamd.errors import SpamdError
 from spamd.frontends.maildir.layout import Location, base_of
 from spamd.model.bayes import Label
-from spamd.engine.scoring import delivered_log_odds
 
 if TYPE_CHECKING:
     from spamd.config import MaildirConfig

@@ -53,6 +53,7 @@ from watchdog.events import (
 from watchdog.observers import Observer
 
 from spamd.config import MaildirConfig
+from spamd.engine.scoring import Scored, has_spam_status, spam_flagged
 from spamd.errors import SpamdError, StoreUnavailableError
 from spamd.frontends.maildir.files import write_message
 from spamd.frontends.maildir.layout import _SIZE_FIELDS_RE, FILED_MARK, INBOX, Location, base_of, filed_base
@@ -61,7 +62,6 @@ from spamd.frontends.maildir.settle import Settler
 from spamd.mail.message import message_key
 from spamd.model.bayes import Label, Verdict
 from spamd.runtime.scheduling import threads_started_here_yield_to_the_loop
-from spamd.engine.scoring import Scored, has_spam_status, spam_flagged
 
 log = structlog.get_logger()
 

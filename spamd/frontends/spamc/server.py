@@ -13,8 +13,9 @@ from typing import Any
 
 import structlog
 
-from spamd.config.addresses import parse_host_port
 from spamd.config import Config
+from spamd.config.addresses import parse_host_port
+from spamd.engine.scoring import Scorer, explanation, message_id
 from spamd.errors import SpamdError, StoreUnavailableError
 from spamd.frontends.spamc.answers import (
     REPORT_TOKENS,
@@ -31,10 +32,9 @@ from spamd.frontends.spamc.protocol import (
     SpamcRequestError,
     protocol_error,
 )
+from spamd.learning.outcomes import Outcome
 from spamd.mail.message import looks_like_message
 from spamd.model.bayes import Verdict
-from spamd.engine.scoring import Scorer, explanation, message_id
-from spamd.learning.outcomes import Outcome
 
 log = structlog.get_logger()
 

@@ -26,8 +26,8 @@ from redis.exceptions import (
 )
 from redis.retry import Retry
 
-from spamd.config.addresses import CLUSTER_SCHEMES, parse_cluster_url
 from spamd.config import RedisConfig
+from spamd.config.addresses import CLUSTER_SCHEMES, parse_cluster_url
 from spamd.errors import StoreError, StoreUnavailableError
 
 # The model's keys, in the order the training script takes them (KEYS[1..8]).

@@ -8,23 +8,24 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import redis
 import structlog
 
-from spamd.learning.classifier import Analyzed
-from spamd.config.addresses import redact_url
 from spamd.config import Config, ModelConfig
+from spamd.config.addresses import redact_url
 from spamd.errors import CorruptStateError, StoreError, StoreUnavailableError
-from spamd.model.families import count_settings
+from spamd.learning.classifier import Analyzed
 from spamd.model.bayes import Label, MultinomialNB
+from spamd.model.families import count_settings
 from spamd.store.records import Ledger
-from spamd.store.snapshot import check_count_settings
 from spamd.store.redis.connect import NOT_UNAVAILABLE, UNAVAILABLE, Script, connect, is_cluster, model_keys
 from spamd.store.redis.scripts import CLAIM_LUA, SCORE_LUA, TRAIN_LUA
+from spamd.store.snapshot import check_count_settings
 
 log = structlog.get_logger()
 

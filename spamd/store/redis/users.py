@@ -39,13 +39,10 @@ from typing import Any
 import numpy as np
 import structlog
 
-from spamd.learning.classifier import Analyzed
 from spamd.config import UsersConfig
 from spamd.errors import StoreUnavailableError
+from spamd.learning.classifier import Analyzed
 from spamd.model.bayes import Contribution, Features, Label, MultinomialNB, Score, features_of
-from spamd.store.redis.connect import Script, user_keys
-from spamd.store.redis.scripts import ACK_LUA, SCORE_LUA, USER_LUA
-from spamd.store.redis.state import RedisState, SharedTraining
 from spamd.people.users import (
     SharedCounts,
     UserLayer,
@@ -54,6 +51,9 @@ from spamd.people.users import (
     score_counts_for_user,
     scoring_table,
 )
+from spamd.store.redis.connect import Script, user_keys
+from spamd.store.redis.scripts import ACK_LUA, SCORE_LUA, USER_LUA
+from spamd.store.redis.state import RedisState, SharedTraining
 
 log = structlog.get_logger()
 

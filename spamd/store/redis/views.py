@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from spamd.learning.classifier import Analyzed, score_as_delivered
+from spamd.learning.outcomes import Outcome, left_unlearned
 from spamd.model.bayes import (
     Contribution,
     Features,
@@ -22,10 +23,9 @@ from spamd.model.bayes import (
     score_counts,
     verdict_of,
 )
+from spamd.people.users import check_user_name, user_ledger_key
 from spamd.store.redis.state import UNTRAINED, RedisState
 from spamd.store.redis.users import RedisUsers
-from spamd.learning.outcomes import Outcome, left_unlearned
-from spamd.people.users import check_user_name, user_ledger_key
 
 
 class RedisModel:
