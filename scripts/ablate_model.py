@@ -137,7 +137,7 @@ def cached_stream(index: Path, work: Path) -> tuple[Path, int]:
     with Pool(2) as pool:
         analyzed = pool.map(analyze, [str(e.path) for e in entries], chunksize=64)
     stream = []
-    for entry, result in zip(entries, analyzed):
+    for entry, result in zip(entries, analyzed, strict=True):
         if isinstance(result, str):
             say_skipped(entry, result)
         else:
@@ -164,7 +164,9 @@ def features(config: ModelConfig, item: Analyzed, family_tables: bool) -> Featur
     return Features(
         np.concatenate([f.ids + np.uint32(place << config.hash_bits) for place, f in enumerate(parts)]),
         np.concatenate([f.counts for f in parts]),
-        np.concatenate([np.full(len(f), w) for f, w in zip(parts, weights)]) if is_weighted(config) else None,
+        np.concatenate([np.full(len(f), w) for f, w in zip(parts, weights, strict=True)])
+        if is_weighted(config)
+        else None,
     )
 
 

@@ -72,7 +72,7 @@ def one_round(name: str, work: Path, redis: RedisServer | None, daemons: int, ro
         daemon_cpu = [cpu_seconds(p.pid) for p, _ in procs]
         redis_cpu = cpu_seconds(redis.proc.pid) if redis is not None else 0.0
         elapsed, latencies, errors = replay([port for _, port in procs], messages, clients)
-        daemon_cpu = [cpu_seconds(p.pid) - before for (p, _), before in zip(procs, daemon_cpu)]
+        daemon_cpu = [cpu_seconds(p.pid) - before for (p, _), before in zip(procs, daemon_cpu, strict=True)]
         redis_cpu = cpu_seconds(redis.proc.pid) - redis_cpu if redis is not None else 0.0
     finally:
         for proc, _ in procs:

@@ -207,7 +207,7 @@ def main() -> int:
                 f"eval ratio {spamd_rates[-1] / classify_rate:.3f}, classify ratio {classify_rates[-1] / classify_rate:.3f}",
                 file=sys.stderr,
             )
-    ratios = [s / b for s, b in zip(spamd_rates, bogo_classify_rates)]
+    ratios = [s / b for s, b in zip(spamd_rates, bogo_classify_rates, strict=True)]
     summary = {
         "index": str(args.index),
         "messages": len(entries),
@@ -216,7 +216,7 @@ def main() -> int:
         "spamd_eval_one_process_msgs_per_s": statistics.median(one_process_rates),
         "spamd_bulk_classify_msgs_per_s": statistics.median(classify_rates),
         "ratio_spamd_classify_over_bogofilter_classify": statistics.median(
-            [s / b for s, b in zip(classify_rates, bogo_classify_rates)]
+            [s / b for s, b in zip(classify_rates, bogo_classify_rates, strict=True)]
         ),
         "bogofilter_bulk_train_msgs_per_s": statistics.median(bogo_train_rates),
         "bogofilter_bulk_classify_msgs_per_s": statistics.median(bogo_classify_rates),
@@ -225,7 +225,9 @@ def main() -> int:
     }
     if args.per_user:
         summary["spamd_bulk_classify_per_user_msgs_per_s"] = statistics.median(user_rates)
-        summary["per_user_scoring_cost"] = statistics.median([s / u for s, u in zip(classify_rates, user_rates)])
+        summary["per_user_scoring_cost"] = statistics.median(
+            [s / u for s, u in zip(classify_rates, user_rates, strict=True)]
+        )
     summary["spamd_eval_msgs_per_s_on_reference_machine"] = (
         summary["ratio_spamd_eval_over_bogofilter_classify"] * REFERENCE_BOGOFILTER_MSGS_PER_S
     )

@@ -90,7 +90,7 @@ def measure(index: Path, config: Config, tmp_root: Path | None) -> dict[str, obj
         strings: set[str] = set()
         caps: Counter[str] = Counter()
         train_start = time.perf_counter()
-        for raw, label in zip(raws, labels):
+        for raw, label in zip(raws, labels, strict=True):
             parsed = parse_message(strip_own_headers(raw), limits)
             caps.update(set(parsed.defects) & set(CAPS))
             tokens = tokenize(parsed)

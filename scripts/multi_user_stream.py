@@ -150,7 +150,10 @@ def scoring_cost(index: Path, messages: int) -> tuple[float, float]:
         try:
             pairs = [(entry, raw) for entry, raw in index_messages(entries)]
             analyzed = engine.classifier.analyze_many([raw for _, raw in pairs])
-            train, test = list(zip(pairs, analyzed))[:messages], list(zip(pairs, analyzed))[messages:]
+            train, test = (
+                list(zip(pairs, analyzed, strict=True))[:messages],
+                list(zip(pairs, analyzed, strict=True))[messages:],
+            )
             for (entry, _), a in train:
                 engine.trainer.train(a, entry.label, "eval", True, entry.user)
             timings = {}

@@ -39,7 +39,7 @@ def main() -> int:
         try:
             pairs = list(index_messages(entries, on_skip=lambda entry, reason: None))
             analyzed = engine.classifier.analyze_many([raw for _, raw in pairs])
-            both = list(zip([entry for entry, _ in pairs], analyzed))
+            both = list(zip([entry for entry, _ in pairs], analyzed, strict=True))
             train, test = both[: args.messages], both[args.messages :]
             for entry, a in train:
                 engine.trainer.train(a, entry.label, "eval", True, entry.user)

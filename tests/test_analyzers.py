@@ -60,8 +60,10 @@ async def test_a_helper_finds_the_features_the_loop_finds(config: Config) -> Non
         raws = messages()
         answers = await asyncio.gather(*(helpers.analyze(raw) for raw in raws))
         loop_side = Classifier(config, None)  # type: ignore[arg-type]
-        assert all(same(a, loop_side.analyze(raw)) for a, raw in zip(answers, raws))
-        weights = [(a.features.weights, loop_side.analyze(raw).features.weights) for a, raw in zip(answers, raws)]
+        assert all(same(a, loop_side.analyze(raw)) for a, raw in zip(answers, raws, strict=True))
+        weights = [
+            (a.features.weights, loop_side.analyze(raw).features.weights) for a, raw in zip(answers, raws, strict=True)
+        ]
         assert all((h is None and l is None) if config is CONFIG else h.tolist() == l.tolist() for h, l in weights)
         assert {len(h.pending) for h in helpers.helpers} == {0}
     finally:

@@ -232,7 +232,7 @@ def test_classify_of_many_prints_a_line_each_agreeing_with_one_at_a_time(home: P
     assert result.returncode == 0, result.stderr
     lines = [line.rsplit(" ", 3) for line in result.stdout.splitlines()]  # a name may hold spaces
     assert [line[0] for line in lines[:2]] == [str(f) for f in files] and len(lines) == 4
-    for path, line in zip(files, lines):
+    for path, line in zip(files, lines[:2], strict=True):
         single = ctl(home, "classify", path, "--json").json()
         assert line[1:] == [single["verdict"], f"{single['probability']:.4f}", f"{single['score']:+.4f}"]
     assert lines[2][1:] == lines[0][1:] and lines[3][1:] == lines[1][1:]  # the same messages in the mbox

@@ -268,7 +268,7 @@ async def test_spamctl_classify_of_many_through_the_daemon(
     assert result.returncode == 1 and f"{big}: too large" in result.stderr  # never sent: over a control frame
     lines = [line.rsplit(" ", 3) for line in result.stdout.splitlines()]
     assert [line[0] for line in lines] == names
-    for line, raw in zip(lines, [SPAM[0], SPAM[1], HAM[1], HAM[0]]):
+    for line, raw in zip(lines, [SPAM[0], SPAM[1], HAM[1], HAM[0]], strict=True):
         single = await ask(server.path, "classify", raw=raw)
         assert line[1:] == [single["verdict"], f"{single['probability']:.4f}", f"{single['score']:+.4f}"]
 

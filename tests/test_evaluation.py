@@ -216,7 +216,7 @@ def test_analyze_many_equals_analyze_one_at_a_time():
     config = Config()
     classifier = Classifier(config, MultinomialNB(config.model))
     raws = [raw for raw, _ in _varied_messages(100)]
-    for batched, raw in zip(classifier.analyze_many(raws), raws):
+    for batched, raw in zip(classifier.analyze_many(raws), raws, strict=True):
         single = classifier.analyze(raw)
         assert batched.key == single.key
         assert np.array_equal(batched.features.ids, single.features.ids)

@@ -158,7 +158,7 @@ def test_engine_judges_a_persons_training_and_not_autolearn_and_keeps_it_across_
     engine = Engine.open(config, durable=False)
     messages = [msg(i, "hello world") for i in range(4)]
     keys = [engine.classify(raw).analyzed.key for raw in messages]
-    for k, verdict in zip(keys, (Verdict.HAM, Verdict.SPAM, Verdict.UNSURE, Verdict.HAM)):
+    for k, verdict in zip(keys, (Verdict.HAM, Verdict.SPAM, Verdict.UNSURE, Verdict.HAM), strict=True):
         engine.remember_verdict(k, verdict, "smtp")
     engine.train(messages[0], Label.SPAM, "maildir")  # missed spam
     engine.train(messages[1], Label.HAM, "spamctl")  # false positive

@@ -118,7 +118,7 @@ def test_featurize_merges_repeats_and_collisions(tokens):
     assert np.all(np.diff(f.ids.astype(np.int64)) > 0)  # sorted, unique
     assert int(f.counts.sum()) == len(tokens)
     expected = Counter(token_id(t, (1 << 10) - 1) for t in tokens)
-    assert dict(zip(f.ids.tolist(), f.counts.tolist())) == expected
+    assert dict(zip(f.ids.tolist(), f.counts.tolist(), strict=True)) == expected
 
 
 def test_featurize_is_stable_across_processes():

@@ -22,6 +22,7 @@ import tomllib
 import zlib
 from collections import Counter
 from collections.abc import Iterator
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -572,7 +573,7 @@ def test_the_parser_answers_any_bytes_with_a_request_or_an_ex_code(data, cuts, e
     bounds = [0, *sorted(c for c in cuts if c <= len(data)), len(data)]
     got: Request | None = None
     try:
-        for start, end in zip(bounds, bounds[1:]):
+        for start, end in pairwise(bounds):
             got = parser.feed(data[start:end]) or got
         if got is None and eof:
             got = parser.eof()

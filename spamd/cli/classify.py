@@ -85,7 +85,7 @@ def classified(
     def classify_pending() -> None:
         nonlocal size
         if raws:
-            done.extend((name, fields, None) for name, fields in zip(names, classify_many(raws)))
+            done.extend((name, fields, None) for name, fields in zip(names, classify_many(raws), strict=True))
         names.clear()
         raws.clear()
         size = 0

@@ -47,7 +47,8 @@ def _train_inputs(config: Config, args: argparse.Namespace, command: str, label:
             extra = {"label": label} if label else {}
             extra.update(user_request(args))
             result = backend.request(command, messages=batch, **extra)
-            for name, outcome in zip(names, result["outcomes"]):
+            # A batch that failed reports the outcomes of the messages before the failure only.
+            for name, outcome in zip(names, result["outcomes"], strict=False):
                 tally[outcome] += 1
                 if outcome == NOT_A_MESSAGE:
                     problems.append((name, "not a mail message"))

@@ -14,6 +14,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -297,7 +298,7 @@ def _unpacked(entries: list[IndexEntry], chunk: AnalyzedChunk) -> Batch:
             Analyzed(
                 key, Features(ids[start:end], counts[start:end], None if weights is None else weights[start:end]), sent
             )
-            for key, sent, start, end in zip(keys, senders, [0, *ends], ends)
+            for key, sent, (start, end) in zip(keys, senders, pairwise([0, *ends]), strict=True)
         ]
     )
     return [(entry, None, failed[n]) if n in failed else (entry, next(analyzed), "") for n, entry in enumerate(entries)]
@@ -317,7 +318,7 @@ def analyze_in_workers(config: Config, entries: list[IndexEntry], jobs: int) -> 
     with AnalysisWorkers(config, jobs) as workers:
         # Paths as str: a pickled Path took 4.5 us a message to unpickle in the worker, a str 0.05.
         answers = workers.map(_read_and_analyze, ([str(entry.path) for entry in chunk] for chunk in chunks))
-        for chunk, answer in zip(chunks, answers):
+        for chunk, answer in zip(chunks, answers, strict=True):
             yield _unpacked(chunk, answer)
 
 
@@ -349,7 +350,7 @@ def _average_ranks(values: np.ndarray) -> np.ndarray:
     sorted_values = values[order]
     ranks = np.empty(len(values), dtype=np.float64)
     boundaries = np.r_[0, np.flatnonzero(np.diff(sorted_values)) + 1, len(values)]
-    for start, end in zip(boundaries[:-1], boundaries[1:]):
+    for start, end in pairwise(boundaries):
         ranks[order[start:end]] = (start + end + 1) / 2.0
     return ranks
 

@@ -103,7 +103,7 @@ class SpamdCollector(Collector):
         for way in sorted(set(WAYS_IN) | set(metrics.scan_buckets)):
             counts = metrics.scan_buckets.get(way, [0] * (len(SCAN_BUCKETS_S) + 1))
             cumulative, buckets = 0, []
-            for bound, n in zip((*map(str, SCAN_BUCKETS_S), "+Inf"), counts):
+            for bound, n in zip((*map(str, SCAN_BUCKETS_S), "+Inf"), counts, strict=True):
                 cumulative += n
                 buckets.append((bound, cumulative))
             scan.add_metric([way], buckets, metrics.scan_seconds[way])

@@ -421,7 +421,7 @@ class MilterSession:
     def _macros(self, data: bytes) -> None:
         # Only what the log line uses: the queue id ("i", sent with the end of message).
         fields = _cstrings(data[1:])
-        for name, value in zip(fields[::2], fields[1::2]):
+        for name, value in zip(fields[::2], fields[1::2], strict=False):  # a last name with no value is dropped
             if name.strip(b"{}") == b"i":
                 self.macros["i"] = value[:64].decode("ascii", "replace")
 

@@ -69,7 +69,7 @@ class Classifier:
             Analyzed(
                 stripped_message_key(message), featurize(tokens, model.hash_bits, weights), sender_keys(parsed_message)
             )
-            for message, parsed_message, (tokens, weights) in zip(stripped, parsed, token_lists)
+            for message, parsed_message, (tokens, weights) in zip(stripped, parsed, token_lists, strict=True)
         ]
 
     def scoring_layer(self, user_name: str | None) -> LayerScorer | None:

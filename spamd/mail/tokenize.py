@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import re
 import string
+from itertools import pairwise
 
 from spamd.mail.message import ParsedMessage
 
@@ -244,7 +245,7 @@ def header_tokens(msg: ParsedMessage) -> list[str]:
             tokens += date_tokens(value)
     # Subject word pairs: 0.0168 / 0.0680 -> 0.0166 / 0.0647.
     subject = words(msg.header("subject"))
-    tokens += [f"subject:{a} {b}" for a, b in zip(subject, subject[1:])]
+    tokens += [f"subject:{a} {b}" for a, b in pairwise(subject)]
     tokens += header_shape_tokens(msg)
     return tokens
 

@@ -382,7 +382,7 @@ def explain_log_odds(
     bucket_count: Counter[int] = Counter()
     for t, n in counter.items():
         bucket_count[token_bucket[t]] += n
-    by_id = {int(i): float(s) for i, s in zip(features.ids, bucket_shares)}
+    by_id = {int(i): float(s) for i, s in zip(features.ids, bucket_shares, strict=True)}
     rows = [Contribution(t, n, by_id[token_bucket[t]] * n / bucket_count[token_bucket[t]]) for t, n in counter.items()]
     if config.class_prior and doc_totals is not None:
         rows.append(Contribution(PRIOR_ROW, 0, prior_log_odds(doc_totals) / total))

@@ -49,7 +49,7 @@ def class_norms(
     log_alpha = math.log(alpha)
     return tuple(  # type: ignore[return-value]
         max(seen * (math.log(total) - log_alpha) - int(mass) / LOG_MASS_SCALE, 1e-12)
-        for mass, total in zip(masses, smoothed_totals)
+        for mass, total in zip(masses, smoothed_totals, strict=True)
     )
 
 

@@ -56,7 +56,8 @@ def osb_tokens(body_words: list[str], reach: int = OSB_REACH) -> list[str]:
     tokens: list[str] = []
     for d in range(1, reach + 1):
         prefix = f"osb{d}:"
-        tokens += [prefix + a + " " + b for a, b in zip(body_words, body_words[d:])]
+        # Words d apart: d pairs fewer than words, so the shorter side ends the pairs.
+        tokens += [prefix + a + " " + b for a, b in zip(body_words, body_words[d:], strict=False)]
     return tokens
 
 

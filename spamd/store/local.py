@@ -23,6 +23,7 @@ import os
 import re
 import time
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -329,7 +330,7 @@ class Store:
             return
         oldest_needed = kept[0][0]
         segments = self._files(_JOURNAL_RE)
-        for (start, path), (next_start, _) in zip(segments, segments[1:]):
+        for (_, path), (next_start, _) in pairwise(segments):
             if next_start <= oldest_needed and path != self._journal_path:
                 path.unlink(missing_ok=True)
         # A torn tail set aside at recovery is kept for inspection as long as its segment.

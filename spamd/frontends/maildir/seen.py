@@ -95,7 +95,8 @@ class SeenIndex:
         index = cls()
         for base, folder, key in rows:
             index.record(base, folder, key)
-        index.settled = {row[2] for row, flag in zip(rows, settled) if flag}
+        # State saved before the flags were kept has none (b""): nothing is settled then.
+        index.settled = {row[2] for row, flag in zip(rows, settled, strict=False) if flag}
         return index
 
 

@@ -127,7 +127,7 @@ def _mtimes(looked: list[tuple[Mailbox, str, str, str, str, Label]]) -> list[flo
     out: list[float | None] = [None] * len(looked)
     for indexes in by_mailbox.values():
         mailbox = looked[indexes[0]][0]
-        for i, mtime in zip(indexes, mailbox.mtimes([looked[i][2:5] for i in indexes])):
+        for i, mtime in zip(indexes, mailbox.mtimes([looked[i][2:5] for i in indexes]), strict=True):
             out[i] = mtime
     return out
 
@@ -316,7 +316,7 @@ class Settler:
         now = self.clock()
         to_read: list[tuple[Mailbox, Location, Label, float]] = []
         last_yield = time.perf_counter()
-        for (mailbox, path, folder, sub, name, label), mtime in zip(looked, mtimes):
+        for (mailbox, path, folder, sub, name, label), mtime in zip(looked, mtimes, strict=True):
             if time.perf_counter() - last_yield > YIELD_AFTER_S:
                 await asyncio.sleep(0)
                 last_yield = time.perf_counter()
@@ -351,7 +351,7 @@ class Settler:
     ) -> None:
         raws = await asyncio.to_thread(lambda: [mailbox.read_message(loc) for mailbox, loc, _, _ in to_read])
         margin = self.config().settle_margin
-        for (mailbox, loc, label, since), raw in zip(to_read, raws):
+        for (mailbox, loc, label, since), raw in zip(to_read, raws, strict=True):
             if raw is None or self._label_if_still_there(mailbox, loc.folder, loc.name) != label:
                 counts["dropped"] += 1
                 continue

@@ -183,7 +183,7 @@ class RedisState:
 
     def totals_now(self) -> dict[str, int]:
         values = self.call("reading the totals", lambda: self.client.hmget(self.totals, [*_TOTAL_FIELDS, "seq"]))
-        return dict(zip([*_TOTAL_FIELDS, "seq"], (int(v) if v else 0 for v in values)))
+        return dict(zip([*_TOTAL_FIELDS, "seq"], (int(v) if v else 0 for v in values), strict=True))
 
     # ---------------------------------------------------------- training
 
@@ -260,7 +260,7 @@ class RedisState:
                 ids = np.flatnonzero(row)
                 for start in range(0, len(ids), chunk):
                     part = ids[start : start + chunk]
-                    pipe.hset(key, mapping=dict(zip(part.tolist(), row[part].tolist())))
+                    pipe.hset(key, mapping=dict(zip(part.tolist(), row[part].tolist(), strict=True)))
             pipe.hset(self.totals, mapping={
                 "tokens:0": int(model.token_totals[0]), "tokens:1": int(model.token_totals[1]),
                 "docs:0": int(model.doc_totals[0]), "docs:1": int(model.doc_totals[1]),

@@ -242,7 +242,7 @@ class RedisUsers:
                 pipe.delete(*keys)
                 ids = layer.ids.tolist()
                 for label, key in ((Label.HAM, keys[0]), (Label.SPAM, keys[1])):
-                    row = {i: c for i, c in zip(ids, layer.counts[label].tolist()) if c}
+                    row = {i: c for i, c in zip(ids, layer.counts[label].tolist(), strict=True) if c}
                     if row:
                         pipe.hset(key, mapping=row)
                 pipe.hset(keys[2], mapping={
