@@ -35,7 +35,7 @@ from spamd.frontends.control import (
 )
 from spamd.mail.message import looks_like_message
 from spamd.model.bayes import Label
-from tests.cli_helpers import HAM, SPAM, classify_inputs, home, run_spamctl_async, write_maildir  # noqa: F401 (home is a fixture)
+from tests.cli_helpers import HAM, SPAM, classify_inputs, run_spamctl_async, write_maildir
 
 
 class StandInDaemon:

@@ -25,7 +25,7 @@ from spamd.store import Ledger
 from spamd.store.snapshot import decode_snapshot, encode_snapshot
 from tests import core_helpers as h
 from tests.cli_helpers import HAM, SPAM, run_spamctl
-from tests.redis_helpers import redis_cluster, redis_cluster_url, redis_plain_url, redis_server, redis_url, with_redis  # noqa: F401 (fixtures)
+from tests.redis_helpers import with_redis
 
 # Every family setting, alone and combined, in a table small enough that tokens collide.
 SETTINGS = [

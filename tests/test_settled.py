@@ -37,7 +37,7 @@ from tests.daemon_helpers import (
     wait_until_sync,
     write_config,
 )
-from tests.redis_helpers import redis_cluster, redis_cluster_url, redis_plain_url, redis_server, redis_url, with_redis  # noqa: F401 (fixtures)
+from tests.redis_helpers import with_redis
 
 JUNK, TRASH = ".Junk", ".Trash"
 SETTLE_S = 100.0  # in-process tests: the clock is theirs, so any value works

@@ -36,7 +36,7 @@ from spamd.store import (
     frame_record,
 )
 from tests import core_helpers as h
-from tests.redis_helpers import redis_cluster, redis_cluster_url, redis_plain_url, redis_server, redis_url, with_redis  # noqa: F401 (fixtures)
+from tests.redis_helpers import with_redis
 
 BITS = 10
 MODEL = ModelConfig(hash_bits=BITS)

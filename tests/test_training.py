@@ -16,7 +16,7 @@ from spamd.mail.message import message_key, strip_own_headers, with_own_headers
 from spamd.model.bayes import Label, MultinomialNB
 from spamd.store import Ledger
 from tests import core_helpers as h
-from tests.redis_helpers import redis_cluster, redis_cluster_url, redis_plain_url, redis_server, redis_url, with_redis  # noqa: F401 (fixtures)
+from tests.redis_helpers import with_redis
 
 CONFIG = Config(model=ModelConfig(hash_bits=12))
 CLASSIFIER = Classifier(CONFIG, MultinomialNB(CONFIG.model))

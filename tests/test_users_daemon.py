@@ -23,7 +23,6 @@ from tests.daemon_helpers import (
     wait_until_sync,
     write_config,
 )
-from tests.redis_helpers import redis_plain_url, redis_server  # noqa: F401 (fixtures)
 from tests.spamc_helpers import SpamcDaemon, needs_spamc, start_spamd
 
 JUNK = ".Junk"
@@ -200,6 +199,6 @@ def test_spamc_u_trains_and_scores_with_the_users_layer_in_redis(tmp_path, redis
         tmp_path / "d", f"allow_tell = true\n[users]\nscore_per_user = true\ntoken_moves = true\n{redis}"
     )
     try:
-        probe = tell_alice_spam_and_bob_ham_of_one_list(daemon)
+        tell_alice_spam_and_bob_ham_of_one_list(daemon)
     finally:
         daemon.process.kill()
