@@ -57,7 +57,7 @@ def main() -> int:
         no_tokens = 0
         skipped: list[IndexEntry] = []
 
-        def skip(entry: IndexEntry, reason: str) -> None:
+        def skip(entry: IndexEntry, reason: str, skipped: list[IndexEntry] = skipped) -> None:
             skipped.append(entry)
             say_skipped(entry, reason)
 

@@ -82,7 +82,7 @@ def test_two_users_opposite_moves_on_one_kind_each_get_their_way(tmp_path, store
                         "list@news.example.net", [f"{user}@example.com"], crlf(list_digest(n, f"{user}@example.com"))
                     )
 
-                def arrived() -> tuple[Path, bool] | None:
+                def arrived(maildir: Path = maildir, before: set[str] = before) -> tuple[Path, bool] | None:
                     for folder, junk in (("", False), (JUNK, True)):
                         for p in folder_files(maildir, folder):
                             if p.name.split(":")[0] not in before:
@@ -97,7 +97,9 @@ def test_two_users_opposite_moves_on_one_kind_each_get_their_way(tmp_path, store
                 trained = users(daemon.spamctl)[user]
                 imap_move(path, maildir, JUNK if wants_junk[user] else "")
                 key = "trained_spam" if wants_junk[user] else "trained_ham"
-                wait_until_sync(lambda: users(daemon.spamctl)[user][key] > trained[key])
+                wait_until_sync(
+                    lambda user=user, key=key, trained=trained: users(daemon.spamctl)[user][key] > trained[key]
+                )
             if min(their_way_in_a_row.values()) >= 3:
                 break
         assert min(their_way_in_a_row.values()) >= 3, their_way_in_a_row

@@ -139,6 +139,16 @@ def _by_way_in(engine: Any) -> list[dict[str, Any]]:
     return rows
 
 
+def _bucket_bound(buckets: list[int], n: int, q: float) -> str:
+    """The upper bound of the histogram bucket that holds the `q` quantile of its `n` messages."""
+    cumulative = 0
+    for i, count in enumerate(buckets):
+        cumulative += count
+        if cumulative >= q * n:
+            return f"≤ {SCAN_BUCKETS_S[i] * 1000:g} ms" if i < len(SCAN_BUCKETS_S) else f"> {SCAN_BUCKETS_S[-1]:g} s"
+    return "-"
+
+
 def _latency(metrics: Any) -> list[dict[str, Any]]:
     """Per way in since start: messages, mean, and the histogram's upper bound for p50 and p99."""
     rows = []
@@ -147,25 +157,13 @@ def _latency(metrics: Any) -> list[dict[str, Any]]:
         if not n:
             continue
 
-        def bound(q: float) -> str:
-            cumulative = 0
-            for i, count in enumerate(buckets):
-                cumulative += count
-                if cumulative >= q * n:
-                    return (
-                        f"≤ {SCAN_BUCKETS_S[i] * 1000:g} ms"
-                        if i < len(SCAN_BUCKETS_S)
-                        else f"> {SCAN_BUCKETS_S[-1]:g} s"
-                    )
-            return "-"
-
         rows.append(
             {
                 "way": way,
                 "count": n,
                 "mean_ms": metrics.scan_seconds[way] / n * 1000,
-                "p50": bound(0.5),
-                "p99": bound(0.99),
+                "p50": _bucket_bound(buckets, n, 0.5),
+                "p99": _bucket_bound(buckets, n, 0.99),
             }
         )
     return rows

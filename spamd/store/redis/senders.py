@@ -16,6 +16,7 @@ delivered messages, and the four keys expire KEEP_S after the user's last delive
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -180,7 +181,7 @@ class RedisSenders:
             key = sender_keys_of(self.prefix, user)[0]
             raw = self.state.call(
                 f"reading the senders of user {user}",
-                lambda: self.state.client.hgetall(key),
+                functools.partial(self.state.client.hgetall, key),
                 where=self.state.node_of(key),
             )
             by_sender: dict[str, list[int]] = {}

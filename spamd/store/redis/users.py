@@ -33,6 +33,7 @@ two daemons may leave the layer with either label; the shared counts stay exact.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -109,7 +110,7 @@ class RedisUsers:
         """Delete the layers of users past max_users (they left `<p>users` in the training script)."""
         for name in names:
             try:
-                self._call(name, "expiring the layer", lambda: self.state.client.delete(*self.keys(name)))
+                self._call(name, "expiring the layer", functools.partial(self.state.client.delete, *self.keys(name)))
                 self.expired += 1
             except StoreUnavailableError as e:
                 # Not in <p>users any more: its keys stay until the user trains and expires again.
