@@ -69,7 +69,7 @@ def run_spamctl(*args: str | Path, input: bytes | None = None, timeout: float = 
     return Result(done.returncode, done.stdout.decode(), done.stderr.decode())
 
 
-async def run_spamctl_async(*args: str | Path, input: bytes | None = None, timeout: float = 60.0) -> Result:
+async def run_spamctl_async(*args: str | Path, input: bytes | None = None, timeout: float = 60.0) -> Result:  # noqa: ASYNC109  the same signature as run_spamctl; on timeout the process is killed
     """The same, without blocking the event loop (for tests that serve the socket on it)."""
     process = await asyncio.create_subprocess_exec(
         *SPAMCTL,

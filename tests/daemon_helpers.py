@@ -66,7 +66,7 @@ def wait_until_sync(predicate: Callable[[], object], timeout: float = 10.0, inte
         time.sleep(interval)
 
 
-async def wait_until(predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.01) -> object:
+async def wait_until(predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.01) -> object:  # noqa: ASYNC109  as wait_until_sync; the failure names the condition
     """The same, without blocking the event loop the daemon under test runs on."""
     deadline = time.monotonic() + timeout
     while True:

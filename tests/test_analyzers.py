@@ -158,7 +158,7 @@ async def test_no_helper_outlives_a_killed_daemon(tmp_path: Path) -> None:
     # Both kinds: the analysis process and the delivery process (spamd/runtime/helper_processes.py).
     (tmp_path / "spamd.toml").write_text("[parser]\nprocesses = 1\n[maildir]\nfsync = false\ndelivery_processes = 1\n")
     log = (tmp_path / "spamd.log").open("wb")
-    daemon = subprocess.Popen(
+    daemon = subprocess.Popen(  # noqa: ASYNC220  the daemon under test; nothing else runs on this test's loop
         [sys.executable, "-m", "spamd", "--config", str(tmp_path / "spamd.toml"), "--data-dir", str(tmp_path / "data"),
          "--smtp", "127.0.0.1:0"],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,

@@ -107,7 +107,9 @@ async def test_requests_run_on_the_engine(served: tuple[ControlServer, StandInDa
     many = (await ask(server.path, "classify_many", messages=[SPAM[1], HAM[1], b""]))["results"]
     assert many == [await ask(server.path, "classify", raw=raw) for raw in (SPAM[1], HAM[1], b"")]
     snapshot = Path((await ask(server.path, "snapshot"))["path"])
-    assert snapshot.exists() and daemon.engine.store.last_snapshot_seq == daemon.engine.trainer.seq
+    assert (
+        await asyncio.to_thread(snapshot.exists) and daemon.engine.store.last_snapshot_seq == daemon.engine.trainer.seq
+    )
     assert await ask(server.path, "reload") == {"reloaded": True} and daemon.reloads == 1
 
 

@@ -572,8 +572,13 @@ async def test_spamd_neither_root_nor_the_owner_says_what_to_change():
     if python_for(MAIL_UID + 1, MAIL_GID + 1) is None:
         pytest.skip("no Python interpreter can run spamd as another user here")
     run_as = as_user(MAIL_UID + 1, MAIL_GID + 1)
-    done = subprocess.run(
-        [*run_as.pop("python"), "-c", code, str(maildir)], capture_output=True, text=True, timeout=30, **run_as
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [*run_as.pop("python"), "-c", code, str(maildir)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        **run_as,
     )
     shutil.rmtree(top)
     assert done.returncode == 0, done.stderr

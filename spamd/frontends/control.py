@@ -325,7 +325,7 @@ class ControlServer:
             raise ControlError(f"{path}: exists and is not a socket; move it away or set [control] socket")
         if await _socket_answers(path):
             raise ControlError(f"{path}: another spamd is answering on this control socket; stop it first")
-        path.unlink()
+        path.unlink()  # noqa: ASYNC240  one unlink of a dead socket file, once at start, as the lstat above
         log.warning("control_socket_stale_removed", path=str(path))
 
     async def close(self) -> None:

@@ -217,7 +217,7 @@ class MilterServer:
         if self.in_flight == 0:
             self.idle.set()
 
-    async def drain(self, timeout: float) -> None:
+    async def drain(self, timeout: float) -> None:  # noqa: ASYNC109  a grace period: on timeout it goes on to close the rest, which a caller's timeout would cancel
         """Close connections between messages now, wait for messages in flight, then close the rest."""
         self.draining = True
         for session in list(self.sessions):

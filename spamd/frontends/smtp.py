@@ -386,7 +386,7 @@ class SmtpHandler:
         self.on_error("smtp_session_failed", error=f"{type(error).__name__}: {error}")
         return "451 4.3.0 Internal error, try again later"
 
-    async def drain(self, timeout: float) -> None:
+    async def drain(self, timeout: float) -> None:  # noqa: ASYNC109  a grace period: on timeout it goes on to close the rest, which a caller's timeout would cancel
         """Close sessions between messages now (421), wait for messages in flight, then close the rest."""
         # At once, not after the drain: an idle session must not start a message meanwhile.
         self._close_sessions(in_data=False)

@@ -144,7 +144,9 @@ class HelperProcesses(Generic[T]):
     async def _start_one(self) -> None:
         ours, theirs = socket.socketpair()
         try:
-            process = subprocess.Popen(
+            # Spawned, not waited for: milliseconds (see close()). In a thread, a cancellation would close
+            # `theirs` below while the child may still be handed it.
+            process = subprocess.Popen(  # noqa: ASYNC220  see above
                 [sys.executable, "-m", self.module, str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
@@ -280,7 +282,8 @@ class HelperProcesses(Generic[T]):
             helper.writer.close()
         deadline = time.monotonic() + 5.0
         for helper in self.helpers:
-            while helper.process.poll() is None and time.monotonic() < deadline:
+            # A Popen's exit has no awaitable: polled, bounded by the deadline.
+            while helper.process.poll() is None and time.monotonic() < deadline:  # noqa: ASYNC110  see above
                 await asyncio.sleep(0.02)
             if helper.process.poll() is None:
                 helper.process.kill()

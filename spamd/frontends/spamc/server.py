@@ -120,7 +120,7 @@ class SpamcServer:
     def in_flight(self) -> int:
         return sum(1 for c in self.connections.values() if c.phase != "waiting")
 
-    async def close(self, timeout: float) -> None:
+    async def close(self, timeout: float) -> None:  # noqa: ASYNC109  a grace period: on timeout it goes on to close the rest, which a caller's timeout would cancel
         """Stop accepting; answer connections that sent no request yet (75, retry); let the others finish."""
         if self.server is not None:
             self.server.close()
