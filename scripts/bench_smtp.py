@@ -77,13 +77,12 @@ def pretrain(data_dir: Path, config_file: Path, rows: list[tuple[str, bytes]], u
 def start_daemon(
     data_dir: Path, config_file: Path, log_file: Path, profile: Path | None, tree: Path = ROOT
 ) -> tuple[subprocess.Popen, int]:
-    log = open(log_file, "wb")
     runner = ["-m", "cProfile", "-o", str(profile)] if profile else []
-    proc = subprocess.Popen(
-        [sys.executable, *runner, "-m", "spamd", "--config", str(config_file), "--data-dir", str(data_dir), "--smtp", "127.0.0.1:0"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, cwd=tree,
-    )  # fmt: skip
-    log.close()
+    with open(log_file, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, *runner, "-m", "spamd", "--config", str(config_file), "--data-dir", str(data_dir), "--smtp", "127.0.0.1:0"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, cwd=tree,
+        )  # fmt: skip
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         for line in log_file.read_text(errors="replace").splitlines():

@@ -110,14 +110,12 @@ def main() -> None:
 
 
 def start(work: Path, config: Path) -> subprocess.Popen[bytes]:
-    log = open(work / "spamd.log", "wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "spamd", "--config", str(config), "--data-dir", str(work / "data"),
-         "--smtp", "127.0.0.1:0", "--spamc", "127.0.0.1:0"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, cwd=HERE.parent,
-    )  # fmt: skip
-    log.close()
-    return proc
+    with open(work / "spamd.log", "wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "spamd", "--config", str(config), "--data-dir", str(work / "data"),
+             "--smtp", "127.0.0.1:0", "--spamc", "127.0.0.1:0"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, cwd=HERE.parent,
+        )  # fmt: skip
 
 
 def spamc_port(log: Path) -> int:

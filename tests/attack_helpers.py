@@ -10,6 +10,7 @@ Nothing of spamd's own code is mocked: spamd and spamctl run as processes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import re
@@ -287,10 +288,8 @@ class CrashRounds:
                     self.acked.add(tag)
                     report.acked += 1
         finally:
-            try:
+            with contextlib.suppress(OSError):
                 client.close()
-            except OSError:
-                pass
 
     def _trainer(self, stop: threading.Event, report: RoundReport) -> None:
         """`spamctl train` in a loop: a batch of new messages per run, its label alternating."""

@@ -64,7 +64,7 @@ async def test_a_helper_finds_the_features_the_loop_finds(config: Config) -> Non
         weights = [
             (a.features.weights, loop_side.analyze(raw).features.weights) for a, raw in zip(answers, raws, strict=True)
         ]
-        assert all((h is None and l is None) if config is CONFIG else h.tolist() == l.tolist() for h, l in weights)
+        assert all((h is None and o is None) if config is CONFIG else h.tolist() == o.tolist() for h, o in weights)
         assert {len(h.pending) for h in helpers.helpers} == {0}
     finally:
         await helpers.close()
@@ -98,7 +98,7 @@ async def test_a_killed_helper_hands_its_messages_back_and_is_replaced() -> None
         first.process.send_signal(signal.SIGKILL)
         outcomes = await asyncio.gather(*asked, return_exceptions=True)
         # Each either answered before the kill or was handed back for the loop to analyze.
-        assert all(isinstance(o, Analyzed) or isinstance(o, AnalysisUnavailable) for o in outcomes)
+        assert all(isinstance(o, (Analyzed, AnalysisUnavailable)) for o in outcomes)
         assert any(isinstance(o, AnalysisUnavailable) for o in outcomes)
         # Replaced within the restart interval (1 s) and its start-up; meanwhile the loop analyzes.
         await wait_until(lambda: any(h.ready for h in helpers.helpers if h is not first), timeout=30)

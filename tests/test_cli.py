@@ -421,7 +421,7 @@ class RunningDaemon:
 
     def __init__(self, *args: str | Path, log: Path):
         self.log = log
-        self._log_file = open(log, "wb")
+        self._log_file = open(log, "wb")  # noqa: SIM115  the daemon's output for its life: closed by stop()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "spamd", *map(str, args), "--smtp", "127.0.0.1:0"],
             stdout=self._log_file,

@@ -273,7 +273,7 @@ def fenced_blocks(info: str) -> list[tuple[Path, str]]:
 def test_every_toml_block_in_the_docs_is_a_valid_spamd_config(tmp_path):
     blocks = fenced_blocks("toml")
     assert len(blocks) >= 3
-    for n, (page, text) in enumerate(blocks):
+    for n, (page, text) in enumerate(blocks):  # noqa: B007  `page` is named so a failure's traceback shows it
         path = tmp_path / f"{n}.toml"
         path.write_text(text, encoding="utf-8")
         load_config(path)  # a ConfigError names the key; the page is in the traceback's locals

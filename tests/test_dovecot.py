@@ -18,6 +18,7 @@ Dovecot starts once per module (one per configuration), each test with its own u
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -147,10 +148,8 @@ def test_imap_moves_train_spamd_exactly_once_and_dovecot_logs_no_error(dovecot, 
             counts = wait_for_training(spamd, {"maildir:learned": 8, "maildir:corrected": 2})
             client.logout()
         finally:
-            try:
+            with contextlib.suppress(OSError):
                 client.shutdown()
-            except OSError:
-                pass
         # Nothing was seen twice (a repeat would show as "maildir:skipped_repeat").
         assert {k: v for k, v in spamd.training().items() if v} == counts
         stats = spamd.stats()
@@ -212,10 +211,8 @@ def test_read_mail_left_in_place_settles_as_ham_through_dovecots_own_flag_rename
             counts = wait_for_training(spamd, {"settled:learned": 3, "maildir:corrected": 1})
             client.logout()
         finally:
-            try:
+            with contextlib.suppress(OSError):
                 client.shutdown()
-            except OSError:
-                pass
         stats = spamd.stats()
         assert (stats["trained_spam"], stats["trained_ham"]) == (1, 2), counts
         assert stats["daemon"]["recent_errors"] == [] and dovecot.errors() == []
@@ -271,10 +268,8 @@ def test_mail_dovecot_lda_delivers_is_filed_by_spamd_and_stays_readable(dovecot,
             counts = wait_for_training(spamd, {"spamctl:learned": 40, "maildir:learned": 2})
             client.logout()
         finally:
-            try:
+            with contextlib.suppress(OSError):
                 client.shutdown()
-            except OSError:
-                pass
         assert dovecot.errors() == []
         assert spamd.stats()["daemon"]["recent_errors"] == []
         assert {k: v for k, v in spamd.training().items() if v} == counts  # spamd's own filing trained nothing
@@ -369,10 +364,8 @@ def test_imapsieve_trains_spamd_from_moves_in_a_maildir_it_does_not_watch(sieve_
             wait_for_training(spamd, {"spamctl:learned": 6, "spamctl:corrected": 1})
             client.logout()
         finally:
-            try:
+            with contextlib.suppress(OSError):
                 client.shutdown()
-            except OSError:
-                pass
         # The same script as an ssh forced command on spamd's host: the label comes from
         # SSH_ORIGINAL_COMMAND, and nothing but "spam" or "ham" is accepted.
         script = str(sieve_dovecot.top / "bin" / "spamd-learn")

@@ -140,7 +140,10 @@ SPAMMY = ["cheap", "pills", "viagra", "offer", "click"]
 HAMMY = ["meeting", "agenda", "minutes", "project", "lunch"]
 
 
-def trained_model(config: ModelConfig = ModelConfig(hash_bits=16)) -> MultinomialNB:
+SMALL_MODEL = ModelConfig(hash_bits=16)
+
+
+def trained_model(config: ModelConfig = SMALL_MODEL) -> MultinomialNB:
     model = MultinomialNB(config)
     for i in range(5):
         model.learn_one(featurize(SPAMMY + [f"s{i}"], config.hash_bits), Label.SPAM)

@@ -252,9 +252,11 @@ def test_redis_down_is_a_temporary_failure_everywhere_and_a_maildir_move_waits_f
             client.sendmail("s@example.org", ["user@example.com"], crlf(make_message(Label.SPAM, 1, seed=4)))
         wait_until_sync(lambda: len(node.delivered()) == 1)
         server.kill()
-        with pytest.raises(smtplib.SMTPDataError) as refused:
-            with smtplib.SMTP("127.0.0.1", node.port, timeout=10) as client:
-                client.sendmail("s@example.org", ["user@example.com"], crlf(make_message(Label.HAM, 2, seed=4)))
+        with (
+            pytest.raises(smtplib.SMTPDataError) as refused,
+            smtplib.SMTP("127.0.0.1", node.port, timeout=10) as client,
+        ):
+            client.sendmail("s@example.org", ["user@example.com"], crlf(make_message(Label.HAM, 2, seed=4)))
         assert (refused.value.smtp_code, refused.value.smtp_error) == (
             451,
             b"4.3.0 Spam filter model unavailable, try again later",
@@ -325,9 +327,11 @@ def test_cluster_node_holding_the_model_killed_is_a_temporary_failure_and_recove
         # The model's master down: temporary failures everywhere, at once.
         model_node.kill()
         started = time.monotonic()
-        with pytest.raises(smtplib.SMTPDataError) as refused:
-            with smtplib.SMTP("127.0.0.1", node.port, timeout=10) as client:
-                client.sendmail("s@example.org", ["user@example.com"], crlf(make_message(Label.HAM, 3, seed=12)))
+        with (
+            pytest.raises(smtplib.SMTPDataError) as refused,
+            smtplib.SMTP("127.0.0.1", node.port, timeout=10) as client,
+        ):
+            client.sendmail("s@example.org", ["user@example.com"], crlf(make_message(Label.HAM, 3, seed=12)))
         assert (refused.value.smtp_code, refused.value.smtp_error) == (
             451,
             b"4.3.0 Spam filter model unavailable, try again later",

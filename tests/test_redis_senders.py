@@ -52,7 +52,7 @@ def test_redis_counts_as_the_embedded_store_does_and_every_daemon_and_a_restart_
     try:
         rng = random.Random(5)
         events = []
-        for n in range(80):
+        for _ in range(80):
             user = rng.choice(["alice", "bob", "carol"])
             copy = rng.randrange(20)
             verdict = rng.choice([Verdict.HAM, Verdict.SPAM, Verdict.UNSURE])

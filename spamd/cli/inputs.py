@@ -213,7 +213,8 @@ class Inputs:
                 yield name, source, None
                 continue
             count = 0
-            for count, message in enumerate(file_messages(source, name, self._mboxes_found_late), 1):
+            for message in file_messages(source, name, self._mboxes_found_late):
+                count += 1
                 yield message
             self.total += count - 1  # an mbox found late: counted now
 

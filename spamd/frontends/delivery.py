@@ -26,6 +26,7 @@ Answers: b"D" (delivered), or b"E" + errno + path length + path + the error's te
 
 from __future__ import annotations
 
+import contextlib
 import errno as errnos
 import os
 import socket
@@ -125,11 +126,9 @@ def _deliver_one(sock: socket.socket, sending: threading.Lock, ident: int, paylo
         answer = frame(b"E", ident, _ERROR.pack(e.errno or errnos.EIO, len(path)) + path + text)
     except Exception as e:  # a bug here: the sender retries (451), as for any failed write
         answer = frame(b"E", ident, _ERROR.pack(errnos.EIO, 0) + f"{type(e).__name__}: {e}".encode())
-    with sending:
-        try:
-            sock.sendall(answer)
-        except OSError:
-            pass  # the daemon is gone; it answered nothing for this message, so its sender retries
+    # OSError: the daemon is gone; it answered nothing for this message, so its sender retries.
+    with sending, contextlib.suppress(OSError):
+        sock.sendall(answer)
 
 
 def serve(sock: socket.socket) -> None:

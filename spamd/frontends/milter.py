@@ -288,10 +288,7 @@ class MilterSession:
 
     async def _read_packet(self) -> tuple[bytes, bytes]:
         config = self.server.config().milter
-        if self.message is None:
-            timeout = config.idle_timeout_s
-        else:
-            timeout = max(0.0, self.deadline - time.monotonic())
+        timeout = config.idle_timeout_s if self.message is None else max(0.0, self.deadline - time.monotonic())
         if self.quickack:
             # Postfix writes a message's packets without waiting for replies (no_reply flags) and
             # Nagle holds each small write until the last is acknowledged, which Linux delays up

@@ -15,7 +15,7 @@ from spamd.model.bayes import Label, Score, Verdict
 from spamd.people.accuracy import NOT_A_PERSON
 
 
-class Outcome(str, Enum):
+class Outcome(str, Enum):  # noqa: UP042  StrEnum would change what str() and format() of a member print (3.11: the value, not Class.NAME)
     LEARNED = "learned"  # new to the model
     CORRECTED = "corrected"  # was trained with the other label; moved
     REPEAT = "skipped_repeat"  # already trained this way; nothing changed

@@ -32,7 +32,7 @@ class Label(IntEnum):
         return self.name.lower()
 
 
-class Verdict(str, Enum):
+class Verdict(str, Enum):  # noqa: UP042  StrEnum would change what str() and format() of a member print (3.11: the value, not Class.NAME)
     HAM = "ham"
     UNSURE = "unsure"
     SPAM = "spam"

@@ -21,6 +21,7 @@ in any order; the kinds and payloads of answers are the helper kind's own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import signal
 import socket
@@ -206,10 +207,8 @@ class HelperProcesses(Generic[T]):
         helper.writer.close()
         if helper.process.poll() is None:
             helper.process.kill()
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             helper.process.wait(timeout=1.0)  # gone already (its socket closed) or just killed
-        except subprocess.TimeoutExpired:
-            pass
         if self.closing:
             return
         self.helpers.remove(helper)

@@ -106,7 +106,7 @@ class Store:
             raise StoreError(f"{self.state_dir}: cannot create state directory: {e.strerror}") from None
         path = self.state_dir / "lock"
         try:
-            f = open(path, "a+b")
+            f = open(path, "a+b")  # noqa: SIM115  held open for the store's life: the flock lasts as long as the file
         except OSError as e:
             raise StoreError(f"{path}: cannot open the lock file: {e.strerror}") from None
         try:
@@ -145,7 +145,7 @@ class Store:
             log.warning("snapshot_temp_removed", files=stale, reason="a snapshot write was cut short")
         snapshots = self._files(_SNAPSHOT_RE)
         snapshot: Snapshot | None = None
-        for seq, path in reversed(snapshots):
+        for _, path in reversed(snapshots):
             try:
                 snapshot = decode_snapshot(
                     path.read_bytes(), self.model_config, self.config.ledger_max_entries, str(path), self.users_config
@@ -171,7 +171,7 @@ class Store:
         seq = snapshot.seq
         replayed = []
         segments = self._files(_JOURNAL_RE)
-        for index, (start, path) in enumerate(segments):
+        for index, (_, path) in enumerate(segments):
             is_last = index == len(segments) - 1
             data = path.read_bytes()
             scan = scan_journal(data, str(path))

@@ -20,6 +20,7 @@ It serves no HTTP itself (spamd/web/app.py does) and keeps nothing on disk but t
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import os
@@ -108,17 +109,13 @@ def _write_token(path: Path, token: str, replace: bool) -> None:
         if replace:
             os.replace(temp, path)
         else:
-            try:
+            with contextlib.suppress(FileExistsError):
                 os.link(temp, path)  # fails if the file exists: a token made meanwhile is kept
-            except FileExistsError:
-                pass
     except OSError as e:
         raise SpamdError(f"{path}: cannot write the web console's token: {e.strerror}") from None
     finally:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(temp)
-        except FileNotFoundError:
-            pass
 
 
 # ---------------------------------------------------------------- the password hash

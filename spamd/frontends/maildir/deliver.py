@@ -7,6 +7,7 @@ takes it, else by one of the daemon's threads (`files.write_file`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,12 +34,11 @@ async def deliver(mailbox: Mailbox, scored: Scored, fsync: bool, writers: Delive
     try:
         path = None
         if writers is not None:
-            try:  # the delivery process turns CRLF into LF (maildir_lines), not the loop
+            # The delivery process turns CRLF into LF (maildir_lines), not the loop. HelperUnavailable:
+            # its process exited or hung. If it had linked the file already, the thread's link
+            # fails (EEXIST): 451, and the sender's retry makes a copy.
+            with contextlib.suppress(HelperUnavailable):
                 path = await writers.write(mailbox.root, mailbox.ownership, folder, name, scored.data, fsync)
-            except HelperUnavailable:
-                # Its process exited or hung. If it had linked the file already, the
-                # thread's link fails (EEXIST): 451, and the sender's retry makes a copy.
-                pass
         if path is None:
             path = await asyncio.to_thread(_write_lf, mailbox, folder, name, scored.data, fsync)
     except BaseException:

@@ -99,19 +99,16 @@ class Ownership:
         uid = self.uid if st.st_uid != self.uid and os.geteuid() == 0 else -1
         gid = self.gid if st.st_gid != self.gid else -1
         if uid != -1 or gid != -1:
-            try:
+            with contextlib.suppress(PermissionError):  # not root and not in the group: reported once by problem()
                 os.fchown(fd, uid, gid)
-            except PermissionError:
-                pass  # not root and not in the group: reported once by problem()
 
     def problem(self, root: Path) -> str | None:
         """Why the mail server may not be able to use what spamd creates here, or None when it can."""
         euid = os.geteuid()
         if euid == 0 or euid == self.uid:
             return None
-        if self.gid in os.getgroups() or self.gid == os.getegid():
-            if self.dir_mode & 0o070 == 0o070:
-                return None  # a group-shared Maildir: the mail server gets group access to it
+        if (self.gid in os.getgroups() or self.gid == os.getegid()) and self.dir_mode & 0o070 == 0o070:
+            return None  # a group-shared Maildir: the mail server gets group access to it
         return (
             f"{root}: owned by uid {self.uid} gid {self.gid} mode {self.dir_mode:04o}, but spamd runs as uid {euid}: "
             f"folders and messages it creates there would be spamd's and unusable by the mail server; "

@@ -185,9 +185,14 @@ class Mailbox:
             reason = None
             if not stat.S_ISREG(st.st_mode):
                 reason = "not a regular file"
-            elif os.geteuid() == 0 and self.ownership is not None and self.ownership.uid != 0:
-                if st.st_uid != self.ownership.uid and st.st_gid != self.ownership.gid:
-                    reason = f"owned by uid {st.st_uid} gid {st.st_gid}, not by the Maildir's owner"
+            elif (
+                os.geteuid() == 0
+                and self.ownership is not None
+                and self.ownership.uid != 0
+                and st.st_uid != self.ownership.uid
+                and st.st_gid != self.ownership.gid
+            ):
+                reason = f"owned by uid {st.st_uid} gid {st.st_gid}, not by the Maildir's owner"
             if reason is not None:
                 log.warning("maildir_file_skipped", maildir=str(self.root), path=str(loc.path), reason=reason)
                 return None

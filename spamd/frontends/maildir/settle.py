@@ -52,6 +52,7 @@ Cost on 100,000 messages (scripts/settle_cost.py: 60% read in INBOX, 10% unread,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import heapq
 import math
@@ -251,10 +252,8 @@ class Settler:
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
             self._task = None
 
     async def _run(self) -> None:
@@ -264,10 +263,8 @@ class Settler:
             if wait is None or wait > 0:
                 self._wake.clear()
                 self._wake_at = math.inf if due is None else due
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), None if wait is None else min(wait, IDLE_S))
-                except TimeoutError:
-                    pass
                 self._wake_at = -math.inf
             try:
                 await self.settle_due()

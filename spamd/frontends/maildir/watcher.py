@@ -33,6 +33,7 @@ This module decides; it does not score or learn. It calls the `score` and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import inspect
 import os
@@ -95,10 +96,9 @@ class _Bridge(FileSystemEventHandler):
             # (5% of the loop's time under scripts/bench_smtp.py went to these events).
             return
         dest = os.fsdecode(event.dest_path) if event.event_type == "moved" else ""
-        try:
+        # RuntimeError: the loop is closed: spamd is exiting and catch-up covers the rest at next start.
+        with contextlib.suppress(RuntimeError):
             self.loop.call_soon_threadsafe(self.queue.put_nowait, (self.mailbox, event.event_type, src, dest))
-        except RuntimeError:
-            pass  # the loop is closed: spamd is exiting and catch-up covers the rest at next start
 
 
 class MaildirWatcher:
@@ -188,10 +188,8 @@ class MaildirWatcher:
         if self._consumer is not None:
             await self.queue.join()
             self._consumer.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._consumer
-            except asyncio.CancelledError:
-                pass
 
     def _stop_observer(self) -> None:
         self.observer.stop()

@@ -331,9 +331,11 @@ class SpamcServer:
                 )
                 if outcome in (Outcome.LEARNED, Outcome.CORRECTED):
                     headers += "DidSet: local\r\n"
-            if request.remove_local:
-                if self.scorer.forget(raw, TELL_SOURCE, layer_user=request.user, **context) is Outcome.UNLEARNED:
-                    headers += "DidRemove: local\r\n"
+            if (
+                request.remove_local
+                and self.scorer.forget(raw, TELL_SOURCE, layer_user=request.user, **context) is Outcome.UNLEARNED
+            ):
+                headers += "DidRemove: local\r\n"
         except SpamdError as e:  # the journal cannot be written (a full disk): nothing was learned
             log.error("spamc_training_failed", peer=conn.peer, message_id=message_id(raw), error=str(e))
             self.on_error("spamc_training_failed", error=str(e))
