@@ -11,6 +11,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from spamd.config import Config
 from spamd.engine.trainer import Trainer
@@ -22,6 +23,9 @@ from spamd.people.accuracy import LiveAccuracy, is_person
 from spamd.people.senders import SenderCounts, SenderReputation
 from spamd.people.users import is_user_name
 from spamd.store import LoadedState, Recovery, StateStore, Store, TrainerLike, decode_snapshot, encode_snapshot
+
+if TYPE_CHECKING:
+    from spamd.store.redis.store import RedisStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +91,22 @@ class Engine:
 
     def close(self) -> None:
         self.store.close()
+
+    def _embedded(self) -> tuple[Store, Trainer]:
+        """The embedded store and its trainer: what snapshots, the journal and an import in place work on.
+
+        Called where `store.keeps_snapshots` is true, which only the embedded store is.
+        """
+        store, trainer = self.store, self.trainer
+        assert isinstance(store, Store) and isinstance(trainer, Trainer), "the model is in Redis: no snapshots here"
+        return store, trainer
+
+    def _shared(self) -> RedisStore:
+        """The Redis store, where `store.keeps_snapshots` is false: export, import and stats through it."""
+        from spamd.store.redis.store import RedisStore  # loaded already: the store is one
+
+        assert isinstance(self.store, RedisStore)
+        return self.store
 
     def reconfigure(self, config: Config) -> None:
         """Apply a reloaded config's live settings: thresholds, smoothing, parser caps, snapshot policy.
@@ -190,17 +210,19 @@ class Engine:
             raise StoreError(
                 "the model is in Redis ([redis] url): it keeps no snapshots here; back it up with spamctl export"
             )
-        seq = self.trainer.seq
+        store, trainer = self._embedded()
+        seq = trainer.seq
         counters = self.counters()
-        encoded = encode_snapshot(self.model, self.trainer.ledger, seq, counters, self.live_export(), self.users)
-        self.store.rotate_journal(seq)  # StoreError on a full disk: nothing changed
+        encoded = encode_snapshot(trainer.model, trainer.ledger, seq, counters, self.live_export(), trainer.users)
+        store.rotate_journal(seq)  # StoreError on a full disk: nothing changed
         self._saved_counters = counters
         self._saved_live_changes = self.live_changes
         return encoded, seq
 
     def finish_snapshot(self, encoded: bytes, seq: int) -> Path:
-        path = self.store.write_snapshot(encoded, seq)
-        self.store.prune()
+        store, _ = self._embedded()
+        path = store.write_snapshot(encoded, seq)
+        store.prune()
         return path
 
     def snapshot(self) -> Path:
@@ -234,9 +256,10 @@ class Engine:
     def export_snapshot(self) -> bytes:
         """The live state as snapshot bytes (the portable backup format); writes nothing."""
         if not self.store.keeps_snapshots:
-            return self.store.export_snapshot(self.counters())
+            return self._shared().export_snapshot(self.counters())
+        _, trainer = self._embedded()
         return encode_snapshot(
-            self.model, self.trainer.ledger, self.trainer.seq, self.counters(), self.live_export(), self.users
+            trainer.model, trainer.ledger, trainer.seq, self.counters(), self.live_export(), trainer.users
         )
 
     def import_snapshot(self, data: bytes, where: str) -> dict[str, object]:
@@ -249,37 +272,38 @@ class Engine:
         Into Redis: one MULTI/EXEC, so every daemon sees the old model or the new one.
         """
         if not self.store.keeps_snapshots:
-            return self.store.import_snapshot(data, where)
+            return self._shared().import_snapshot(data, where)
+        store, trainer = self._embedded()
+        model = trainer.model
         try:
             imported = decode_snapshot(
                 data, self.config.model, self.config.store.ledger_max_entries, where, self.config.users
             )
         except CorruptStateError as e:
             raise StoreError(f"import refused, nothing changed: {e}") from None
-        seq = self.trainer.seq + 1
+        seq = trainer.seq + 1
         counters = self.counters()
         encoded = encode_snapshot(imported.model, imported.ledger, seq, counters, self.live_export(), imported.users)
-        path = self.store.write_snapshot(encoded, seq)  # StoreError here leaves the live state as it was
-        self.model.counts[:] = imported.model.counts
-        self.model.token_totals[:] = imported.model.token_totals
-        self.model.doc_totals[:] = imported.model.doc_totals
-        self.model.distinct = imported.model.distinct
-        self.model.forget_log_masses()  # counts overwritten in place, not learned
-        self.trainer.ledger.replace_with(imported.ledger)  # in place: the daemon's watcher holds ledger.get
-        if self.users is not None:
-            self.users.replace_with(imported.users)
-        self.trainer.seq = seq
+        path = store.write_snapshot(encoded, seq)  # StoreError here leaves the live state as it was
+        model.counts[:] = imported.model.counts
+        model.token_totals[:] = imported.model.token_totals
+        model.doc_totals[:] = imported.model.doc_totals
+        model.distinct = imported.model.distinct
+        model.forget_log_masses()  # counts overwritten in place, not learned
+        trainer.ledger.replace_with(imported.ledger)  # in place: the daemon's watcher holds ledger.get
+        trainer.users.replace_with(imported.users)
+        trainer.seq = seq
         self._saved_counters = counters
         self._saved_live_changes = self.live_changes
-        self.store.rotate_journal(seq)
-        self.store.prune()
+        store.rotate_journal(seq)
+        store.prune()
         return {
             "snapshot": str(path),
             "seq": seq,
-            "trained_ham": int(self.model.doc_totals[Label.HAM]),
-            "trained_spam": int(self.model.doc_totals[Label.SPAM]),
-            "ledger_entries": len(self.trainer.ledger),
-            "users": len(imported.users) if self.users is not None else 0,
+            "trained_ham": int(model.doc_totals[Label.HAM]),
+            "trained_spam": int(model.doc_totals[Label.SPAM]),
+            "ledger_entries": len(trainer.ledger),
+            "users": len(imported.users),
         }
 
     # ------------------------------------------------------------ stats
@@ -287,9 +311,10 @@ class Engine:
     def stats(self) -> dict[str, object]:
         if not self.store.keeps_snapshots:
             return self._shared_stats()
-        model, store = self.model, self.store
-        trained = Counter()
-        for (source, outcome), n in self.trainer.events.items():
+        store, trainer = self._embedded()
+        model, users = trainer.model, trainer.users
+        trained: Counter[str] = Counter()
+        for (source, outcome), n in trainer.events.items():
             trained[f"{source}:{outcome}"] += n
         snapshot_age = None if store.last_snapshot_time is None else time.time() - store.last_snapshot_time
         snapshot_path = store.state_dir / f"snapshot-{store.last_snapshot_seq:012d}.spamd"
@@ -310,10 +335,10 @@ class Engine:
             "token_totals": {"ham": int(model.token_totals[Label.HAM]), "spam": int(model.token_totals[Label.SPAM])},
             "ledger_entries": len(self.trainer.ledger),
             "model_memory_bytes": model.memory_bytes,
-            "users": len(self.users),
-            "users_memory_bytes": self.users.memory_bytes,
-            "users_expired": self.users.expired,
-            "journal_seq": self.trainer.seq,
+            "users": len(users),
+            "users_memory_bytes": users.memory_bytes,
+            "users_expired": users.expired,
+            "journal_seq": trainer.seq,
             "journal_records": store.journal_records,
             "journal_bytes": store.journal_bytes,
             "snapshot_seq": store.last_snapshot_seq,
@@ -326,8 +351,9 @@ class Engine:
 
     def _shared_stats(self) -> dict[str, object]:
         """stats() with the model in Redis: totals read there, no journal or snapshot."""
-        totals = self.store.state.totals_now()
-        trained = Counter()
+        store = self._shared()
+        totals = store.state.totals_now()
+        trained: Counter[str] = Counter()
         for (source, outcome), n in self.trainer.events.items():
             trained[f"{source}:{outcome}"] += n
         return {
@@ -344,7 +370,7 @@ class Engine:
             "journal_seq": totals["seq"],
             "uptime_s": time.time() - self.started,
             "recovery_problems": [],
-            **self.store.stats(),
+            **store.stats(),
             # In this process only: with Redis the figures are not persisted (README "Monitoring").
             "live_accuracy": self.live.summary(),
         }

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from spamd.config import Config, UsersConfig
 from spamd.mail.message import parse_message, strip_own_headers, stripped_message_key
 from spamd.mail.tokenize import tokenize
-from spamd.model.bayes import Features, MultinomialNB, Score, featurize
+from spamd.model.bayes import Features, ModelView, Score, featurize
 from spamd.model.families import with_families
 from spamd.people.senders import SenderCounts, sender_keys
 from spamd.people.users import LayerScorer
@@ -34,7 +34,7 @@ class Classifier:
     def __init__(
         self,
         config: Config,
-        model: MultinomialNB,
+        model: ModelView,
         users: LayerScorer | None = None,
         senders: SenderCounts | None = None,
     ):
@@ -112,7 +112,7 @@ _worker_classifier: Classifier | None = None
 
 
 def _start_worker(
-    config: Config, model: MultinomialNB | None, users: LayerScorer | None = None, senders: SenderCounts | None = None
+    config: Config, model: ModelView | None, users: LayerScorer | None = None, senders: SenderCounts | None = None
 ) -> None:
     global _worker_classifier
     tune_gc_for_message_streams()
@@ -136,7 +136,7 @@ class AnalysisWorkers:
     """
 
     def __init__(
-        self, config: Config, jobs: int, model: MultinomialNB | None = None, users: LayerScorer | None = None,
+        self, config: Config, jobs: int, model: ModelView | None = None, users: LayerScorer | None = None,
         senders: SenderCounts | None = None,
     ):  # fmt: skip
         import multiprocessing

@@ -11,6 +11,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 from enum import Enum, IntEnum
+from typing import Protocol
 
 import numpy as np
 import xxhash
@@ -268,6 +269,25 @@ class MultinomialNB:
             and np.array_equal(self.doc_totals, other.doc_totals)
             and self.distinct == other.distinct
         )
+
+
+class ModelView(Protocol):
+    """What scoring, `spamctl stats` and /metrics read from a model: MultinomialNB, or the model in Redis
+    (spamd.store.redis.views.RedisModel). Only the embedded store's trainer writes a MultinomialNB."""
+
+    config: ModelConfig
+
+    def score(self, features: Features) -> Score: ...
+    def explain(self, tokens: list[str], limit: int = 20) -> tuple[Score, list[Contribution]]: ...
+    @property
+    def doc_totals(self) -> np.ndarray: ...
+    @property
+    def token_totals(self) -> np.ndarray: ...
+    @property
+    def distinct(self) -> int: ...
+    @property
+    def memory_bytes(self) -> int: ...
+    def state_equals(self, other: MultinomialNB) -> bool: ...
 
 
 # ---------------------------------------------------------------- the math over fetched counts

@@ -197,6 +197,23 @@ class LayerScorer(Protocol):
     ) -> tuple[Score, list[Contribution]]: ...
 
 
+class UsersView(LayerScorer, Protocol):
+    """What the Engine, `spamctl users` and /metrics read of the users' layers, besides scoring.
+
+    UserLayers and RedisUsers implement it; `config` is replaced on reload.
+    """
+
+    config: UsersConfig
+    expired: int
+
+    def __len__(self) -> int: ...
+    @property
+    def memory_bytes(self) -> int | None: ...  # None: held elsewhere (Redis)
+    @property
+    def table_bytes(self) -> int: ...
+    def summary(self) -> list[dict[str, Any]]: ...
+
+
 class UserLayers:
     """Every user's layer, bounded by [users] max_users (the least recently trained go) and max_tokens."""
 

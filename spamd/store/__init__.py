@@ -19,6 +19,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from spamd.model.bayes import ModelView
 from spamd.store.durable import fsync_directory, remove_stale_temps, write_atomically
 from spamd.store.journal import (
     JOURNAL_MAGIC,
@@ -38,24 +39,10 @@ from spamd.store.snapshot import (
 )
 
 if TYPE_CHECKING:
-    import numpy as np
-
-    from spamd.config import ModelConfig
     from spamd.learning.classifier import Analyzed
     from spamd.learning.outcomes import Outcome
-    from spamd.model.bayes import Contribution, Features, Label, Score
-    from spamd.people.users import UserLayers
-
-
-class ModelView(Protocol):
-    """What scoring and `spamctl stats` read from a model (MultinomialNB, RedisModel)."""
-
-    config: ModelConfig
-
-    def score(self, features: Features) -> Score: ...
-    def explain(self, tokens: list[str], limit: int = 20) -> tuple[Score, list[Contribution]]: ...
-    @property
-    def doc_totals(self) -> np.ndarray: ...
+    from spamd.model.bayes import Label
+    from spamd.people.users import UsersView
 
 
 class LedgerView(Protocol):
@@ -70,11 +57,16 @@ class LedgerView(Protocol):
 class TrainerLike(Protocol):
     """Learn, correct, skip repeats, untrain (spamd.engine.trainer.Trainer, RedisTrainer): same outcomes for the same history."""
 
-    model: ModelView
-    ledger: LedgerView
     seq: int
     events: Counter[tuple[str, str]]
-    users: UserLayers | None  # per-user layers (spamd/people/users.py); None: the store keeps none
+
+    # Read-only here, so that each trainer's own kinds (MultinomialNB, RedisModel, ...) fit.
+    @property
+    def model(self) -> ModelView: ...
+    @property
+    def ledger(self) -> LedgerView: ...
+    @property
+    def users(self) -> UsersView: ...  # per-user layers (spamd/people/users.py): UserLayers, or RedisUsers
 
     def train(
         self, analyzed: Analyzed, label: Label, source: str, user: bool = True, user_name: str | None = None
@@ -94,6 +86,11 @@ class StateStore(Protocol):
     state_dir: Path
     last_snapshot_seq: int
     last_snapshot_time: float | None
+
+    @property
+    def journal_records(self) -> int: ...  # 0 without a journal (Redis)
+    @property
+    def journal_bytes(self) -> int: ...
 
     def lock(self) -> None: ...
     def close(self) -> None: ...
