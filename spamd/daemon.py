@@ -21,7 +21,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import structlog
 
@@ -76,6 +76,18 @@ LIVE_SETTINGS = {
 }  # fmt: skip
 
 
+class Overrides(TypedDict):
+    """The command line's settings over the config file's: load_config's keywords."""
+
+    data_dir: Path | None
+    smtp_listen: str | None
+    milter_listen: str | None
+    spamc_listen: str | None
+    redis_url: str | None
+    metrics_listen: str | None
+    web_listen: str | None
+
+
 class Daemon:
     """One running spamd. `engine`, `snapshot()`, `reload()` and `stats()` are what the control socket uses."""
 
@@ -95,7 +107,7 @@ class Daemon:
         clock: Callable[[], float] = time.time,
     ):
         self.config_path = config_path
-        self.overrides = {
+        self.overrides: Overrides = {
             "data_dir": data_dir, "smtp_listen": smtp_listen, "milter_listen": milter_listen, "spamc_listen": spamc_listen,
             "redis_url": redis_url, "metrics_listen": metrics_listen, "web_listen": web_listen,
         }  # fmt: skip
@@ -206,12 +218,12 @@ class Daemon:
         if writers and s.mode == "deliver":
             self.writers = DeliveryProcesses(writers)
             await self.writers.start()
-        self.smtp = SmtpHandler(
+        smtp = self.smtp = SmtpHandler(
             lambda: self.config, self.scorer, self.mailboxes, self.metrics.error, self.writers,
             on_delivered=self.watcher.delivered_by_spamd,
         )  # fmt: skip
         try:
-            self.server = await loop.create_server(lambda: FilterSMTP(self.smtp, self.config, loop), s.host, s.port)
+            self.server = await loop.create_server(lambda: FilterSMTP(smtp, self.config, loop), s.host, s.port)
         except OSError as e:
             raise SpamdError(
                 f"cannot listen for SMTP on {s.host}:{s.port}: {e.strerror} (smtp.host / smtp.port, or --smtp)"
@@ -422,6 +434,7 @@ class Daemon:
         """A Maildir ready to serve (at start, or on reload for a new user): layout made, stale tmp/ files gone."""
         mailbox = Mailbox(root, self.config.maildir, user_of(root), index)
         if self.config.maildir.root or len(self.config.maildirs()) > 1:
+            assert self.engine is not None  # opened before any Maildir is served
             mailbox.layer_user = self.engine.layer_user(mailbox.user)
         problem = await asyncio.to_thread(mailbox.ensure_layout)
         if problem:

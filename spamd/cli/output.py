@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from spamd.runtime.humanize import human_bytes, human_duration
@@ -14,7 +15,7 @@ def emit_json(value: Any) -> None:
     print(json.dumps(value, indent=2, sort_keys=True, default=str))
 
 
-def table(rows: list[tuple[str, ...]], indent: str = "", numbers: bool = True) -> str:
+def table(rows: Sequence[tuple[str, ...]], indent: str = "", numbers: bool = True) -> str:
     """Left-aligned first column; the others right-aligned (numbers) or left-aligned (text)."""
     if not rows:
         return ""

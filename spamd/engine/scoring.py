@@ -11,9 +11,9 @@ from __future__ import annotations
 import bisect
 import re
 import time
-from collections import Counter, deque
+from collections import Counter, defaultdict, deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -85,7 +85,15 @@ def spam_flagged(raw: bytes) -> bool:
     return re.search(rb"^x-spam-flag:[ \t]*yes", head, re.MULTILINE) is not None
 
 
-def explanation(engine: Engine, raw: bytes, limit: int, user_name: str | None = None) -> dict[str, object]:
+class Explains(Protocol):
+    """What `explanation` asks of the Engine (or of what stands in for it)."""
+
+    def explain(
+        self, raw: bytes, limit: int = 20, user_name: str | None = None
+    ) -> tuple[Score, list[Contribution]]: ...
+
+
+def explanation(engine: Explains, raw: bytes, limit: int, user_name: str | None = None) -> dict[str, object]:
     """The score and the `limit` strongest tokens each way, as `spamctl explain` and spamc's SYMBOLS/REPORT show them."""
     # Ask for every token, then take the strongest of each direction separately.
     score, rows = engine.explain(raw, limit=1 << 30, user_name=user_name)
@@ -128,7 +136,7 @@ class Metrics:
         self.errors_by_event: Counter[str] = Counter()
         # way in -> per-bucket counts (the last is +Inf), and the sum of seconds
         self.scan_buckets: dict[str, list[int]] = {}
-        self.scan_seconds: Counter[str] = Counter()
+        self.scan_seconds: defaultdict[str, float] = defaultdict(float)
         self.sessions_open: Counter[str] = Counter()
         self.sessions_total: Counter[str] = Counter()
         self.sessions_refused: Counter[str] = Counter()

@@ -78,7 +78,9 @@ def visible_text(raw: bytes) -> str:
             ctype = part.get_content_type()
             if ctype not in ("text/plain", "text/html"):
                 continue
-            payload = part.get_payload(decode=True) or b""
+            payload = part.get_payload(decode=True)
+            if not isinstance(payload, bytes):  # None: nothing to decode
+                payload = b""
             charset = part.get_content_charset() or "latin-1"
             try:
                 text = payload.decode(charset, "replace")

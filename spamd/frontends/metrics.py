@@ -172,8 +172,8 @@ class SpamdCollector(Collector):
         trained = GaugeMetricFamily(
             "spamd_model_trained_messages", "Messages the model holds, by label.", labels=["label"]
         )
-        for label in Label:
-            trained.add_metric([str(label)], int(model.doc_totals[label]))
+        for which in Label:
+            trained.add_metric([str(which)], int(model.doc_totals[which]))
         yield trained
         yield GaugeMetricFamily("spamd_model_tokens", "Distinct token buckets in use.", value=int(model.distinct))
         yield GaugeMetricFamily(

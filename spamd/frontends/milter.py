@@ -457,8 +457,8 @@ class MilterSession:
             # Highest index first, so a removal never renumbers one still to come.
             for index in range(count, 0, -1):
                 changes.append(packet(SMFIR_CHGHEADER, struct.pack("!I", index) + name + b"\0\0"))
-        for name, value in scored.headers:
+        for header, text in scored.headers:
             changes.append(
-                packet(SMFIR_ADDHEADER, name.encode("ascii") + b"\0" + value.encode("ascii", "replace") + b"\0")
+                packet(SMFIR_ADDHEADER, header.encode("ascii") + b"\0" + text.encode("ascii", "replace") + b"\0")
             )
         return changes

@@ -17,6 +17,7 @@ import smtplib
 import socket
 import time
 from collections.abc import Callable
+from typing import AnyStr
 
 import structlog
 from aiosmtpd.smtp import SMTP, Envelope, Session
@@ -32,6 +33,18 @@ from spamd.model.bayes import Label, Verdict
 from spamd.people.users import recipients_user
 
 log = structlog.get_logger()
+
+
+def _write(transport: asyncio.BaseTransport, data: bytes) -> None:
+    """A line to the client: aiosmtpd types its transport as a BaseTransport; a TCP connection's writes."""
+    assert isinstance(transport, asyncio.WriteTransport)
+    transport.write(data)
+
+
+def _text(reply: bytes | str) -> str:
+    """An SMTP reply's text as smtplib gives it (bytes; typed either way)."""
+    return reply.decode("ascii", "replace") if isinstance(reply, bytes) else reply
+
 
 HOSTNAME = socket.gethostname() or "localhost"
 _BARE_LF_RE = re.compile(rb"(?<!\r)\n")
@@ -85,13 +98,13 @@ class FilterSMTP(SMTP):
             self._handler_coroutine.cancel()
             log.warning("smtp_peer_refused", peer=host)
             self.filter.scorer.metrics.session_refused("smtp")
-            transport.write(b"554 5.7.1 spamd: connections from this address are not accepted\r\n")
+            _write(transport, b"554 5.7.1 spamd: connections from this address are not accepted\r\n")
             transport.close()
             return
         self.filter.sessions.add(self)
         self.filter.scorer.metrics.session_opened("smtp")
 
-    async def push(self, status: str | bytes) -> None:
+    async def push(self, status: AnyStr) -> None:
         await super().push(status)
         # aiosmtpd takes pipelined commands from its buffer without ever yielding: 5,000
         # RCPTs in one write held the loop (and every other session) for as long as they
@@ -130,7 +143,7 @@ class FilterSMTP(SMTP):
     def _timeout_cb(self) -> None:
         # aiosmtpd hangs up without a word; say why first, as Postfix does (RFC 5321 4.2.2: 421).
         if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(b"421 4.4.2 spamd: timeout exceeded, closing connection\r\n")
+            _write(self.transport, b"421 4.4.2 spamd: timeout exceeded, closing connection\r\n")
         super()._timeout_cb()
 
     def connection_lost(self, error: Exception | None) -> None:
@@ -228,11 +241,11 @@ def relay_message(config: Config, envelope: Envelope, data: bytes) -> dict[str, 
             codes = [code for code, _ in e.recipients.values()]
             if codes and all(code >= 500 for code in codes):
                 code, text = next(iter(e.recipients.values()))
-                raise RelayRefused(code, text.decode("ascii", "replace")) from None
+                raise RelayRefused(code, _text(text)) from None
             raise
         except (smtplib.SMTPSenderRefused, smtplib.SMTPDataError) as e:
             if e.smtp_code >= 500:
-                raise RelayRefused(e.smtp_code, e.smtp_error.decode("ascii", "replace")) from None
+                raise RelayRefused(e.smtp_code, _text(e.smtp_error)) from None
             raise
 
 
@@ -342,7 +355,7 @@ class SmtpHandler:
         for mailbox in mailboxes:  # None only if refused at RCPT
             if mailbox is not None and mailbox not in targets:
                 targets.append(mailbox)
-        delivered = []
+        delivered: list[str] = []
         for mailbox in targets:
             try:
                 loc = await deliver(mailbox, scored, config.maildir.fsync, self.writers)
@@ -401,5 +414,5 @@ class SmtpHandler:
             if in_data is not None and session.in_data != in_data:
                 continue
             if session.transport is not None and not session.transport.is_closing():
-                session.transport.write(b"421 4.3.2 spamd shutting down, try again later\r\n")
+                _write(session.transport, b"421 4.3.2 spamd shutting down, try again later\r\n")
                 session.transport.close()

@@ -278,6 +278,7 @@ class Store:
         self.journal_records += 1
 
     def _roll_back_partial_append(self) -> None:
+        assert self._journal_fd is not None  # after a write to it
         try:
             os.ftruncate(self._journal_fd, self._journal_end)
         except OSError:

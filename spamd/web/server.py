@@ -118,7 +118,8 @@ class _BoundedRequestHandler(web.RequestHandler):
         finally:
             self.answered += 1
 
-    def eof_received(self) -> bool:
+    # asyncio's Protocol.eof_received may return False (close the transport), which aiohttp's annotation omits.
+    def eof_received(self) -> bool:  # type: ignore[override]
         current = self._current_request
         if current is not None and not current.content.is_eof():
             return False  # half a body, then EOF: nothing to answer

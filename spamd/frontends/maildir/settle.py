@@ -160,7 +160,7 @@ class SettleQueue:
 
     def pop_due(self, now: float, limit: int) -> list[tuple[Mailbox, str]]:
         """Up to `limit` entries due by `now`, earliest first."""
-        out = []
+        out: list[tuple[Mailbox, str]] = []
         heap = self._heap
         while heap and heap[0][0] <= now and len(out) < limit:
             _, number, path = heapq.heappop(heap)

@@ -108,7 +108,7 @@ class MaildirWatcher:
         self,
         mailboxes: list[Mailbox],
         config: MaildirConfig,
-        score: Callable[[bytes], Awaitable[Scored]],
+        score: Callable[[bytes, str | None], Awaitable[Scored]],
         delivered: Callable[..., None],
         learn: Learn,
         ledger_label: LedgerLookup,
@@ -303,12 +303,14 @@ class MaildirWatcher:
         if loc.folder == INBOX and loc.sub == "new" and self.config.watch_inbox and not has_spam_status(raw):
             await self._file(mailbox, loc, raw, key)
             return
-        before = mailbox.index.by_key.get(key)
+        renamed_from = mailbox.index.by_key.get(key)
         mailbox.index.record(loc.base, loc.folder, key)
-        if before is not None:
-            label = mailbox.classify_move(before, loc.folder)
+        if renamed_from is not None:
+            label = mailbox.classify_move(renamed_from, loc.folder)
             if label is not None:
-                await self._learn(mailbox, loc, label, how="moved_renamed", before=before, context=context, raw=raw)
+                await self._learn(
+                    mailbox, loc, label, how="moved_renamed", before=renamed_from, context=context, raw=raw
+                )
             return
         known = self.ledger_label(key)
         if loc.folder == mailbox.junk:
@@ -366,7 +368,7 @@ class MaildirWatcher:
         while True:
             try:
                 result = call()
-                return await result if inspect.isawaitable(result) else result  # type: ignore[return-value]
+                return await result if inspect.isawaitable(result) else result
             except StoreUnavailableError as e:
                 if self._stopping:
                     raise
@@ -378,7 +380,7 @@ class MaildirWatcher:
     async def _file(self, mailbox: Mailbox, loc: Location, raw: bytes, key: bytes) -> None:
         """Score an unscored INBOX message and put the scored copy in INBOX or Junk."""
         started = time.perf_counter()
-        scored = await self._until_stored(
+        scored: Scored = await self._until_stored(
             lambda: self.score(raw, mailbox.layer_user), maildir=str(mailbox.root), name=loc.name
         )
         spam = scored.score.verdict is Verdict.SPAM

@@ -77,10 +77,12 @@ def connect(r: RedisConfig, where: str) -> Any:
     default; a refused connection, as from a stopped node on a live host, at once).
     A training retried either way is a repeat to the script's ledger check, never double.
     """
-    common = dict(socket_timeout=r.timeout_s, socket_connect_timeout=r.timeout_s, health_check_interval=0)
     if not is_cluster(r.url):
         try:
-            return redis.Redis.from_url(r.url, retry=Retry(NoBackoff(), 1), retry_on_timeout=False, **common)
+            return redis.Redis.from_url(
+                r.url, retry=Retry(NoBackoff(), 1), retry_on_timeout=False,
+                socket_timeout=r.timeout_s, socket_connect_timeout=r.timeout_s, health_check_interval=0,
+            )  # fmt: skip
         except ValueError as e:
             raise StoreError(f"[redis] url {where!r}: {e}") from None
     parts = parse_cluster_url(r.url)
@@ -92,7 +94,7 @@ def connect(r: RedisConfig, where: str) -> Any:
             retry=Retry(NoBackoff(), 1),
             # spamd needs the one slot of its hash tag, not all 16384.
             require_full_coverage=False,
-            **common,
+            socket_timeout=r.timeout_s, socket_connect_timeout=r.timeout_s, health_check_interval=0,
         )  # fmt: skip
     except NOT_UNAVAILABLE:
         raise

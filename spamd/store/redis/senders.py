@@ -157,10 +157,9 @@ class RedisSenders:
             lambda: self.state.client.hmget(key, fields),
             where=self.state.node_of(key),
         )
-        numbers = [int(v) if v is not None else 0 for v in values]
-        return [
-            tuple(numbers[4 * i : 4 * i + 4]) if any(numbers[4 * i : 4 * i + 4]) else None for i in range(len(senders))
-        ]  # type: ignore[misc]
+        n = [int(v) if v is not None else 0 for v in values]
+        quads = [(n[i], n[i + 1], n[i + 2], n[i + 3]) for i in range(0, 4 * len(senders), 4)]
+        return [quad if any(quad) else None for quad in quads]
 
     def direction(self, user: str, senders: tuple[int, ...]) -> int:
         return way_of(self.counts(user, tuple(senders)), self.moves, self.share) if senders else 0

@@ -269,11 +269,11 @@ class RedisState:
             })  # fmt: skip
             items = list(ledger.as_dict().items())
             for start in range(0, len(items), chunk):
-                part = items[start : start + chunk]
-                pipe.hset(self.ledger, mapping=dict(part))
+                entries = items[start : start + chunk]
+                pipe.hset(self.ledger, mapping=dict(entries))
                 # Recency as in the embedded ledger, oldest first, and all below any seq a
                 # training will write from now on (scores < 0), so new entries are the newest.
-                pipe.zadd(self.order, {k: start + i - len(items) for i, (k, _) in enumerate(part)})
+                pipe.zadd(self.order, {k: start + i - len(items) for i, (k, _) in enumerate(entries)})
             pipe.execute()
 
         self.call("the import", write)
