@@ -11,7 +11,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from spamd.config import Config
 from spamd.engine.trainer import Trainer
@@ -262,7 +262,7 @@ class Engine:
             trainer.model, trainer.ledger, trainer.seq, self.counters(), self.live_export(), trainer.users
         )
 
-    def import_snapshot(self, data: bytes, where: str) -> dict[str, object]:
+    def import_snapshot(self, data: bytes, where: str) -> dict[str, Any]:
         """Replace model and ledger with a verified export, written as the newest snapshot.
 
         Verifies first (checksum, format, hash_bits): on any failure nothing changes.
@@ -308,7 +308,7 @@ class Engine:
 
     # ------------------------------------------------------------ stats
 
-    def stats(self) -> dict[str, object]:
+    def stats(self) -> dict[str, Any]:
         if not self.store.keeps_snapshots:
             return self._shared_stats()
         store, trainer = self._embedded()
@@ -349,7 +349,7 @@ class Engine:
             "live_accuracy": self.live.summary(),
         }
 
-    def _shared_stats(self) -> dict[str, object]:
+    def _shared_stats(self) -> dict[str, Any]:
         """stats() with the model in Redis: totals read there, no journal or snapshot."""
         store = self._shared()
         totals = store.state.totals_now()

@@ -5,6 +5,8 @@ No snapshots or journal: Redis is the store; export and import go through RedisS
 
 from __future__ import annotations
 
+from typing import Any
+
 from spamd.config import Config
 from spamd.errors import CorruptStateError, StoreError, StoreUnavailableError
 from spamd.model.bayes import Label
@@ -48,7 +50,7 @@ class RedisStore:
         users = self.users.load() if self.users is not None else None
         return encode_snapshot(model, ledger, seq, counters, None, users)
 
-    def import_snapshot(self, data: bytes, where: str) -> dict[str, object]:
+    def import_snapshot(self, data: bytes, where: str) -> dict[str, Any]:
         try:
             imported = decode_snapshot(
                 data, self.config.model, self.config.store.ledger_max_entries, where, self.config.users
@@ -71,7 +73,7 @@ class RedisStore:
             "users": len(imported.users),
         }
 
-    def stats(self) -> dict[str, object]:
+    def stats(self) -> dict[str, Any]:
         info = self.state.info_memory()
         outcomes = self.state.call("reading outcomes", lambda: self.state.client.hgetall(self.state.outcomes))
         return {
