@@ -115,7 +115,7 @@ class NextHop:
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
 
-        async def serve() -> asyncio.AbstractServer:
+        async def serve() -> asyncio.Server:
             return await self._loop.create_server(
                 lambda: SMTP(self, hostname="nexthop", loop=self._loop), "127.0.0.1", 0
             )
@@ -359,8 +359,8 @@ class CrashRounds:
             twice = [t for t, n in received.items() if n > 1]
             assert not twice, f"{where}: the next hop got these more than once: {twice[:5]}"
         else:
-            missing = sorted(t for t in self.acked if census.copies[t] == 0)
-            assert not missing, f"{where}: {len(missing)} acknowledged messages lost: {missing[:5]}"
+            lost = sorted(t for t in self.acked if census.copies[t] == 0)
+            assert not lost, f"{where}: {len(lost)} acknowledged messages lost: {lost[:5]}"
             twice = sorted(t for t, n in census.copies.items() if n > 1)
             assert not twice, f"{where}: messages delivered more than once: {twice[:5]}"
         # The running daemon's own snapshot or index being written right now is no leftover.

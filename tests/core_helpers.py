@@ -9,11 +9,17 @@ from __future__ import annotations
 import base64
 import dataclasses
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from spamd.config import Config, ModelConfig, ParserConfig, StoreConfig
-from spamd.model.bayes import Features, featurize
+from spamd.model.bayes import Features, MultinomialNB, featurize
+from spamd.people.users import UserLayers
+from spamd.store import Ledger
+
+if TYPE_CHECKING:
+    from spamd.engine.engine import Engine
 
 CORPORA = Path(__file__).resolve().parents[2] / "shared" / "corpora"
 TREC_INDEX = CORPORA / "trec07p-dev" / "full" / "index"
@@ -23,6 +29,28 @@ requires_corpus = pytest.mark.skipif(
 )
 
 DEFAULT_LIMITS = ParserConfig()
+
+
+# An Engine types its model, ledger and users' layers as what either store gives; with the
+# embedded store they are these classes, which a test that compares them in full needs.
+
+
+def local_model(engine: Engine) -> MultinomialNB:
+    """The embedded store's model of `engine`."""
+    assert isinstance(engine.model, MultinomialNB)
+    return engine.model
+
+
+def local_ledger(engine: Engine) -> Ledger:
+    """The embedded store's ledger of `engine`."""
+    assert isinstance(engine.trainer.ledger, Ledger)
+    return engine.trainer.ledger
+
+
+def local_users(engine: Engine) -> UserLayers:
+    """The embedded store's users' layers of `engine`."""
+    assert isinstance(engine.users, UserLayers)
+    return engine.users
 
 
 def read_index(index: Path) -> list[tuple[str, Path]]:

@@ -15,10 +15,13 @@ import smtplib
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import TypeVar
 
 from spamd.config import Config, MaildirConfig, ModelConfig, SmtpConfig, StoreConfig
 from spamd.daemon import Daemon
+from spamd.engine.engine import Engine
 from spamd.frontends.maildir.layout import unique_name
+from spamd.frontends.maildir.watcher import MaildirWatcher
 from spamd.model.bayes import Label
 
 SPAM_WORDS = [
@@ -54,7 +57,10 @@ HAM_WORDS = [
 ]
 
 
-def wait_until_sync(predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.02) -> object:
+T = TypeVar("T")
+
+
+def wait_until_sync(predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.02) -> T:
     """Poll `predicate` until it is truthy; fail the test after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while True:
@@ -66,7 +72,7 @@ def wait_until_sync(predicate: Callable[[], object], timeout: float = 10.0, inte
         time.sleep(interval)
 
 
-async def wait_until(predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.01) -> object:  # noqa: ASYNC109  as wait_until_sync; the failure names the condition
+async def wait_until(predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.01) -> T:  # noqa: ASYNC109  as wait_until_sync; the failure names the condition
     """The same, without blocking the event loop the daemon under test runs on."""
     deadline = time.monotonic() + timeout
     while True:
@@ -119,11 +125,36 @@ def make_message(label: Label, n: int, seed: int = 0) -> bytes:
     ).encode()
 
 
+# A started Daemon has these; its attributes are None before start(), so typed Optional.
+
+
+def engine_of(daemon: Daemon) -> Engine:
+    assert daemon.engine is not None, "the daemon is started"
+    return daemon.engine
+
+
+def watcher_of(daemon: Daemon) -> MaildirWatcher:
+    assert daemon.watcher is not None, "the daemon is started"
+    return daemon.watcher
+
+
+def smtp_port(daemon: Daemon) -> int:
+    """The port the daemon's SMTP listener took."""
+    assert daemon.smtp_address is not None, "the daemon is started"
+    return daemon.smtp_address[1]
+
+
+def spamc_port(daemon: Daemon) -> int:
+    """The port the daemon's spamc listener took."""
+    assert daemon.spamc is not None and daemon.spamc.address is not None, "the daemon is started, with [spamc] listen"
+    return daemon.spamc.address[1]
+
+
 def train(daemon: Daemon, count: int = 20) -> None:
     """Give the model enough of each class for confident verdicts on the vocabularies above."""
     for i in range(count):
-        daemon.engine.train(make_message(Label.SPAM, i, seed=999), Label.SPAM, "test")
-        daemon.engine.train(make_message(Label.HAM, i, seed=999), Label.HAM, "test")
+        engine_of(daemon).train(make_message(Label.SPAM, i, seed=999), Label.SPAM, "test")
+        engine_of(daemon).train(make_message(Label.HAM, i, seed=999), Label.HAM, "test")
 
 
 @contextlib.asynccontextmanager
@@ -246,7 +277,7 @@ class DaemonProcess:
                     )
             return self.events(name)[count - 1 :]
 
-        return wait_until_sync(seen, timeout)[0]  # type: ignore[index]
+        return wait_until_sync(seen, timeout)[0]
 
     @property
     def port(self) -> int:

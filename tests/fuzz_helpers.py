@@ -19,7 +19,7 @@ from pathlib import Path
 from spamd.config import Config
 from spamd.evaluation.trec import read_index
 from spamd.learning.classifier import Classifier
-from spamd.model.bayes import MultinomialNB
+from spamd.model.bayes import Label, MultinomialNB
 from tests import core_helpers as h
 
 CORPORA = Path(__file__).resolve().parents[2] / "shared" / "corpora"
@@ -343,7 +343,7 @@ def fuzz_classifier(seeds: list[bytes], train: int = 400) -> Classifier:
     model = MultinomialNB(config.model)
     classifier = Classifier(config, model)
     for i, raw in enumerate(seeds[:train]):
-        model.learn_one(classifier.analyze(raw).features, i % 2)
+        model.learn_one(classifier.analyze(raw).features, Label(i % 2))
     return classifier
 
 

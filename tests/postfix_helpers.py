@@ -188,11 +188,11 @@ class Postfix:
         return self
 
     def _listening(self) -> bool:
-        assert self.proc is not None
+        assert self.proc is not None and self.proc.stderr is not None  # stderr=PIPE
         if self.proc.poll() is not None:
             raise AssertionError(
                 f"postfix master exited ({self.proc.returncode}): {self.proc.stderr.read()!r}\n{self.log()}"
-            )  # type: ignore[union-attr]
+            )
         try:
             socket.create_connection(("127.0.0.1", self.smtp_port), timeout=1).close()
         except OSError:
@@ -343,6 +343,12 @@ class Spamd:
         self.metrics_port = self.proc.wait_for("daemon_started")["metrics_port"]
         return self
 
+    @property
+    def process(self) -> DaemonProcess:
+        """The daemon's process, once started."""
+        assert self.proc is not None, "start() first"
+        return self.proc
+
     def alive(self) -> bool:
         return self.proc is not None and self.proc.proc.poll() is None
 
@@ -381,7 +387,7 @@ class Spamd:
         def found() -> list[dict]:
             return [e for e in self.events(name) if all(e.get(k) == v for k, v in fields.items())]
 
-        return wait_until_sync(found, timeout)[-1]  # type: ignore[index]
+        return wait_until_sync(found, timeout)[-1]
 
     @contextlib.contextmanager
     def reconfigured(self, text: str) -> Iterator[None]:

@@ -1,6 +1,6 @@
 """A real redis-server for tests: loopback, a free port, its own directory, AOF on; a real Redis Cluster of three.
 
-Not a conftest: a test module imports the fixtures it uses. Skips with a reason
+Loaded as a plugin by tests/conftest.py, so a test names its fixtures as parameters. Skips with a reason
 when /usr/bin/redis-server is absent, but fails in CI, which installs it (.ci/run):
 a skipped Redis test there would hide a break. Nothing here fakes Redis.
 
@@ -18,13 +18,32 @@ import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
+from spamd.store.redis.state import RedisState
+from spamd.store.redis.store import RedisStore
+from spamd.store.redis.users import RedisUsers
 from tests.daemon_helpers import wait_until_sync
+
+if TYPE_CHECKING:
+    from spamd.engine.engine import Engine
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 REDIS_CLI = shutil.which("redis-cli") or "/usr/bin/redis-cli"
+
+
+def redis_state(engine: Engine) -> RedisState:
+    """The Redis state of an engine opened with `[redis] url` (its store typed as either store's)."""
+    assert isinstance(engine.store, RedisStore)
+    return engine.store.state
+
+
+def redis_users(engine: Engine) -> RedisUsers:
+    """The users' layers in Redis of an engine opened with `[redis] url`."""
+    assert isinstance(engine.users, RedisUsers)
+    return engine.users
 
 
 def needs_redis() -> None:

@@ -54,7 +54,12 @@ class StandInDaemon:
         return {"reloaded": True}
 
     def stats(self) -> dict[str, Any]:
-        daemon = {"pid": os.getpid(), "throughput_msgs_per_s": 0.0, "latency_ms_p50": None, "recent_errors": []}
+        daemon: dict[str, Any] = {
+            "pid": os.getpid(),
+            "throughput_msgs_per_s": 0.0,
+            "latency_ms_p50": None,
+            "recent_errors": [],
+        }
         return {**self.engine.stats(), "daemon": daemon}
 
 
@@ -239,7 +244,7 @@ async def test_spamctl_uses_the_daemon_when_one_answers(
     home: Path, served: tuple[ControlServer, StandInDaemon]
 ) -> None:
     server, daemon = served
-    base = ["--config", home / "spamd.toml", "--data-dir", home / "data"]
+    base: list[str | Path] = ["--config", home / "spamd.toml", "--data-dir", home / "data"]
     junk = write_maildir(home / "Junk", SPAM)
     trained = await run_spamctl_async(*base, "train", "--spam", junk, "--json")
     assert trained.returncode == 0, trained.stderr

@@ -81,8 +81,9 @@ def message_ids(client, mailbox: str) -> dict[str, bytes]:
     found = {}
     for item in data:
         if isinstance(item, tuple):
-            uid = re.search(rb"UID (\d+)", item[0]).group(1)
-            found[re.search(rb"<([^@>]+)", item[1]).group(1).decode()] = uid
+            uid, tag = re.search(rb"UID (\d+)", item[0]), re.search(rb"<([^@>]+)", item[1])
+            assert uid is not None and tag is not None
+            found[tag.group(1).decode()] = uid.group(1)
     return found
 
 
@@ -239,8 +240,8 @@ def test_mail_dovecot_lda_delivers_is_filed_by_spamd_and_stays_readable(dovecot,
                 (corpus / name / f"{n}.eml").write_bytes(make_message(label, n, seed=13))
         for path in [corpus, *corpus.rglob("*")]:
             os.chmod(path, 0o755 if path.is_dir() else 0o644)
-        for label in ("spam", "ham"):
-            done = spamd.spamctl("train", f"--{label}", str(corpus / label))
+        for kind in ("spam", "ham"):
+            done = spamd.spamctl("train", f"--{kind}", str(corpus / kind))
             assert done.returncode == 0, done.stderr.decode()
         # Delivered by Dovecot's LDA (a ",S=...,W=..." name in INBOX new/, no X-Spam-Status),
         # while a client has INBOX selected.

@@ -6,6 +6,7 @@ import dataclasses
 import itertools
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -20,12 +21,12 @@ from spamd.errors import ConfigError, CorruptStateError
 from spamd.learning.classifier import Classifier
 from spamd.model.bayes import Label, MultinomialNB, features_of, featurize
 from spamd.model.families import char_ngram_tokens, families_of, is_weighted, join_families, osb_tokens, token_weights
-from spamd.people.users import UserLayers, _overrides, score_for_user
+from spamd.people.users import SharedCounts, UserLayers, _overrides, score_for_user
 from spamd.store import Ledger
 from spamd.store.snapshot import decode_snapshot, encode_snapshot
 from tests import core_helpers as h
 from tests.cli_helpers import HAM, SPAM, run_spamctl
-from tests.redis_helpers import with_redis
+from tests.redis_helpers import redis_state, with_redis
 
 # Every family setting, alone and combined, in a table small enough that tokens collide.
 SETTINGS = [
@@ -102,9 +103,11 @@ def test_default_model_has_no_family_tokens_and_no_weights():
 
 def test_weights_follow_each_family_and_a_shared_bucket_keeps_the_heavier():
     tokens, weights = join_families(["w"], [(["osb1:a b"], 0.3), (["g:abcd"], 0.5)], WEIGHTED)
+    assert weights is not None and (own := token_weights(tokens, WEIGHTED)) is not None
     assert tokens == ["w", "osb1:a b", "g:abcd"] and weights.tolist() == [1.0, 0.3, 0.5]
-    assert token_weights(tokens, WEIGHTED).tolist() == [1.0, 0.3, 0.3]  # WEIGHTED's own weights, by prefix
+    assert own.tolist() == [1.0, 0.3, 0.3]  # WEIGHTED's own weights, by prefix
     merged = featurize(["x", "y"], 0, np.array([1.0, 0.3]))  # one bucket for both
+    assert merged.weights is not None
     assert merged.counts.tolist() == [2] and merged.weights.tolist() == [1.0]
     assert token_weights(tokens, ModelConfig(osb=True)) is None  # every weight 1: no weights at all
 
@@ -124,9 +127,10 @@ def test_weights_scale_each_familys_log_odds_and_count_in_the_denominator():
     classifier, model = trained(WEIGHTED)
     probe = b"From: x@y.example\nSubject: free cash prize\n\nclick now for free money\n"
     tokens = classifier.tokens(probe)
-    features = features_of(tokens, WEIGHTED)
-    assert np.array_equal(features.ids, classifier.analyze(probe).features.ids)
-    assert np.array_equal(features.weights, classifier.analyze(probe).features.weights)
+    features, analyzed = features_of(tokens, WEIGHTED), classifier.analyze(probe).features
+    assert features.weights is not None and analyzed.weights is not None  # WEIGHTED weighs its families
+    assert np.array_equal(features.ids, analyzed.ids)
+    assert np.array_equal(features.weights, analyzed.weights)
     per_bucket = model._token_log_odds(features.ids)
     expected = float((per_bucket * features.weights).sum()) / (features.weights.sum() + WEIGHTED.neutral_tokens)
     assert model.score(features).log_odds == pytest.approx(expected, rel=1e-12)
@@ -149,12 +153,14 @@ def test_a_users_overrides_weigh_as_their_familys_log_odds():
     users.apply("alice", classifier.analyze(HAM[0]).features, Label.SPAM, None, 99, WEIGHTED.stored_counts)
     layer, table = users.for_scoring("alice", WEIGHTED)
     features = classifier.analyze(SPAM[0]).features
+    assert layer is not None and table is not None and features.weights is not None
     mine = score_for_user(model, layer, table, features)
     assert mine.log_odds < model.score(features).log_odds  # moved towards ham
     # The same with the weights left out of the features: a plain mean, which differs.
     unweighted = dataclasses.replace(features, weights=None)
     shared = model._token_log_odds(features.ids)
-    moved = _overrides(model, layer, table, features.ids, model.counts.take(features.ids, axis=1), shared)
+    counts = SharedCounts.of_model(model, features)
+    moved = _overrides(counts, layer, table, features.ids, counts.counts, shared)
     expected = float(((shared + moved) * features.weights).sum()) / (features.weights.sum() + WEIGHTED.neutral_tokens)
     assert mine.log_odds == pytest.approx(expected, rel=1e-12)
     assert score_for_user(model, layer, table, unweighted).log_odds != pytest.approx(expected, rel=1e-6)
@@ -227,10 +233,13 @@ def test_snapshot_with_families_round_trips_and_other_settings_are_refused():
     assert decode_snapshot(data, FAMILIES, 10, "snap").model.state_equals(model)
     # A weight only scores: it may change.
     assert decode_snapshot(data, dataclasses.replace(FAMILIES, ngram_weight=1.0), 10, "snap").model.state_equals(model)
-    for change, said in [({"osb": False}, "model.osb = True (the config says False)"),
-                         ({"char_ngrams": 4}, "model.char_ngrams = 3 (the config says 4)"),
-                         ({"ngram_chars": 2000}, "model.ngram_chars = 3000 (the config says 2000)"),
-                         ({"stored_counts": "log"}, "model.stored_counts = 'log2' (the config says 'log')")]:  # fmt: skip
+    changes: list[tuple[dict[str, Any], str]] = [
+        ({"osb": False}, "model.osb = True (the config says False)"),
+        ({"char_ngrams": 4}, "model.char_ngrams = 3 (the config says 4)"),
+        ({"ngram_chars": 2000}, "model.ngram_chars = 3000 (the config says 2000)"),
+        ({"stored_counts": "log"}, "model.stored_counts = 'log2' (the config says 'log')"),
+    ]
+    for change, said in changes:
         with pytest.raises(CorruptStateError) as e:
             decode_snapshot(data, dataclasses.replace(FAMILIES, **change), 10, "snap")
         assert str(e.value).startswith("snap: built with ") and said in str(e.value)
@@ -323,7 +332,7 @@ def test_redis_scores_equal_embedded_scores_with_families_on(tmp_path, redis_url
         explained = [engine.explain(rows[-1][1].read_bytes(), limit=40) for engine in (local, shared)]
         assert explained[0] == explained[1]
         assert any(r.token.startswith(("g:", "osb")) for r in explained[0][1])
-        assert shared.model.state_equals(local.model)
+        assert shared.model.state_equals(h.local_model(local))
     finally:
         local.close()
         shared.close()
@@ -348,7 +357,8 @@ def test_redis_model_of_other_families_is_refused(tmp_path, redis_url):
 def test_a_redis_model_trained_before_the_settings_were_kept_counts_as_the_defaults(tmp_path, redis_url):
     engine = Engine.open(with_redis(h.small_config(tmp_path / "a", hash_bits=16), redis_url))
     engine.train(SPAM[0], Label.SPAM, "test")
-    engine.model.state.client.hdel(engine.model.state.totals, "count_settings")  # as an older spamd left it
+    state = redis_state(engine)
+    state.client.hdel(state.totals, "count_settings")  # as an older spamd left it
     engine.close()
     with pytest.raises(CorruptStateError, match="model.char_ngrams = 0"):
         Engine.open(with_redis(dataclasses.replace(h.small_config(tmp_path / "b"), model=REDIS_FAMILIES), redis_url))

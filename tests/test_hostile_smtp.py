@@ -14,6 +14,7 @@ import random
 import resource
 import threading
 from collections.abc import Iterator
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,7 +77,7 @@ def spamd(tmp_path) -> Iterator[Spamd]:
         process.kill()
 
 
-def only_probes_delivered(spamd: Spamd, probe: WellBehaved, also: set[str] = frozenset()) -> None:
+def only_probes_delivered(spamd: Spamd, probe: WellBehaved, also: AbstractSet[str] = frozenset()) -> None:
     delivered = spamd.delivered()
     assert set(delivered) == set(probe.tags) | also, sorted(set(delivered) ^ (set(probe.tags) | also))[:5]
     assert all(n == 1 for n in delivered.values())

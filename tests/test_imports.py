@@ -131,7 +131,7 @@ def cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
         while work:
             node, successors = work[-1]
             advanced = False
-            for successor in successors:  # type: ignore[union-attr]
+            for successor in successors:
                 if successor not in index:
                     index[successor] = low[successor] = counter
                     counter += 1

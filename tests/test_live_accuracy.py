@@ -31,6 +31,7 @@ from spamd.people.accuracy import (
     judgement,
 )
 from spamd.store import decode_snapshot, encode_snapshot
+from tests import core_helpers as h
 from tests.daemon_helpers import DaemonProcess, folder_files, imap_move, send, set_flags, write_config
 
 DAY0 = 20_000 * DAY_S  # a UTC midnight
@@ -206,7 +207,7 @@ def test_a_snapshot_without_live_figures_still_loads(tmp_path):
     config = engine_config(tmp_path)
     engine = Engine.open(config, durable=False)
     engine.train(msg(1, "gamma"), Label.SPAM, "spamctl")
-    old = encode_snapshot(engine.model, engine.trainer.ledger, engine.trainer.seq, engine.counters())
+    old = encode_snapshot(h.local_model(engine), h.local_ledger(engine), engine.trainer.seq, engine.counters())
     engine.close()
     decoded = decode_snapshot(old, config.model, 100, "old")
     assert decoded.live == {} and decoded.model.doc_totals[Label.SPAM] == 1

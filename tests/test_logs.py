@@ -10,6 +10,7 @@ import json
 import logging
 import threading
 from collections.abc import Iterator
+from typing import TextIO
 
 import pytest
 import structlog
@@ -80,7 +81,7 @@ def test_the_level_changes_live_and_chatty_libraries_stay_at_warning(restore_log
 @pytest.mark.parametrize("broken", ["closed", "full disk"])
 def test_a_log_that_cannot_be_written_does_not_fail_the_caller(restore_logging: None, broken: str) -> None:
     if broken == "closed":
-        stream = io.StringIO()
+        stream: TextIO = io.StringIO()
         stream.close()
     else:
         # Every flush fails with ENOSPC; closed below with that error suppressed, which a `with` would raise.

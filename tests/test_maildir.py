@@ -22,14 +22,17 @@ from spamd.model.bayes import Label
 from tests.daemon_helpers import (
     daemon_config,
     drop,
+    engine_of,
     folder_files,
     imap_move,
     make_message,
     running,
     send,
     set_flags,
+    smtp_port,
     train,
     wait_until,
+    watcher_of,
 )
 
 pytestmark = [
@@ -149,7 +152,7 @@ async def test_thirty_spam_and_ten_ham_there_and_back(tmp_path):
             imap_move(set_flags(p, "ST"), maildir, TRASH, "ST")
         await sentinel(daemon, maildir)
         assert trained(daemon) == (31, 10)
-        events = daemon.engine.stats()["training_events"]
+        events = engine_of(daemon).stats()["training_events"]
         assert events == {"maildir:learned": 41, "maildir:corrected": 10}
 
 
@@ -186,7 +189,7 @@ async def test_non_events_do_not_train(tmp_path):
             imap_move(junk, maildir, TRASH)
         await sentinel(daemon, maildir)
         assert trained(daemon) == (baseline[0] + 1, baseline[1])
-        assert daemon.engine.stats()["training_events"].get("maildir:learned") == 1
+        assert engine_of(daemon).stats()["training_events"].get("maildir:learned") == 1
 
 
 async def test_moves_between_any_folder_and_junk(tmp_path):
@@ -209,7 +212,7 @@ async def test_spamds_own_deliveries_never_wake_the_loops_watcher_yet_moving_the
     maildir = tmp_path / "Maildir"
     async with running(daemon_config(tmp_path)) as daemon:
         train(daemon)
-        port = daemon.server.sockets[0].getsockname()[1]
+        port = smtp_port(daemon)
         raws = [make_message(Label.HAM, n, seed=11) for n in range(20)]
         for raw in raws:
             assert await asyncio.to_thread(send, port, raw) == {}
@@ -288,7 +291,7 @@ async def test_a_user_added_while_running_is_served_after_reload(tmp_path):
         bob = root / "bob" / "Maildir"
         bob.mkdir(parents=True)
         drop(bob, make_message(Label.SPAM, 1), sub="cur")  # there before spamd serves it: caught up, not trained
-        port = daemon.smtp_address[1]
+        port = smtp_port(daemon)
         with pytest.raises(smtplib.SMTPRecipientsRefused):
             await asyncio.to_thread(send, port, make_message(Label.HAM, 2), ["bob@example.com"])
         reloaded = await daemon.reload()
@@ -327,14 +330,14 @@ async def test_moves_made_while_down_are_learned_on_start(tmp_path):
     imap_move(paths[b"ham-2-0@example.org"], maildir, TRASH)
     async with running(config) as daemon:
         assert trained(daemon) == (4, 1)
-        reads = daemon.watcher.files_read
+        reads = watcher_of(daemon).files_read
         assert reads == 1  # only the file under a new name was read: the index knew the rest
     # A restart with nothing changed learns nothing more; neither does one with the index lost.
     async with running(config) as daemon:
-        assert trained(daemon) == (4, 1) and daemon.watcher.files_read == 0
+        assert trained(daemon) == (4, 1) and watcher_of(daemon).files_read == 0
     (tmp_path / "maildir-index.msgpack").unlink()
     async with running(config) as daemon:
-        assert trained(daemon) == (4, 1) and daemon.watcher.files_read == 8
+        assert trained(daemon) == (4, 1) and watcher_of(daemon).files_read == 8
 
 
 async def test_first_start_learns_an_existing_junk_folder(tmp_path):
@@ -431,14 +434,14 @@ async def test_everything_created_in_a_maildir_gets_its_owner_group_and_mode(tmp
     config = daemon_config(tmp_path, maildir={"paths": (str(maildir),)})
     async with running(config) as daemon:
         train(daemon)
-        port = daemon.smtp_address[1]
+        port = smtp_port(daemon)
         await asyncio.to_thread(send, port, make_message(Label.SPAM, 1))  # delivered into Junk
         await asyncio.to_thread(send, port, make_message(Label.HAM, 1))  # into INBOX
         # Filed by the watcher (an MDA's unscored drop): the filed copy is spamd's.
         path = drop(maildir, make_message(Label.SPAM, 2))
         os.chown(path, MAIL_UID, MAIL_GID)
         await wait_until(lambda: len(filed(maildir, JUNK)) == 1)
-        await daemon.watcher.drained()
+        await watcher_of(daemon).drained()
     created = made_by_spamd(maildir)
     assert {p.relative_to(maildir).as_posix() for p in created} >= {
         "cur", "new", "tmp", ".Junk", ".Junk/cur", ".Junk/new", ".Junk/tmp", ".Junk/maildirfolder",
@@ -542,7 +545,7 @@ async def test_smtp_delivery_into_a_linked_folder_is_refused_with_451_and_nothin
         os.rename(maildir / "tmp", tmp_path / "inbox-tmp")
         (maildir / "tmp").symlink_to(outside)
         with pytest.raises(smtplib.SMTPDataError) as refused:
-            await asyncio.to_thread(send, daemon.smtp_address[1], make_message(Label.HAM, 1))
+            await asyncio.to_thread(send, smtp_port(daemon), make_message(Label.HAM, 1))
         assert refused.value.smtp_code == 451
         assert list(outside.iterdir()) == [] and folder_files(maildir) == []
         [error] = daemon.metrics.snapshot()["recent_errors"]
@@ -572,13 +575,11 @@ async def test_spamd_neither_root_nor_the_owner_says_what_to_change():
     if python_for(MAIL_UID + 1, MAIL_GID + 1) is None:
         pytest.skip("no Python interpreter can run spamd as another user here")
     run_as = as_user(MAIL_UID + 1, MAIL_GID + 1)
+    python = run_as.pop("python")
     done = await asyncio.to_thread(
-        subprocess.run,
-        [*run_as.pop("python"), "-c", code, str(maildir)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        **run_as,
+        lambda: subprocess.run(
+            [*python, "-c", code, str(maildir)], capture_output=True, text=True, timeout=30, **run_as
+        )
     )
     shutil.rmtree(top)
     assert done.returncode == 0, done.stderr
@@ -669,8 +670,8 @@ async def test_root_spamd_never_reads_removes_or_files_what_a_link_in_a_maildir_
         ours = drop(maildir, make_message(Label.HAM, 1))
         os.chown(ours, MAIL_UID, MAIL_GID)
         await wait_until(lambda: len(filed(maildir)) == 1)
-        await daemon.watcher.drained()
-        assert daemon.watcher.files_read == 1
+        await watcher_of(daemon).drained()
+        assert watcher_of(daemon).files_read == 1
     assert secret.read_bytes() == b"Subject: secret\n\nTOPSECRET\n"
     assert old.exists() and (elsewhere / "new" / "1.M1P1.host").exists()
     for path in maildir.rglob("*"):
@@ -690,7 +691,7 @@ async def test_a_users_maildir_that_is_a_link_is_not_served(tmp_path):
         [error] = daemon.metrics.snapshot()["recent_errors"]
         assert error["event"] == "maildir_not_served" and error["path"] == str(root / "alice" / "Maildir")
         with pytest.raises(smtplib.SMTPRecipientsRefused):
-            await asyncio.to_thread(send, daemon.smtp_address[1], make_message(Label.HAM, 1), ["alice@example.com"])
+            await asyncio.to_thread(send, smtp_port(daemon), make_message(Label.HAM, 1), ["alice@example.com"])
         await daemon.reload()
         assert [m.user for m in daemon.mailboxes] == ["bob"]
     assert list(elsewhere.iterdir()) == []

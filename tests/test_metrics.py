@@ -21,6 +21,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from spamd import __version__
@@ -36,6 +37,7 @@ from tests.daemon_helpers import (
     make_message,
     running,
     send,
+    smtp_port,
     train,
     wait_until,
     wait_until_sync,
@@ -54,9 +56,9 @@ def scrape_text(port: int, path: str = "/metrics") -> str:
         return response.read().decode()
 
 
-def parse(text: str) -> tuple[Samples, dict[str, object]]:
+def parse(text: str) -> tuple[Samples, dict[str, Metric]]:
     samples: Samples = {}
-    families = {}
+    families: dict[str, Metric] = {}
     for family in text_string_to_metric_families(text):
         families[family.name] = family
         for s in family.samples:
@@ -303,7 +305,7 @@ async def test_two_daemons_in_one_process_each_serve_their_own_registry(tmp_path
     two = daemon_config(tmp_path / "two", metrics={"listen": "127.0.0.1:0"})
     async with running(one) as a, running(two) as b:
         train(a, 5)
-        await asyncio.to_thread(send, a.smtp_address[1], make_message(Label.SPAM, 1))
+        await asyncio.to_thread(send, smtp_port(a), make_message(Label.SPAM, 1))
         await wait_until(lambda: a.metrics.by_verdict)
         first = await scrape_async(a.metrics_server.address[1])
         second = await scrape_async(b.metrics_server.address[1])

@@ -147,7 +147,7 @@ def test_reject_at_refuses_spam_with_554(postfix: Postfix, sink: Sink, spamd: Sp
         with pytest.raises(smtplib.SMTPDataError) as refused:
             postfix.send(message(Label.SPAM, "reject-spam"))
         assert refused.value.smtp_code == 554
-        assert refused.value.smtp_error.startswith(b"5.7.1")
+        assert isinstance(refused.value.smtp_error, bytes) and refused.value.smtp_error.startswith(b"5.7.1")
         assert postfix.send(message(Label.HAM, "reject-ham")) == {}  # ham still passes
         sink.wait_for("reject-ham")
     assert sink.with_subject("reject-spam") == []
@@ -160,7 +160,7 @@ def test_own_failure_answers_451_and_the_retry_is_delivered(postfix: Postfix, si
         with pytest.raises(smtplib.SMTPDataError) as tempfailed:
             postfix.send(big)
         assert tempfailed.value.smtp_code == 451
-        assert tempfailed.value.smtp_error.startswith(b"4.7.1")
+        assert isinstance(tempfailed.value.smtp_error, bytes) and tempfailed.value.smtp_error.startswith(b"4.7.1")
         assert spamd.last_event("milter_message_refused", reason="too_big")["limit"] == 4096
     assert postfix.queued() == []  # refused before the queue: the client keeps it
     assert sink.with_subject("too-big") == []
@@ -177,8 +177,8 @@ def test_spamd_killed_mid_session_loses_nothing(postfix: Postfix, sink: Sink, sp
         assert client.rcpt("user@example.com")[0] == 250
         assert client.docmd("DATA")[0] == 354
         client.send(data)  # the message, all but its end
-        spamd.proc.proc.send_signal(signal.SIGKILL)
-        spamd.proc.wait(10)
+        spamd.process.proc.send_signal(signal.SIGKILL)
+        spamd.process.wait(10)
         client.send(b".\r\n")
         code, text = client.getreply()
     assert code == 451 and text.startswith(b"4.7.1")  # milter_default_action = tempfail
@@ -202,7 +202,12 @@ def test_local_submission_waits_in_postfix_while_spamd_is_down(postfix: Postfix,
     assert [json.loads(row)["queue_name"] for row in postfix.queued()] == ["maildrop"]  # kept, to be tried again
     assert sink.with_subject("local-submission") == []
     spamd.start()
-    wait_until_sync(lambda: postfix.flush() or sink.with_subject("local-submission"), 30, interval=0.5)
+
+    def flushed() -> list[bytes]:
+        postfix.flush()
+        return sink.with_subject("local-submission")
+
+    wait_until_sync(flushed, 30, interval=0.5)
     [data] = sink.with_subject("local-submission")
     assert len(named(data, "X-Spam-Status")) == 1
     wait_until_sync(lambda: postfix.queued() == [], 20)
@@ -215,8 +220,8 @@ def test_sigterm_with_postfix_sessions_open_exits_at_once(postfix: Postfix, sink
         client.ehlo("client.example.org")
         wait_until_sync(lambda: spamd.milter_sessions() >= 1, 10)
         started = time.monotonic()
-        spamd.proc.signal(signal.SIGTERM)
-        assert spamd.proc.wait(20) == 0
+        spamd.process.signal(signal.SIGTERM)
+        assert spamd.process.wait(20) == 0
         assert time.monotonic() - started < 5
         with pytest.raises(smtplib.SMTPDataError) as tempfailed:
             client.sendmail("sender@example.org", ["user@example.com"], crlf(message(Label.HAM, "sigterm")))
@@ -284,6 +289,7 @@ def header(name: bytes, value: bytes) -> bytes:
 
 def test_hostile_milter_clients_never_stall_postfix(postfix: Postfix, sink: Sink, spamd: Spamd):
     port = spamd.milter_port
+    assert port is not None  # made with milter=True
     failures: list[str] = []
     idle: list[RawMilter] = []
 
@@ -344,7 +350,7 @@ def test_hostile_milter_clients_never_stall_postfix(postfix: Postfix, sink: Sink
             + b"".join(packet(SMFIC_BODY, b"x") for _ in range(20000))
             + packet(SMFIC_BODYEOB)
         )
-        replies = []
+        replies: list[tuple[bytes, bytes]] = []
         while not replies or replies[-1][0] not in (b"c", b"y"):
             replies.append(client.read_packet())
         assert replies[-1][0] == b"c" and [c for c, _ in replies].count(b"h") == 3
@@ -372,12 +378,13 @@ def test_hostile_milter_clients_never_stall_postfix(postfix: Postfix, sink: Sink
     try:
         assert not failures, failures
         probe.check(minimum=3, limit_s=2.0)
-        assert spamd.alive(), "spamd died:\n" + "\n".join(spamd.proc.lines[-20:])
+        assert spamd.alive(), "spamd died:\n" + "\n".join(spamd.process.lines[-20:])
         assert not spamd.events("milter_scoring_failed")
         assert spamd.milter_sessions() >= 300  # the idle crowd is still there, and so is the control socket
         # Every probe reached the sink through the milter, marked once.
         for tag in probe.tags:
-            [data] = [m for m in sink.with_subject(tag) if tag_of(m.replace(b"\r\n", b"\n")) == tag] or [None]
+            found: list[bytes | None] = [m for m in sink.with_subject(tag) if tag_of(m.replace(b"\r\n", b"\n")) == tag]
+            [data] = found or [None]
             assert data is not None and len(named(data, "X-Spam-Status")) == 1, tag
         spamd.last_event("milter_protocol_error")
         spamd.last_event("milter_client_vanished")
@@ -387,6 +394,7 @@ def test_hostile_milter_clients_never_stall_postfix(postfix: Postfix, sink: Sink
 
 
 def test_idle_connections_time_out_and_strangers_are_refused(postfix: Postfix, spamd: Spamd):
+    assert spamd.milter_port is not None
     with spamd.reconfigured("[milter]\nidle_timeout_s = 0.5\n"):
         client = RawMilter(spamd.milter_port)
         client.negotiate()
@@ -402,18 +410,19 @@ def test_idle_connections_time_out_and_strangers_are_refused(postfix: Postfix, s
 def test_sigterm_lets_a_slow_clients_message_finish(postfix: Postfix, spamd: Spamd):
     # A client in the middle of a message when SIGTERM comes (slower than any Postfix):
     # spamd waits for its end, answers it, then closes and exits cleanly.
+    assert spamd.milter_port is not None
     client = RawMilter(spamd.milter_port)
     client.negotiate()
     client.send(header(b"Subject", b"slow") + header(b"X-Spam-Flag", b"YES"))
     wait_until_sync(lambda: spamd.milter_sessions() >= 1, 10)
-    spamd.proc.signal(signal.SIGTERM)
-    spamd.proc.wait_for("daemon_stopping")
+    spamd.process.signal(signal.SIGTERM)
+    spamd.process.wait_for("daemon_stopping")
     client.send(packet(SMFIC_BODY, b"meeting agenda\r\n") + packet(SMFIC_BODYEOB))
     replies = [client.read_packet() for _ in range(5)]
     assert [command for command, _ in replies] == [b"m", b"h", b"h", b"h", b"c"]  # one removal, three headers
     assert replies[0][1] == struct.pack("!I", 1) + b"X-Spam-Flag\0\0"
     assert client.closed_by_spamd()
-    assert spamd.proc.wait(20) == 0
+    assert spamd.process.wait(20) == 0
 
 
 def test_milter_traffic_is_counted_in_metrics(postfix: Postfix, sink: Sink, spamd: Spamd):

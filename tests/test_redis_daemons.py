@@ -19,6 +19,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,7 +27,7 @@ from spamd.config import Config, ModelConfig
 from spamd.engine.engine import Engine
 from spamd.frontends.control import ControlClient
 from spamd.model.bayes import Label
-from tests.cli_helpers import run_spamctl
+from tests.cli_helpers import Result, run_spamctl
 from tests.daemon_helpers import (
     DaemonProcess,
     crlf,
@@ -54,15 +55,15 @@ class Node:
         self.process = DaemonProcess("--config", config, "--data-dir", self.data_dir, "--smtp", "127.0.0.1:0", *args)
         self.port = self.process.port
 
-    def request(self, command: str, **args: object) -> object:
+    def request(self, command: str, **args: object) -> dict[str, Any]:
         with ControlClient(self.data_dir / "control.sock", timeout=30) as client:
             return client.request(command, **args)
 
     def train(self, messages: list[bytes], label: Label) -> list[str]:
-        return self.request("train", label=str(label), messages=messages)["outcomes"]  # type: ignore[index]
+        return self.request("train", label=str(label), messages=messages)["outcomes"]
 
     def probability(self, raw: bytes) -> float:
-        return self.request("classify", raw=raw)["probability"]  # type: ignore[index]
+        return self.request("classify", raw=raw)["probability"]
 
     def delivered(self) -> list[Path]:
         maildir = self.data_dir / "Maildir"
@@ -136,12 +137,12 @@ def test_daemons_share_one_model_learn_once_and_correct_anywhere(root, redis_url
             # A correction through any node moves it once; untrain from anywhere.
             assert c.train([spam[0]], Label.HAM) == ["corrected"]
             assert a.train([spam[0]], Label.HAM) == ["skipped_repeat"]
-            assert b.request("untrain", messages=[spam[0]])["outcomes"] == ["unlearned"]  # type: ignore[index]
-            assert c.request("untrain", messages=[spam[0]])["outcomes"] == ["not_trained"]  # type: ignore[index]
+            assert b.request("untrain", messages=[spam[0]])["outcomes"] == ["unlearned"]
+            assert c.request("untrain", messages=[spam[0]])["outcomes"] == ["not_trained"]
             local.train(spam[0], Label.HAM, "test")
             local.untrain(spam[0], "test")
             stats = [node.request("stats") for node in cluster]
-            assert {(s["trained_spam"], s["trained_ham"]) for s in stats} == {(15, 15)}  # type: ignore[index]
+            assert {(s["trained_spam"], s["trained_ham"]) for s in stats} == {(15, 15)}
             assert [node.probability(probe[0]) for node in cluster] == [local.classify(probe[0]).score.probability] * 3
         finally:
             local.close()
@@ -169,7 +170,7 @@ def test_redis_killed_and_restarted_under_traffic_loses_nothing_acknowledged(roo
         answers: dict[str, str] = {}  # Message-ID -> "250" / "451" / error
         replies: set[str] = set()  # the texts of refusals
         acknowledged: list[bytes] = []  # trainings answered "learned"
-        refused_trainings = Counter()
+        refused_trainings: Counter[str] = Counter()
         stop = threading.Event()
 
         def send_mail() -> None:
@@ -184,6 +185,7 @@ def test_redis_killed_and_restarted_under_traffic_loses_nothing_acknowledged(roo
                     answers[mid] = "250"
                 except smtplib.SMTPDataError as e:
                     answers[mid] = str(e.smtp_code)
+                    assert isinstance(e.smtp_error, bytes)  # as smtplib reads it
                     replies.add(e.smtp_error.decode())
                 time.sleep(0.005)
 
@@ -193,10 +195,10 @@ def test_redis_killed_and_restarted_under_traffic_loses_nothing_acknowledged(roo
                     return
                 raw = make_message(Label.SPAM, n, seed=3)
                 reply = cluster[n % 2].request("train", label="spam", messages=[raw])
-                if reply.get("outcomes") == ["learned"]:  # type: ignore[union-attr]
+                if reply.get("outcomes") == ["learned"]:
                     acknowledged.append(raw)
                 else:
-                    refused_trainings[str(reply.get("error", reply))[:40]] += 1  # type: ignore[union-attr]
+                    refused_trainings[str(reply.get("error", reply))[:40]] += 1
                 time.sleep(0.01)
 
         workers = [threading.Thread(target=send_mail), threading.Thread(target=train)]
@@ -221,7 +223,7 @@ def test_redis_killed_and_restarted_under_traffic_loses_nothing_acknowledged(roo
             node.process.wait_for("redis_unreachable")
             node.process.wait_for("redis_reconnected")
 
-        delivered = Counter()
+        delivered: Counter[str] = Counter()
         for node in cluster:
             for path in node.delivered():
                 delivered[email.message_from_bytes(path.read_bytes())["Message-ID"]] += 1
@@ -234,7 +236,7 @@ def test_redis_killed_and_restarted_under_traffic_loses_nothing_acknowledged(roo
         assert outcomes == ["skipped_repeat"] * len(acknowledged)
         # (A training whose reply was lost as Redis died may be in the model unacknowledged: at most those.)
         stats = cluster[0].request("stats")
-        assert 5 + len(acknowledged) <= stats["trained_spam"] <= 5 + len(acknowledged) + sum(refused_trainings.values())  # type: ignore[index]
+        assert 5 + len(acknowledged) <= stats["trained_spam"] <= 5 + len(acknowledged) + sum(refused_trainings.values())
     finally:
         for node in cluster:
             node.stop()
@@ -268,7 +270,7 @@ def test_redis_down_is_a_temporary_failure_everywhere_and_a_maildir_move_waits_f
         server.start()
         applied = node.process.wait_for("training_applied", timeout=30)
         assert applied["outcome"] == "learned" and applied["label"] == "spam" and applied["how"] == "moved"
-        assert node.request("stats")["trained_spam"] == 1  # type: ignore[index]
+        assert node.request("stats")["trained_spam"] == 1
     finally:
         if node is not None:
             node.stop()
@@ -300,7 +302,7 @@ def test_cluster_node_holding_the_model_killed_is_a_temporary_failure_and_recove
         model_node = servers.node_for("{spamd:}totals")
         other = next(n for n in servers.nodes if n is not model_node)
 
-        def spamctl_train(paths: list[Path]) -> object:
+        def spamctl_train(paths: list[Path]) -> Result:
             return run_spamctl(
                 "--config", node.config, "--data-dir", node.data_dir, "--json", "train", "--spam", *paths
             )
@@ -355,7 +357,7 @@ def test_cluster_node_holding_the_model_killed_is_a_temporary_failure_and_recove
             again.stdout + again.stderr
         )
         stats = node.request("stats")
-        assert stats["trained_spam"] == len(acknowledged)  # type: ignore[index]
+        assert stats["trained_spam"] == len(acknowledged)
         assert spamctl_train([path]).json()["learned"] == 1  # the one refused meanwhile is learned now
     finally:
         if node is not None:

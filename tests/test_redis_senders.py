@@ -20,8 +20,9 @@ from tests import core_helpers as h
 from tests.daemon_helpers import list_digest, make_message, wait_until_sync
 from tests.redis_helpers import (
     RedisClusterServers,
+    redis_state,
     with_redis,
-)  # noqa: F401 (fixtures)
+)
 from tests.test_redis_users import slot_owner
 
 
@@ -78,9 +79,9 @@ def test_redis_counts_as_the_embedded_store_does_and_every_daemon_and_a_restart_
         first = Engine.open(config_for(tmp_path, "first", redis_url))  # a restart keeps it: it is in Redis
         assert first.senders.summary() == local.senders.summary()
     finally:
-        for engine in (local, first, second):
-            if engine is not None:
-                engine.close()
+        for opened in (local, first, second):
+            if opened is not None:
+                opened.close()
 
 
 def test_a_move_retried_counts_once_and_autolearn_counts_none(tmp_path, redis_plain_url):
@@ -92,7 +93,7 @@ def test_a_move_retried_counts_once_and_autolearn_counts_none(tmp_path, redis_pl
             for _ in range(3):  # a retried training (its first reply a temporary error) moves it once
                 engine.train(list_digest(n, "alice@example.com"), Label.SPAM, "maildir", user_name="alice")
             engine.train(list_digest(n, "alice@example.com"), Label.HAM, "autolearn", user_name="alice")
-        state = engine.store.state
+        state = redis_state(engine)
         counts = state.client.hgetall(sender_keys_of("spamd:", "alice")[0])
         moved_in = sorted(int(v) for k, v in counts.items() if k.endswith(b":i"))
         assert moved_in == [3, 3]  # the List-Id and the From address, three moves each

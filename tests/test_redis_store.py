@@ -22,8 +22,9 @@ from tests import core_helpers as h
 from tests.redis_helpers import (
     RedisServer,
     free_port,
+    redis_state,
     with_redis,
-)  # noqa: F401 (fixtures)
+)
 
 
 def engines(tmp_path, url: str, hash_bits: int = 16) -> tuple[Engine, Engine]:
@@ -49,7 +50,7 @@ def test_redis_scores_equal_embedded_scores_on_corpus_mail(tmp_path, redis_url):
         assert worst == 0.0  # the same function over the same integers: not merely close
         explained = [engine.explain(rows[-1][1].read_bytes(), limit=10) for engine in (local, shared)]
         assert explained[0] == explained[1]
-        assert shared.model.state_equals(local.model)
+        assert shared.model.state_equals(h.local_model(local))
         assert shared.stats()["trained_spam"] == local.stats()["trained_spam"] > 100
     finally:
         local.close()
@@ -66,14 +67,14 @@ def test_export_and_import_between_the_stores_both_ways(tmp_path, redis_url):
             )
         # embedded -> Redis
         shared.import_snapshot(local.export_snapshot(), "local export")
-        assert shared.model.state_equals(local.model)
+        assert shared.model.state_equals(h.local_model(local))
         assert shared.trainer.ledger.as_dict() == local.trainer.ledger.as_dict()
         assert (
             shared.train(h.numbered_message(4, "cheap pills"), Label.SPAM, "test") == "skipped_repeat"
         )  # now a person's
         assert shared.train(h.numbered_message(4, "cheap pills"), Label.HAM, "autolearn", user=False) == "declined"
         # Entries trained after the import are the newest: the cap trims imported ones first.
-        order = shared.store.state.client.zrange(shared.store.state.order, 0, -1)
+        order = redis_state(shared).client.zrange(redis_state(shared).order, 0, -1)
         assert order[-1] == shared.classifier.analyze(h.numbered_message(4, "cheap pills")).key
         assert order[:-1] == [k for k in local.trainer.ledger.as_dict() if k != order[-1]]
         # Redis -> embedded, after a correction made in Redis
@@ -81,12 +82,12 @@ def test_export_and_import_between_the_stores_both_ways(tmp_path, redis_url):
         local.train(h.numbered_message(4, "cheap pills"), Label.SPAM, "test")
         local.train(h.numbered_message(2, "cheap pills"), Label.HAM, "test")
         exported = decode_snapshot(shared.export_snapshot(), local.config.model, 1000, "redis export")
-        assert exported.model.state_equals(local.model)
+        assert exported.model.state_equals(h.local_model(local))
         assert exported.ledger.as_dict() == local.trainer.ledger.as_dict()
         fresh = Engine.open(h.small_config(tmp_path / "fresh", hash_bits=16), durable=False)
         try:
             fresh.import_snapshot(shared.export_snapshot(), "redis export")
-            assert fresh.model.state_equals(local.model)
+            assert fresh.model.state_equals(h.local_model(local))
         finally:
             fresh.close()
     finally:
@@ -208,7 +209,7 @@ def test_score_is_one_round_trip(tmp_path, redis_url):
     """One read-only script call per message scored (its HMGETs inside), whatever the message's length."""
     local, shared = engines(tmp_path, redis_url)
     try:
-        state = shared.store.state
+        state = redis_state(shared)
         client = state.client
         # On a cluster: the node that holds the model's slot.
         node = {"target_nodes": client.get_node_from_key(state.totals)} if state.cluster else {}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import subprocess
+from typing import Any
 
 import pytest
 
@@ -25,13 +26,16 @@ from tests.daemon_helpers import wait_until_sync
 from tests.redis_helpers import (
     REDIS_CLI,
     RedisClusterServers,
+    RedisServer,
+    redis_state,
+    redis_users,
     with_redis,
-)  # noqa: F401 (fixtures)
+)
 
 TOPICS = ["weekly offer from the shop", "cheap pills online now", "minutes of the meeting", "your parcel is waiting"]
 
 
-def users_config(tmp_path, name: str, url: str | None = None, **users: object):
+def users_config(tmp_path, name: str, url: str | None = None, **users: Any):
     config = h.small_config(tmp_path / name, hash_bits=12)
     config = dataclasses.replace(
         config, users=dataclasses.replace(UsersConfig(score_per_user=True, token_moves=True), **users)
@@ -43,7 +47,7 @@ def message(i: int) -> bytes:
     return h.numbered_message(i, TOPICS[i % len(TOPICS)])
 
 
-def both(tmp_path, url: str, **users: object) -> tuple[Engine, Engine]:
+def both(tmp_path, url: str, **users: Any) -> tuple[Engine, Engine]:
     local = Engine.open(users_config(tmp_path, "local", **users), durable=False)
     shared = Engine.open(users_config(tmp_path, "redis", url, **users))
     return local, shared
@@ -51,7 +55,7 @@ def both(tmp_path, url: str, **users: object) -> tuple[Engine, Engine]:
 
 def user_counts(engine: Engine, name: str) -> dict[str, int]:
     """A user's layer totals as Redis holds them."""
-    state = engine.store.state
+    state = redis_state(engine)
     totals = state.client.hgetall(user_keys(state.config.redis.prefix, name)[2])
     return {k.decode(): int(v) for k, v in totals.items() if k != b"trained_at"}
 
@@ -71,10 +75,10 @@ def test_redis_user_layers_and_scores_equal_the_embedded_stores_after_the_same_t
                 label, person = rng.choice([Label.HAM, Label.SPAM]), op < 0.85
                 outcomes = [e.train(raw, label, "test", user=person, user_name=user) for e in (local, shared)]
                 assert outcomes[0] == outcomes[1]
-        assert shared.model.state_equals(local.model)
+        assert shared.model.state_equals(h.local_model(local))
         assert shared.trainer.ledger.as_dict() == local.trainer.ledger.as_dict()
-        layers = shared.users.load()
-        assert layers.equals(local.users) and sorted(layers.layers) == sorted(shared.users.names())
+        layers = redis_users(shared).load()
+        assert layers.equals(h.local_users(local)) and sorted(layers.layers) == sorted(redis_users(shared).names())
         if "max_tokens" in bounds:
             # trimmed by the same rule: past the cap of 40, down to 1/TRIM_SLACK below it
             assert 40 - 40 // TRIM_SLACK <= max(len(layer) for layer in layers.layers.values()) <= 40
@@ -106,7 +110,7 @@ def test_each_user_and_message_counts_once_and_a_correction_moves_shared_and_use
         assert shared.train(raw, Label.SPAM, "test", user_name="alice") == "skipped_repeat"
         assert list(shared.model.doc_totals) == [0, 1]
         assert user_counts(shared, "alice")["docs:1"] == 1
-        assert not shared.store.state.client.exists(user_keys("spamd:", "alice")[3])  # no :rank below max_tokens
+        assert not redis_state(shared).client.exists(user_keys("spamd:", "alice")[3])  # no :rank below max_tokens
         assert shared.train(raw, Label.HAM, "test", user_name="alice") == "corrected"
         assert shared.train(raw, Label.HAM, "test", user_name="alice") == "skipped_repeat"
         assert list(shared.model.doc_totals) == [1, 0]
@@ -119,7 +123,7 @@ def test_each_user_and_message_counts_once_and_a_correction_moves_shared_and_use
         assert user_counts(shared, "alice")["docs:0"] == 1
         assert shared.untrain(raw, "test", user_name="alice") == "unlearned"
         assert shared.untrain(raw, "test", user_name="alice") == "not_trained"
-        assert user_counts(shared, "alice") == {} and shared.users.names() == ["bob"]  # nothing left: no layer
+        assert user_counts(shared, "alice") == {} and redis_users(shared).names() == ["bob"]  # nothing left: no layer
         assert list(shared.model.doc_totals) == [0, 1]
     finally:
         shared.close()
@@ -153,9 +157,9 @@ def test_max_users_deletes_the_least_recently_trained_users_layer_in_redis_as_th
         for i, user in enumerate(["alice", "bob", "carol", "bob", "dave"]):
             for engine in (local, shared):
                 engine.train(message(i), Label.SPAM if i % 2 else Label.HAM, "test", user_name=user)
-        assert sorted(local.users.layers) == shared.users.names() == ["bob", "dave"]
-        assert shared.users.load().equals(local.users)
-        state = shared.store.state
+        assert sorted(h.local_users(local).layers) == redis_users(shared).names() == ["bob", "dave"]
+        assert redis_users(shared).load().equals(h.local_users(local))
+        state = redis_state(shared)
         for gone in ("alice", "carol"):
             assert not any(state.client.exists(key) for key in user_keys("spamd:", gone))
         assert shared.stats()["users"] == 2 and shared.users.expired == 2
@@ -171,8 +175,11 @@ def test_export_and_import_carry_the_users_layers_between_the_stores(tmp_path, r
             local.train(message(i), Label.SPAM if i % 3 else Label.HAM, "test", user_name=["alice", "bob", None][i % 3])
         shared.train(message(30), Label.SPAM, "test", user_name="zed")  # replaced by the import: zed's layer goes
         shared.import_snapshot(local.export_snapshot(), "local export")
-        assert not any(shared.store.state.client.exists(key) for key in user_keys("spamd:", "zed"))
-        assert shared.users.load().equals(local.users) and shared.users.names() == ["alice", "bob"]
+        assert not any(redis_state(shared).client.exists(key) for key in user_keys("spamd:", "zed"))
+        assert redis_users(shared).load().equals(h.local_users(local)) and redis_users(shared).names() == [
+            "alice",
+            "bob",
+        ]
         for i in range(12):
             for user in ("alice", "bob"):
                 assert (
@@ -182,9 +189,9 @@ def test_export_and_import_carry_the_users_layers_between_the_stores(tmp_path, r
         # A correction after the import moves the imported layer (unlearned from the model's ledger entry).
         for engine in (local, shared):
             assert engine.train(message(1), Label.HAM, "test", user_name="bob") == "corrected"
-        assert shared.users.load().equals(local.users)
+        assert redis_users(shared).load().equals(h.local_users(local))
         back = decode_snapshot(shared.export_snapshot(), local.config.model, 1000, "redis export", local.config.users)
-        assert back.users.equals(local.users) and back.model.state_equals(local.model)
+        assert back.users.equals(h.local_users(local)) and back.model.state_equals(h.local_model(local))
     finally:
         local.close()
         shared.close()
@@ -226,7 +233,7 @@ def test_spamctl_trains_lists_and_scores_users_with_the_model_in_redis(redis_url
 # ---------------------------------------------------------------- a user's node down (cluster)
 
 
-def slot_owner(servers: RedisClusterServers, key: str) -> tuple[int, object]:
+def slot_owner(servers: RedisClusterServers, key: str) -> tuple[int, RedisServer]:
     """CLUSTER KEYSLOT of `key` and the master that holds it."""
     slot = int(subprocess.run([REDIS_CLI, "-p", str(servers.nodes[0].port), "CLUSTER", "KEYSLOT", key],
                               capture_output=True, text=True, timeout=10, check=True).stdout)  # fmt: skip
@@ -294,8 +301,8 @@ def test_cluster_user_node_down_fails_that_users_requests_only_and_the_retried_t
         assert shared.train(message(7), Label.SPAM, "test", user_name=victim) == "skipped_repeat"
         for raw, label, user in [*acknowledged, (message(7), Label.SPAM, victim)]:
             local.train(raw, label, "test", user_name=user)
-        assert shared.model.state_equals(local.model)
-        assert shared.users.load().equals(local.users)
+        assert shared.model.state_equals(h.local_model(local))
+        assert redis_users(shared).load().equals(h.local_users(local))
         for user in (victim, other):
             assert (
                 abs(
@@ -321,10 +328,10 @@ def test_cluster_user_node_down_fails_that_users_requests_only_and_the_retried_t
 
         wait_until_sync(untrained, timeout=30, interval=0.5)
         local.untrain(message(0), "test", user_name=victim)
-        assert shared.model.state_equals(local.model)
-        assert shared.users.load().equals(local.users)
+        assert shared.model.state_equals(h.local_model(local))
+        assert redis_users(shared).load().equals(h.local_users(local))
         assert shared.trainer.ledger.as_dict() == local.trainer.ledger.as_dict()
-        state = shared.store.state
+        state = redis_state(shared)
         assert all(int(v) < 4 for v in state.client.hvals(state.ledger))  # nothing left pending
     finally:
         for engine in (local, shared):

@@ -13,7 +13,7 @@ import pytest
 
 from spamd.runtime.scheduling import background_executor, threads_started_here_yield_to_the_loop
 from tests.core_helpers import PLAIN
-from tests.daemon_helpers import daemon_config, files, running, send, wait_until
+from tests.daemon_helpers import daemon_config, files, running, send, smtp_port, wait_until
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="no SCHED_BATCH on this system")
 
@@ -52,9 +52,10 @@ async def test_in_a_running_daemon_only_the_loop_is_an_ordinary_task(tmp_path: P
     already = {t.native_id for t in threading.enumerate()}
     config = daemon_config(tmp_path, parser={"processes": 1})
     async with running(config) as daemon:
-        assert daemon.analyzers is not None
-        await wait_until(lambda: all(h.ready for h in daemon.analyzers.helpers), timeout=30)
-        port = daemon.server.sockets[0].getsockname()[1]
+        analyzers = daemon.analyzers
+        assert analyzers is not None
+        await wait_until(lambda: all(h.ready for h in analyzers.helpers), timeout=30)
+        port = smtp_port(daemon)
         assert await asyncio.to_thread(send, port, PLAIN) == {}
         assert len(files(tmp_path / "Maildir" / "new")) == 1
 
@@ -63,7 +64,7 @@ async def test_in_a_running_daemon_only_the_loop_is_an_ordinary_task(tmp_path: P
         assert len(started) >= 4, [t.name for t in started]
         assert {t.name: policy(t) for t in started} == {t.name: os.SCHED_BATCH for t in started}
         assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the loop's own thread
-        assert {os.sched_getscheduler(h.process.pid) for h in daemon.analyzers.helpers} == {os.SCHED_BATCH}
+        assert {os.sched_getscheduler(h.process.pid) for h in analyzers.helpers} == {os.SCHED_BATCH}
 
 
 def test_a_real_time_loop_thread_gets_its_policy_and_priority_back() -> None:

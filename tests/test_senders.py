@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -125,7 +126,7 @@ def test_off_bounded_and_round_trips():
 # ---------------------------------------------------------------- through the Engine
 
 
-def engine_config(tmp_path: Path, **users: object) -> Config:
+def engine_config(tmp_path: Path, **users: Any) -> Config:
     return Config(
         data_dir=tmp_path, model=ModelConfig(hash_bits=14), store=StoreConfig(snapshot_interval_s=3600.0),
         users=UsersConfig(**users),

@@ -28,13 +28,16 @@ from tests.daemon_helpers import (
     DaemonProcess,
     daemon_config,
     drop,
+    engine_of,
     folder_files,
     imap_move,
     make_message,
     running,
     set_flags,
+    smtp_port,
     wait_until,
     wait_until_sync,
+    watcher_of,
     write_config,
 )
 from tests.redis_helpers import with_redis
@@ -146,7 +149,7 @@ def test_the_queue_pops_only_what_is_due_and_a_tick_costs_nothing_more():
     for i in range(10_000):
         queue.push(1000.0 + i, mailbox_a, f"cur/{i}:2,S")  # type: ignore[arg-type]
     queue.push(5.0, mailbox_b, ".Junk/new/x")  # type: ignore[arg-type]
-    queue.push(5.0, mailbox_a, ".Junk/new/x")  # type: ignore[arg-type]  (same path, other Maildir)
+    queue.push(5.0, mailbox_a, ".Junk/new/x")  # type: ignore[arg-type]  # same path, other Maildir
     started = time.perf_counter()
     for _ in range(1000):
         assert queue.pop_due(4.0, 64) == []
@@ -319,6 +322,7 @@ async def test_a_persons_later_move_corrects_settled_mail_exactly_once(tmp_path)
         # The Trainer declines settled learning over a person's decision (autolearn's rule).
         from spamd.learning.outcomes import Outcome
 
+        assert daemon.scorer is not None
         assert daemon.scorer.learn(in_junk.read_bytes(), Label.HAM, "settled", user=False) == Outcome.DECLINED
 
 
@@ -357,9 +361,9 @@ async def test_smtp_deliveries_into_junk_settle_without_the_loop_seeing_their_ev
     async with running(settle_config(tmp_path), clock=clock) as daemon:
         train(daemon)
         for n in range(3):
-            assert await asyncio.to_thread(send, daemon.smtp_address[1], make_message(Label.SPAM, n, seed=5)) == {}
+            assert await asyncio.to_thread(send, smtp_port(daemon), make_message(Label.SPAM, n, seed=5)) == {}
         assert len(folder_files(maildir, JUNK)) == 3
-        assert len(daemon.watcher.settler.queue) == 3  # queued at delivery, due settle_after from then
+        assert len(watcher_of(daemon).settler.queue) == 3  # queued at delivery, due settle_after from then
         clock.advance(2 * SETTLE_S)
         await settle(daemon)
         assert trained(daemon) == (23, 20)
@@ -393,17 +397,17 @@ async def test_restarts_learn_nothing_twice_and_catch_up_what_became_due_while_d
         assert trained(daemon) == (3, 2)
         assert events(daemon) == {"settled:learned": 3}
     async with running(config, clock=clock) as daemon:
-        assert len(daemon.watcher.settler.queue) == 0  # everything there has settled: nothing queued, nothing read
+        assert len(watcher_of(daemon).settler.queue) == 0  # everything there has settled: nothing queued, nothing read
         clock.advance(SETTLE_S * 10)
         await settle(daemon)
         assert trained(daemon) == (3, 2) and events(daemon) == {}
-        assert daemon.watcher.files_read == 0
+        assert watcher_of(daemon).files_read == 0
     # The index lost (a crash before it was saved, say): the ledger knows them all; no training.
     (tmp_path / "maildir-index.msgpack").unlink()
     async with running(config, clock=clock) as daemon:
         await settle(daemon)
         assert trained(daemon) == (3, 2) and events(daemon) == {}
-        assert daemon.watcher.settler.counts["known"] == 5 and "learned" not in daemon.watcher.settler.counts
+        assert watcher_of(daemon).settler.counts["known"] == 5 and "learned" not in watcher_of(daemon).settler.counts
         assert len(daemon.mailboxes[0].index.settled) == 5
 
 
@@ -429,7 +433,7 @@ async def test_first_start_over_existing_maildirs_trains_the_model(tmp_path):
     async with running(config) as daemon:
         await wait_until(lambda: trained(daemon) == (15, 15))
         assert events(daemon) == {"settled:learned": 30}
-        verdicts = [daemon.engine.classify(make_message(label, 100 + n, seed=3)).score.verdict.value
+        verdicts = [engine_of(daemon).classify(make_message(label, 100 + n, seed=3)).score.verdict.value
                     for label in (Label.HAM, Label.SPAM) for n in range(5)]  # fmt: skip
         assert verdicts == ["ham"] * 5 + ["spam"] * 5
 
@@ -445,7 +449,7 @@ async def test_first_start_leaves_the_history_the_model_already_files_right_by_t
         counted = events(daemon)
         assert set(counted) == {"settled:learned", "settled:skipped_confident"}, counted
         assert sum(trained(daemon)) == counted["settled:learned"] < 60
-        verdicts = [daemon.engine.classify(make_message(label, 100 + n, seed=3)).score.verdict.value
+        verdicts = [engine_of(daemon).classify(make_message(label, 100 + n, seed=3)).score.verdict.value
                     for label in (Label.HAM, Label.SPAM) for n in range(5)]  # fmt: skip
         assert verdicts == ["ham"] * 5 + ["spam"] * 5
 
@@ -471,7 +475,7 @@ async def test_settled_learning_with_the_model_in_redis(tmp_path, redis_url):
         clock.advance(SETTLE_S * 10)
         await settle(daemon)
         assert trained(daemon) == (2, 0) and events(daemon) == {}
-        assert daemon.watcher.settler.counts["known"] == 2
+        assert watcher_of(daemon).settler.counts["known"] == 2
 
 
 @in_process
@@ -491,7 +495,7 @@ async def test_a_reload_turns_settled_learning_on_and_off(tmp_path):
         put(maildir, SPAM_VERDICT + make_message(Label.SPAM, 1), folder=JUNK, age_s=3 * SETTLE_S)
         await handled(daemon, 2)
         await settle(daemon)
-        assert trained(daemon) == (0, 0) and len(daemon.watcher.settler.queue) == 0  # off: nothing queued
+        assert trained(daemon) == (0, 0) and len(watcher_of(daemon).settler.queue) == 0  # off: nothing queued
 
         config_file.write_text(config_file.read_text().replace("settle_after = 0\n", f"settle_after = {SETTLE_S}\n"))
         reloaded = await daemon.reload()
@@ -504,7 +508,7 @@ async def test_a_reload_turns_settled_learning_on_and_off(tmp_path):
         await handled(daemon, 3)
         clock.advance(SETTLE_S * 10)
         await settle(daemon)
-        assert trained(daemon) == (1, 1) and len(daemon.watcher.settler.queue) == 0
+        assert trained(daemon) == (1, 1) and len(watcher_of(daemon).settler.queue) == 0
     finally:
         daemon.request_exit()
         await daemon.shutdown()

@@ -11,7 +11,18 @@ import pytest
 from aiosmtpd.smtp import SMTP
 
 from spamd.model.bayes import Label
-from tests.daemon_helpers import crlf, daemon_config, files, make_message, running, send, train, wait_until
+from tests.daemon_helpers import (
+    crlf,
+    daemon_config,
+    engine_of,
+    files,
+    make_message,
+    running,
+    send,
+    train,
+    wait_until,
+    watcher_of,
+)
 
 pytestmark = pytest.mark.asyncio
 
@@ -45,8 +56,8 @@ async def test_verdict_decides_the_folder(tmp_path):
         assert b"X-Spam-Flag: YES" in junk.read_bytes()
         assert inbox.read_bytes().startswith(b"X-Spam-Status: No, score=")
         # spamd's own filing into Junk is not a training event
-        await daemon.watcher.drained()
-        assert daemon.engine.stats()["trained_spam"] == 20
+        await watcher_of(daemon).drained()
+        assert engine_of(daemon).stats()["trained_spam"] == 20
 
 
 async def test_headers_from_an_earlier_run_are_replaced(tmp_path):
@@ -110,6 +121,7 @@ async def test_disk_failure_answers_4xx_and_nothing_is_half_written(tmp_path):
 
 async def test_own_failure_answers_451_without_internals(tmp_path):
     async with running(daemon_config(tmp_path)) as daemon:
+        assert daemon.smtp is not None
         status = await daemon.smtp.handle_exception(RuntimeError("secret internals"))
         assert status.startswith("451 4.3.0") and "secret" not in status
 
@@ -167,7 +179,7 @@ class Sink:
         return self.answer
 
 
-async def start_sink(sink: Sink, port: int = 0) -> asyncio.AbstractServer:
+async def start_sink(sink: Sink, port: int = 0) -> asyncio.Server:
     loop = asyncio.get_running_loop()
     return await loop.create_server(lambda: SMTP(sink, hostname="nexthop", loop=loop), "127.0.0.1", port)
 
@@ -249,7 +261,7 @@ async def test_config_limits_apply_to_new_sessions_after_reload(tmp_path):
         assert changes["applied"]["model.spam_threshold"][1] == 0.9
         assert changes["applied"]["maildir.fsync"] == [False, True]
         assert changes["needs_restart"] == ["smtp.port"]
-        assert daemon.config.smtp.port == 0 and daemon.engine.model.config.spam_threshold == 0.9
+        assert daemon.config.smtp.port == 0 and engine_of(daemon).model.config.spam_threshold == 0.9
         refused = await asyncio.to_thread(send, port, make_message(Label.HAM, 2), ["a@x.org", "b@x.org"])
         assert refused == {}
         await wait_until(lambda: daemon.stats()["daemon"]["smtp_sessions"] == 0, timeout=5)

@@ -36,7 +36,7 @@ from spamd.frontends.spamc.answers import sa_score, shown_score, symbol_name
 from spamd.frontends.spamc.protocol import Ex, Request, RequestParser, SpamcRequestError
 from spamd.model.bayes import Label, Score, Verdict
 from tests.attack_helpers import RawClient, WellBehaved, tagged_message
-from tests.daemon_helpers import daemon_config, make_message, running, train, wait_until_sync
+from tests.daemon_helpers import daemon_config, engine_of, make_message, running, spamc_port, train, wait_until_sync
 from tests.spamc_helpers import (
     SpamcDaemon,
     exim_parse,
@@ -424,7 +424,7 @@ def test_peers_outside_the_allow_list_are_refused_and_the_listener_is_off_by_def
     async def scenario() -> None:
         config = daemon_config(tmp_path / "a", smtp=dict(allowed_peers=("::1",)), spamc=dict(listen="127.0.0.1:0"))
         async with running(config) as daemon:
-            port = daemon.spamc.address[1]
+            port = spamc_port(daemon)
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.write(request("PING", version="1.5"))
             assert (
@@ -456,7 +456,7 @@ def test_a_reload_applies_spamc_settings_to_the_next_connection(tmp_path):
         daemon = Daemon(path, data_dir=tmp_path / "data", smtp_listen="127.0.0.1:0", install_signals=False)
         try:
             await daemon.startup()
-            port = daemon.spamc.address[1]
+            port = spamc_port(daemon)
             tell = request("TELL", make_message(Label.SPAM, 800), headers={"Message-class": "spam", "Set": "local"})
             assert (await exchange_async(port, tell)).startswith(b"SPAMD/1.0 69 ")
             path.write_text(
@@ -508,7 +508,7 @@ def test_aiospamc_every_command(tmp_path):
         config = daemon_config(tmp_path, spamc=dict(listen="127.0.0.1:0", allow_tell=True))
         async with running(config) as daemon:
             train(daemon)
-            where = {"host": "127.0.0.1", "port": daemon.spamc.address[1]}
+            where = {"host": "127.0.0.1", "port": spamc_port(daemon)}
             spam, ham = make_message(Label.SPAM, 600), make_message(Label.HAM, 600)
             assert (await aiospamc.ping(**where)).message == "PONG"
             for compress in (False, True):
@@ -534,10 +534,10 @@ def test_aiospamc_every_command(tmp_path):
             assert "DidSet" not in again.headers
             corrected = await aiospamc.tell(fresh, "ham", set_action="local", compress=True, **where)
             assert corrected.headers["DidSet"].action.local
-            assert daemon.engine.trainer.label_of(daemon.engine.classifier.analyze(fresh).key) is Label.HAM
+            assert engine_of(daemon).trainer.label_of(engine_of(daemon).classifier.analyze(fresh).key) is Label.HAM
             forgotten = await aiospamc.tell(fresh, "ham", remove_action="local", **where)
             assert forgotten.headers["DidRemove"].action.local
-            assert daemon.engine.trainer.label_of(daemon.engine.classifier.analyze(fresh).key) is None
+            assert engine_of(daemon).trainer.label_of(engine_of(daemon).classifier.analyze(fresh).key) is None
             with pytest.raises(ProtocolException):
                 await aiospamc.tell(fresh, "spam", set_action="local", remove_action="local", **where)
 

@@ -121,7 +121,7 @@ def test_snapshot_through_the_store_round_trips(tmp_path):
     for i in range(30):
         engine.train(h.numbered_message(i), Label(i % 2), "test", user=bool(i % 3))
     path = engine.snapshot()
-    model, ledger, seq = engine.model, engine.trainer.ledger, engine.trainer.seq
+    model, ledger, seq = h.local_model(engine), h.local_ledger(engine), engine.trainer.seq
     engine.close()
     assert path.name == f"snapshot-{seq:012d}.spamd"
     store = Store(config.state_dir, config.model, config.store)
@@ -274,7 +274,7 @@ def damage(path: Path, how: str) -> None:
 @pytest.mark.parametrize("how", ["flip", "truncate", "empty"])
 def test_damaged_newest_snapshot_falls_back_to_older_plus_journal(tmp_path, how):
     config, engine = trained_engine(tmp_path, snapshots=2)
-    expected_model, expected_ledger, seq = engine.model, engine.trainer.ledger, engine.trainer.seq
+    expected_model, expected_ledger, seq = h.local_model(engine), h.local_ledger(engine), engine.trainer.seq
     engine.close()
     snaps = sorted(config.state_dir.glob("snapshot-*.spamd"))
     assert len(snaps) == 2
@@ -282,7 +282,7 @@ def test_damaged_newest_snapshot_falls_back_to_older_plus_journal(tmp_path, how)
     engine = Engine.open(config)
     try:
         assert engine.model.state_equals(expected_model)
-        assert engine.trainer.ledger.equals(expected_ledger)
+        assert h.local_ledger(engine).equals(expected_ledger)
         assert engine.trainer.seq == seq
         assert engine.recovery.snapshot == str(snaps[0])
         assert engine.recovery.replayed == 16
@@ -379,6 +379,7 @@ def test_lock_held_by_another_process(tmp_path):
         text=True,
     )
     try:
+        assert holder.stdout is not None  # stdout=PIPE
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(StateLockedError, match=str(state_dir)):
             Engine.open(h.small_config(tmp_path))
@@ -404,15 +405,17 @@ def test_journal_append_on_a_full_disk(tmp_path):
     for i in range(5):
         engine.train(h.numbered_message(i), Label(i % 2), "test")
     before = MultinomialNB(config.model)
-    apply_all = engine.model
+    apply_all = h.local_model(engine)
     before.counts[:] = apply_all.counts
     before.token_totals[:] = apply_all.token_totals
     before.doc_totals[:] = apply_all.doc_totals
     before.distinct = apply_all.distinct
-    journal = engine.store.journal_path.read_bytes()
+    store = engine.store
+    assert isinstance(store, Store) and store.journal_path is not None and store._journal_fd is not None
+    journal = store.journal_path.read_bytes()
     full = os.open("/dev/full", os.O_WRONLY)
     try:
-        os.dup2(full, engine.store._journal_fd)
+        os.dup2(full, store._journal_fd)
     finally:
         os.close(full)
     with pytest.raises(StoreError, match="disk full.*nothing was learned"):
@@ -420,7 +423,7 @@ def test_journal_append_on_a_full_disk(tmp_path):
     assert engine.model.state_equals(before) and engine.trainer.seq == 5
     assert engine.trainer.label_of(engine.classifier.analyze(h.numbered_message(99)).key) is None
     engine.close()
-    assert engine.store.journal_path.read_bytes() == journal
+    assert store.journal_path.read_bytes() == journal
     engine = Engine.open(config)
     engine.close()
     assert engine.model.state_equals(before) and engine.recovery.problems == []

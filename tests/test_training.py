@@ -135,7 +135,7 @@ def test_the_user_flag_and_labels_survive_a_restart(tmp_path):
     engine.train(MESSAGES[0], Label.SPAM, "autolearn", user=False)
     engine.train(MESSAGES[0], Label.SPAM, "move", user=True)  # only the flag changes
     engine.train(MESSAGES[1], Label.HAM, "move")
-    model = engine.model
+    model = h.local_model(engine)
     engine.close()
     engine = Engine.open(config)  # replays the journal, flag-only record included
     try:
@@ -231,11 +231,11 @@ def test_engine_history_replays_to_the_same_state(tmp_path):
     for i, label in [(0, "spam"), (1, "ham"), (0, "ham"), (2, "spam"), (1, "ham"), (2, "ham"), (0, "spam")]:
         engine.train(MESSAGES[i], Label.parse(label), "test")
     engine.untrain(MESSAGES[2], "test")
-    model, ledger = engine.model, engine.trainer.ledger
+    model, ledger = h.local_model(engine), h.local_ledger(engine)
     engine.close()
     engine = Engine.open(config)
     engine.close()
-    assert engine.model.state_equals(model) and engine.trainer.ledger.equals(ledger)
+    assert engine.model.state_equals(model) and h.local_ledger(engine).equals(ledger)
     assert engine.model.state_equals(direct({0: Label.SPAM, 1: Label.HAM}))
 
 

@@ -83,8 +83,10 @@ def test_a_correction_moves_shared_and_layer_once_and_a_repeat_nothing():
     assert t.train(a, Label.SPAM, "test", user_name="alice") is Outcome.REPEAT
     assert t.train(a, Label.HAM, "test", user_name="alice") is Outcome.CORRECTED
     assert t.model.doc_totals.tolist() == [2, 0]
-    assert t.users.get("alice").doc_totals.tolist() == [1, 0]
-    assert t.users.get("bob").doc_totals.tolist() == [1, 0]
+    alice, bob = t.users.get("alice"), t.users.get("bob")
+    assert alice is not None and bob is not None
+    assert alice.doc_totals.tolist() == [1, 0]
+    assert bob.doc_totals.tolist() == [1, 0]
     assert user_ledger_key(None, a.key) == a.key and user_ledger_key("alice", a.key) != a.key
 
 
@@ -154,16 +156,17 @@ def test_layers_survive_snapshot_restart_and_journal_replay_and_old_records_load
     for i in range(6, 9):
         engine.trainer.train(analyzed(i), Label(i % 2), "test", user_name="bob")  # journal only
     engine.trainer.train(analyzed(50), Label.SPAM, "test")  # a training with no user
-    before = {name: (layer.ids.copy(), layer.counts.copy()) for name, layer in engine.users.layers.items()}
-    counts = engine.model.counts.copy()
+    before = {name: (layer.ids.copy(), layer.counts.copy()) for name, layer in h.local_users(engine).layers.items()}
+    counts = h.local_model(engine).counts.copy()
     engine.close()
     reopened = Engine.open(config, durable=False)
     try:
-        assert np.array_equal(reopened.model.counts, counts)
-        assert set(reopened.users.layers) == {"alice", "bob"}
+        layers = h.local_users(reopened).layers
+        assert np.array_equal(h.local_model(reopened).counts, counts)
+        assert set(layers) == {"alice", "bob"}
         for name, (ids, c) in before.items():
-            assert np.array_equal(reopened.users.layers[name].ids, ids)
-            assert np.array_equal(reopened.users.layers[name].counts, c)
+            assert np.array_equal(layers[name].ids, ids)
+            assert np.array_equal(layers[name].counts, c)
         assert reopened.trainer.label_of(analyzed(7).key, "bob") == Label.SPAM
     finally:
         reopened.close()
@@ -177,7 +180,8 @@ def test_layers_are_bounded_by_tokens_and_users():
     t = Trainer(MultinomialNB(MODEL), Ledger(10_000), None, users=UserLayers(UsersConfig(max_tokens=20, max_users=2)))
     for i in range(5):
         t.train(analyzed(i), Label.SPAM, "test", user_name="alice")
-    assert len(t.users.get("alice")) <= 20
+    alice = t.users.get("alice")
+    assert alice is not None and len(alice) <= 20
     t.train(analyzed(10), Label.HAM, "test", user_name="bob")
     t.train(analyzed(11), Label.HAM, "test", user_name="carol")
     assert set(t.users.layers) == {"bob", "carol"}  # alice trained least recently
@@ -209,7 +213,9 @@ def test_layers_score_only_when_score_per_user_is_on_and_are_kept_either_way(tmp
                 engine.train(
                     h.numbered_message(200 + i, "minutes of the meeting"), Label.HAM, "test", user_name="alice"
                 )
-            assert engine.users.for_scoring("alice", config.model)[0] is not None  # the layer is there either way
+            assert (
+                h.local_users(engine).for_scoring("alice", config.model)[0] is not None
+            )  # the layer is there either way
             scores[name] = (engine.classify(probe, user_name="alice").score, engine.classify(probe).score)
         finally:
             engine.close()
@@ -230,7 +236,7 @@ def test_layers_score_only_when_score_per_user_is_on_and_are_kept_either_way(tmp
 )
 def test_a_layer_learns_and_trims_as_a_plain_table_of_counts_does(messages, max_tokens):
     """Counts as a dict of id -> (ham, spam) would hold them; past the cap, the most counted stay (ties: larger id)."""
-    layer, reference = UserLayer(), {}
+    layer, reference = UserLayer(), dict[int, list[int]]()
     for ids, tf, label in ((sorted(i), tf, label) for i, tf, label in messages):
         counts = np.full(len(ids), tf, dtype=np.uint32)
         layer.learn(Features(np.array(ids, dtype=np.uint32), counts), label, max_tokens)

@@ -97,9 +97,11 @@ def test_two_users_opposite_moves_on_one_kind_each_get_their_way(tmp_path, store
                 trained = users(daemon.spamctl)[user]
                 imap_move(path, maildir, JUNK if wants_junk[user] else "")
                 key = "trained_spam" if wants_junk[user] else "trained_ham"
-                wait_until_sync(
-                    lambda user=user, key=key, trained=trained: users(daemon.spamctl)[user][key] > trained[key]
-                )
+
+                def counted(user: str = user, key: str = key, trained: dict = trained) -> bool:
+                    return users(daemon.spamctl)[user][key] > trained[key]
+
+                wait_until_sync(counted)
             if min(their_way_in_a_row.values()) >= 3:
                 break
         assert min(their_way_in_a_row.values()) >= 3, their_way_in_a_row

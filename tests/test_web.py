@@ -30,7 +30,7 @@ from spamd.model.bayes import Label
 from spamd.web.auth import LoginThrottle, hash_password, load_or_create_token, token_path, verify_password
 from spamd.web.history import History, HistorySettings
 from tests.cli_helpers import SPAMCTL, spamctl_env
-from tests.daemon_helpers import daemon_config, make_message, running, send, train, wait_until
+from tests.daemon_helpers import daemon_config, engine_of, make_message, running, send, smtp_port, train, wait_until
 from tests.web_helpers import HOSTILE_SUBJECTS, WebClient, hostile_message, stat_values
 
 
@@ -166,7 +166,7 @@ async def test_hostile_subjects_senders_and_tokens_are_shown_as_text(tmp_path):
     async with running(web_config(tmp_path, show_subjects=True)) as d:
         train(d, 5)
         for n, subject in enumerate(HOSTILE_SUBJECTS):
-            await asyncio.to_thread(send, d.smtp_address[1], hostile_message(n, subject))
+            await asyncio.to_thread(send, smtp_port(d), hostile_message(n, subject))
         await wait_until(lambda: len(d.history) == len(HOSTILE_SUBJECTS))
         async with WebClient(port_of(d)) as web:
             await web.login_with_token(tmp_path)
@@ -329,8 +329,9 @@ def test_the_history_is_bounded_in_entries_and_in_message_bytes():
         history.record(raw, bytes(16), "spam" if i % 3 else "ham", 0.9, "smtp", "alice")
         now[0] += 1.0
     assert len(history) == 100 and history.recorded == 250
-    assert history.newest(1)[0].id == 250 and history.get(150) is None and history.get(151).id == 151
-    assert history.kept_bytes <= 10_000 and all(len(e.raw) <= 600 for e in history.kept)
+    assert history.newest(1)[0].id == 250 and history.get(150) is None and (e151 := history.get(151)) is not None
+    assert e151.id == 151
+    assert history.kept_bytes <= 10_000 and all(e.raw is not None and len(e.raw) <= 600 for e in history.kept)
     kept = [e.id for e in history.ring if e.raw is not None]
     assert kept == [e.id for e in history.kept] and kept[-1] == 250 and kept == list(range(kept[0], 251))
     assert [e.id for e in history.newest(5, before=200)] == [199, 198, 197, 196, 195]
@@ -367,11 +368,11 @@ async def test_each_page_renders_in_under_100_ms_with_100000_verdicts(tmp_path):
         assert len(d.history) == 100_000
         # The fullest overview and accuracy pages: a daemon up for a day with traffic in each of
         # the six hours charted, and live accuracy for each of the 400 days kept.
-        d.engine.started -= 86400
+        engine_of(d).started -= 86400
         minute = int(time.time() // 60)
         d.history.minutes = {m: [m % 50, m % 7, m % 30] for m in range(minute - 400, minute + 1)}
         day = int(time.time() // 86400)
-        d.engine.live.days = {n: Counter({"scored": 1000 + n % 90, "scored:spam": 700, "missed_spam": n % 5, "false_positive": n % 2,
+        engine_of(d).live.days = {n: Counter({"scored": 1000 + n % 90, "scored:spam": 700, "missed_spam": n % 5, "false_positive": n % 2,
                                           "unsure_resolved_ham": n % 3, "agreed": 9, "trained:spam": 4})
                               for n in range(day - 399, day + 1)}  # fmt: skip
         entry = d.history.newest(1)[0].id
@@ -397,7 +398,7 @@ async def test_each_page_renders_in_under_100_ms_with_100000_verdicts(tmp_path):
 @pytest.mark.asyncio
 async def test_no_console_and_no_history_unless_asked_for(tmp_path):
     async with running(daemon_config(tmp_path, parser={"processes": 0}, maildir={"delivery_processes": 0})) as d:
-        assert d.web_server is None and d.history is None and d.scorer.history is None
+        assert d.web_server is None and d.history is None and d.scorer is not None and d.scorer.history is None
         assert d.stats()["daemon"]["web_listen"] is None
         assert not token_path(tmp_path).exists()
 

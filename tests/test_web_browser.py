@@ -18,6 +18,7 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -26,6 +27,9 @@ from spamd.web.auth import load_or_create_token
 from tests.cli_helpers import SPAMCTL, spamctl_env
 from tests.daemon_helpers import DaemonProcess, make_message, send, wait_until_sync, write_config
 from tests.web_helpers import HOSTILE_SUBJECTS, hostile_message
+
+if TYPE_CHECKING:
+    from selenium.webdriver import Chrome
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -51,7 +55,7 @@ def needs_browser(console: Console | None) -> Console:
 @dataclass
 class Console:
     daemon: DaemonProcess
-    driver: object  # selenium.webdriver.Chrome
+    driver: Chrome
     base: str
     smtp_port: int
     data: Path
@@ -65,11 +69,11 @@ class Console:
         return done
 
     def get(self, path: str) -> None:
-        self.driver.get(self.base + path)  # type: ignore[attr-defined]
+        self.driver.get(self.base + path)
 
     def shot(self, name: str) -> Path:
         path = self.shots / f"{name}.png"
-        self.driver.save_screenshot(str(path))  # type: ignore[attr-defined]
+        self.driver.save_screenshot(str(path))
         return path
 
 
@@ -131,8 +135,8 @@ def click_and_wait(c: Console, css: str) -> None:
     # A mark on the old document's window: gone once the next page has replaced it. (Waiting for
     # the old <html> element to go stale raced with Chromium, which sometimes answered the check
     # mid-navigation with "Node with given id does not belong to the document".)
-    c.driver.execute_script("window.spamdOldPage = true")  # type: ignore[attr-defined]
-    c.driver.find_element(*by(css)).click()  # type: ignore[attr-defined]
+    c.driver.execute_script("window.spamdOldPage = true")
+    c.driver.find_element(*by(css)).click()
     WebDriverWait(c.driver, 30, ignored_exceptions=(WebDriverException,)).until(
         lambda d: d.execute_script("return window.spamdOldPage === undefined && document.readyState === 'complete'")
     )
@@ -140,7 +144,7 @@ def click_and_wait(c: Console, css: str) -> None:
 
 def log_in(c: Console, secret: str) -> None:
     c.get("/login")
-    field = c.driver.find_element(*by("#secret"))  # type: ignore[attr-defined]
+    field = c.driver.find_element(*by("#secret"))
     field.clear()
     field.send_keys(secret)
     click_and_wait(c, "#login")
@@ -148,15 +152,17 @@ def log_in(c: Console, secret: str) -> None:
 
 def logged_in(c: Console) -> None:
     c.get("/")
-    if c.driver.title != "spamd · Overview":  # type: ignore[attr-defined]
+    if c.driver.title != "spamd · Overview":
         log_in(c, load_or_create_token(c.data))
-    assert c.driver.title == "spamd · Overview"  # type: ignore[attr-defined]
+    assert c.driver.title == "spamd · Overview"
 
 
 def shown_stats(c: Console) -> dict[str, int]:
     found = {}
-    for element in c.driver.find_elements(*by("[data-stat]")):  # type: ignore[attr-defined]
-        found[element.get_attribute("data-stat")] = int(element.get_attribute("data-value"))
+    for element in c.driver.find_elements(*by("[data-stat]")):
+        stat, value = element.get_attribute("data-stat"), element.get_attribute("data-value")
+        assert stat is not None and value is not None  # the selector asks for elements that have both
+        found[stat] = int(value)
     return found
 
 
@@ -164,17 +170,17 @@ def no_alert(c: Console) -> None:
     from selenium.common.exceptions import NoAlertPresentException
 
     with pytest.raises(NoAlertPresentException):
-        _ = c.driver.switch_to.alert.text  # type: ignore[attr-defined]  # reading it raises when none is open
+        _ = c.driver.switch_to.alert.text  # reading it raises when none is open
 
 
 def test_browser_refuses_a_wrong_password_then_logs_in_and_the_overview_is_spamctl_stats(console: Console | None):
     c = needs_browser(console)
     log_in(c, "not the token")
-    assert c.driver.title == "spamd · Log in"  # type: ignore[attr-defined]
-    assert "Wrong token or password" in c.driver.find_element(*by("#login-problem")).text  # type: ignore[attr-defined]
+    assert c.driver.title == "spamd · Log in"
+    assert "Wrong token or password" in c.driver.find_element(*by("#login-problem")).text
     c.shot("login")
     c.get("/history")
-    assert c.driver.title == "spamd · Log in"  # type: ignore[attr-defined]  # not logged in: sent to the login page
+    assert c.driver.title == "spamd · Log in"  # not logged in: sent to the login page
 
     for i in range(4):
         send(c.smtp_port, make_message(Label.SPAM if i % 2 else Label.HAM, i))
@@ -200,8 +206,8 @@ def test_browser_refuses_a_wrong_password_then_logs_in_and_the_overview_is_spamc
         },
     }
     assert shown == expected
-    assert c.driver.find_element(*by("#store-health")).text.startswith("embedded: healthy")  # type: ignore[attr-defined]
-    assert c.driver.find_elements(*by("#per-minute svg path"))  # type: ignore[attr-defined]  # the chart drew something
+    assert c.driver.find_element(*by("#store-health")).text.startswith("embedded: healthy")
+    assert c.driver.find_elements(*by("#per-minute svg path"))  # the chart drew something
     c.shot("overview")
 
 
@@ -212,10 +218,10 @@ def test_browser_uploads_a_message_as_spam_and_the_trained_count_grows(console: 
     message = tmp_path / "spam.eml"
     message.write_bytes(make_message(Label.SPAM, 900, seed=9))
     c.get("/train")
-    c.driver.find_element(*by("#message_file")).send_keys(str(message))  # type: ignore[attr-defined]
-    c.driver.find_element(*by("#as-spam")).click()  # type: ignore[attr-defined]
+    c.driver.find_element(*by("#message_file")).send_keys(str(message))
+    c.driver.find_element(*by("#as-spam")).click()
     click_and_wait(c, "#train-submit")
-    outcomes = [e.text for e in c.driver.find_elements(*by("#results .outcome"))]  # type: ignore[attr-defined]
+    outcomes = [e.text for e in c.driver.find_elements(*by("#results .outcome"))]
     assert outcomes == ["learned"]
     assert shown_stats(c)["trained_spam"] == spam_before + 1
     c.shot("train")
@@ -232,28 +238,28 @@ def test_browser_opens_an_explanation_and_hostile_subjects_stay_text(console: Co
     wait_until_sync(lambda: len(c.daemon.events("message_scored")) >= scored + len(HOSTILE_SUBJECTS), timeout=20)
     logged_in(c)
     c.get("/history")
-    assert c.driver.title == "spamd · History"  # type: ignore[attr-defined]
+    assert c.driver.title == "spamd · History"
     no_alert(c)
-    subjects = [e.text for e in c.driver.find_elements(*by("#history td.subject"))]  # type: ignore[attr-defined]
+    subjects = [e.text for e in c.driver.find_elements(*by("#history td.subject"))]
     expected = [*HOSTILE_SUBJECTS[:3], "<script>alert(2)</script>"]  # the last decoded from RFC 2047
     for subject in expected:
         assert subject in subjects, (subject, subjects)
-    assert not c.driver.find_elements(*by("main img, main script, main b"))  # type: ignore[attr-defined]
-    domains = [e.text for e in c.driver.find_elements(*by("#history tr td:nth-child(6)"))]  # type: ignore[attr-defined]
+    assert not c.driver.find_elements(*by("main img, main script, main b"))
+    domains = [e.text for e in c.driver.find_elements(*by("#history tr td:nth-child(6)"))]
     assert "evil.example" in domains
     c.shot("history")
 
     # The newest verdict (a hostile one): its explanation, its Subject as text, no script run.
     click_and_wait(c, "#history a.why")
-    assert re.fullmatch(r"spamd · Verdict \d+", c.driver.title)  # type: ignore[attr-defined]
+    assert re.fullmatch(r"spamd · Verdict \d+", c.driver.title)
     no_alert(c)
-    assert c.driver.find_element(*by("#subject")).text == "<script>alert(2)</script>"  # type: ignore[attr-defined]
-    tokens = [e.text for e in c.driver.find_elements(*by("#explanation td.token"))]  # type: ignore[attr-defined]
+    assert c.driver.find_element(*by("#subject")).text == "<script>alert(2)</script>"
+    tokens = [e.text for e in c.driver.find_elements(*by("#explanation td.token"))]
     assert tokens and any(t in tokens for t in ("money", "winner", "prize", "claim", "free"))
-    assert not c.driver.find_elements(*by("main img, main script"))  # type: ignore[attr-defined]
+    assert not c.driver.find_elements(*by("main img, main script"))
     c.shot("verdict")
     c.get("/accuracy")
-    assert c.driver.find_elements(*by("#daily-rates svg"))  # type: ignore[attr-defined]
+    assert c.driver.find_elements(*by("#daily-rates svg"))
     c.shot("accuracy")
 
 
@@ -262,26 +268,26 @@ def test_browser_a_post_without_its_csrf_token_is_refused(console: Console | Non
     logged_in(c)
     spam_before = shown_stats(c)["trained_spam"]
     c.get("/train")
-    c.driver.find_element(*by("#message_text")).send_keys(make_message(Label.SPAM, 901, seed=9).decode())  # type: ignore[attr-defined]
+    c.driver.find_element(*by("#message_text")).send_keys(make_message(Label.SPAM, 901, seed=9).decode())
     # WebDriver's script (not the page's: the page has none, and its CSP allows none inline) drops the token.
-    c.driver.execute_script("document.querySelector('#train-form input[name=csrf]').remove()")  # type: ignore[attr-defined]
+    c.driver.execute_script("document.querySelector('#train-form input[name=csrf]').remove()")
     click_and_wait(c, "#train-submit")
-    assert c.driver.title == "spamd · 403"  # type: ignore[attr-defined]
-    assert "CSRF token is missing" in c.driver.find_element(*by("#error-message")).text  # type: ignore[attr-defined]
+    assert c.driver.title == "spamd · 403"
+    assert "CSRF token is missing" in c.driver.find_element(*by("#error-message")).text
     # A forged token is refused the same way, and so is logging out without one.
     c.get("/train")
-    c.driver.execute_script("document.querySelector('#train-form input[name=csrf]').value = 'forged'")  # type: ignore[attr-defined]
-    c.driver.find_element(*by("#message_text")).send_keys(make_message(Label.SPAM, 902, seed=9).decode())  # type: ignore[attr-defined]
+    c.driver.execute_script("document.querySelector('#train-form input[name=csrf]').value = 'forged'")
+    c.driver.find_element(*by("#message_text")).send_keys(make_message(Label.SPAM, 902, seed=9).decode())
     click_and_wait(c, "#train-submit")
-    assert c.driver.title == "spamd · 403"  # type: ignore[attr-defined]
-    c.driver.execute_script("document.querySelector('form.logout input[name=csrf]').remove()")  # type: ignore[attr-defined]
+    assert c.driver.title == "spamd · 403"
+    c.driver.execute_script("document.querySelector('form.logout input[name=csrf]').remove()")
     click_and_wait(c, "form.logout button")
-    assert c.driver.title == "spamd · 403"  # type: ignore[attr-defined]
+    assert c.driver.title == "spamd · 403"
     c.get("/")
-    assert c.driver.title == "spamd · Overview"  # type: ignore[attr-defined]  # still logged in
+    assert c.driver.title == "spamd · Overview"  # still logged in
     assert shown_stats(c)["trained_spam"] == spam_before
     refused = ("<spam-901-9@example.org>", "<spam-902-9@example.org>")
     assert not [e for e in c.daemon.events("training_applied") if e.get("message_id") in refused]
     # Logging out with the form's token works.
     click_and_wait(c, "form.logout button")
-    assert c.driver.title == "spamd · Log in"  # type: ignore[attr-defined]
+    assert c.driver.title == "spamd · Log in"

@@ -37,8 +37,10 @@ def logged_in(port: int, token: str) -> tuple[str, str]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     conn.request("GET", "/login")
     response = conn.getresponse()
-    form_cookie = response.getheader("Set-Cookie").split(";", 1)[0]
-    form_csrf = re.search(r'name="csrf" value="([^"]+)"', response.read().decode()).group(1)
+    cookie = response.getheader("Set-Cookie")
+    found = re.search(r'name="csrf" value="([^"]+)"', response.read().decode())
+    assert cookie is not None and found is not None
+    form_cookie, form_csrf = cookie.split(";", 1)[0], found.group(1)
     body = f"csrf={form_csrf}&secret={token}"
     conn.request("POST", "/login", body, {"Content-Type": "application/x-www-form-urlencoded", "Cookie": form_cookie})
     response = conn.getresponse()
@@ -49,7 +51,9 @@ def logged_in(port: int, token: str) -> tuple[str, str]:
     )[0]
     conn.request("GET", "/train", headers={"Cookie": session})
     response = conn.getresponse()
-    csrf = re.search(r'name="csrf" value="([^"]+)"', response.read().decode()).group(1)
+    found = re.search(r'name="csrf" value="([^"]+)"', response.read().decode())
+    assert found is not None
+    csrf = found.group(1)
     conn.close()
     return session, csrf
 

@@ -170,7 +170,7 @@ class Metrics:
         while self.latencies and now - self.latencies[0][0] > self.WINDOW_S:
             self.latencies.popleft()
 
-    def snapshot(self) -> dict[str, object]:
+    def snapshot(self) -> dict[str, Any]:
         now = time.monotonic()
         self._trim(now)
         values = sorted(ms for _, ms in self.latencies)
