@@ -160,11 +160,11 @@ def features(config: ModelConfig, item: Analyzed, family_tables: bool) -> Featur
         joined, weights = join_families(tokens, families, config)
         return featurize(joined, config.hash_bits, weights)
     parts = [featurize(tokens, config.hash_bits), *(featurize(found, config.hash_bits) for found, _ in families)]
-    weights = [1.0, *(weight for _, weight in families)]
+    family_weights = [1.0, *(weight for _, weight in families)]
     return Features(
         np.concatenate([f.ids + np.uint32(place << config.hash_bits) for place, f in enumerate(parts)]),
         np.concatenate([f.counts for f in parts]),
-        np.concatenate([np.full(len(f), w) for f, w in zip(parts, weights, strict=True)])
+        np.concatenate([np.full(len(f), w) for f, w in zip(parts, family_weights, strict=True)])
         if is_weighted(config)
         else None,
     )

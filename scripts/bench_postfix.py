@@ -22,6 +22,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -36,7 +37,7 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
 
 
-def run_way(port: int, messages: list[bytes], clients: int, sink: Sink) -> dict[str, object]:
+def run_way(port: int, messages: list[bytes], clients: int, sink: Sink) -> dict[str, Any]:
     import smtplib
 
     before = len(sink.messages)
@@ -120,7 +121,7 @@ def main() -> int:
         )
         spamd = DaemonProcess("--config", config, "--data-dir", work / "data",
                               "--smtp", f"127.0.0.1:{smtp_port}", "--milter", f"127.0.0.1:{milter_port}")  # fmt: skip
-        results: dict[str, object] = {}
+        results: dict[str, Any] = {}
         try:
             spamd.wait_for("daemon_started", timeout=60)
             with Sink() as sink:
@@ -136,7 +137,7 @@ def main() -> int:
             for way, via in (("milter", "milter"), ("content_filter", "relay")):
                 spent = [e["elapsed_ms"] for e in scored if e.get("via") == via]
                 if spent:
-                    results[way]["spamd_ms_p50"] = round(statistics.median(spent), 2)  # type: ignore[index]
+                    results[way]["spamd_ms_p50"] = round(statistics.median(spent), 2)
         finally:
             spamd.kill()
     results["setup"] = {
@@ -151,9 +152,9 @@ def main() -> int:
         for way in ("none", "milter", "content_filter"):
             r = results[way]
             print(
-                f"{way:15} {r['msgs_per_s']:7} msgs/s  client wait p50 {r['client_wait_ms_p50']} ms, p99 {r['client_wait_ms_p99']} ms"  # type: ignore[index]
+                f"{way:15} {r['msgs_per_s']:7} msgs/s  client wait p50 {r['client_wait_ms_p50']} ms, p99 {r['client_wait_ms_p99']} ms"
                 f"  spamd p50 {r.get('spamd_ms_p50', '-')} ms  arrived {r['arrived']}/{r['sent']} refused {r['refused']}"
-            )  # type: ignore[union-attr,index]
+            )
     return 0
 
 

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-import bench_smtp  # noqa: E402  (the SMTP replay machinery)
+import bench_smtp  # type: ignore[import-not-found]  # noqa: E402  scripts/ put on sys.path above; the SMTP replay machinery
 
 from tests.redis_helpers import RedisServer  # noqa: E402
 
@@ -70,10 +70,11 @@ def one_round(name: str, work: Path, redis: RedisServer | None, daemons: int, ro
         for i in range(daemons):
             procs.append(bench_smtp.start_daemon(base / f"d{i}", config_file, base / f"spamd{i}.log", None))
         daemon_cpu = [cpu_seconds(p.pid) for p, _ in procs]
-        redis_cpu = cpu_seconds(redis.proc.pid) if redis is not None else 0.0
+        redis_pid = redis.proc.pid if redis is not None and redis.proc is not None else None
+        redis_cpu = cpu_seconds(redis_pid) if redis_pid is not None else 0.0
         elapsed, latencies, errors = replay([port for _, port in procs], messages, clients)
         daemon_cpu = [cpu_seconds(p.pid) - before for (p, _), before in zip(procs, daemon_cpu, strict=True)]
-        redis_cpu = cpu_seconds(redis.proc.pid) - redis_cpu if redis is not None else 0.0
+        redis_cpu = cpu_seconds(redis_pid) - redis_cpu if redis_pid is not None else 0.0
     finally:
         for proc, _ in procs:
             proc.terminate()

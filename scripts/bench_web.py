@@ -62,11 +62,13 @@ async def page_times(entries: int, rounds: int) -> dict[str, tuple[float, float]
             train(d, 5)
             raws = [make_message(Label.SPAM if i % 2 else Label.HAM, i) for i in range(200)]
             fill(d.history, entries, raws)
-            d.engine.started -= 86400
+            engine = d.engine
+            assert engine is not None  # started
+            engine.started -= 86400
             minute = int(time.time() // 60)
             d.history.minutes = {m: [m % 50, m % 7, m % 30] for m in range(minute - 400, minute + 1)}
             day = int(time.time() // 86400)
-            d.engine.live.days = {
+            engine.live.days = {
                 n: Counter({"scored": 1000 + n % 90, "scored:spam": 700, "missed_spam": n % 5, "false_positive": n % 2,
                             "unsure_resolved_ham": n % 3, "agreed": 9, "trained:spam": 4})
                 for n in range(day - 399, day + 1)

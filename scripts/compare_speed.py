@@ -40,7 +40,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from compare_bogofilter import bogofilter_missing  # this script's sibling in scripts/
+from compare_bogofilter import bogofilter_missing  # type: ignore[import-not-found]  # this script's sibling in scripts/, its sys.path[0]
 
 from spamd.errors import SpamdError
 from spamd.evaluation.trec import IndexEntry, mail_entries, read_index

@@ -37,6 +37,7 @@ import random
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # tests.fuzz_helpers holds the seeds and the mutator
@@ -130,7 +131,7 @@ class Campaign:
                 flush=True,
             )
 
-    def report(self) -> dict[str, object]:
+    def report(self) -> dict[str, Any]:
         t = self.tally
         elapsed = time.monotonic() - self.started
         slowest_path = ""

@@ -41,12 +41,14 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from spamd.config import Config, ModelConfig, StoreConfig
 from spamd.engine.engine import Engine
 from spamd.errors import SpamdError
 from spamd.evaluation.trec import index_messages, read_index
-from spamd.model.bayes import Label
+from spamd.model.bayes import Label, MultinomialNB
+from spamd.store import Ledger
 
 CORPORA = Path(__file__).resolve().parents[2] / "shared" / "corpora"
 DEFAULT_INDEXES = [CORPORA / "trec07p-dev" / "full" / "index", CORPORA / "spamassassin" / "index"]
@@ -107,13 +109,13 @@ class Mutator:
         head, found = _MESSAGE_ID_RE.subn(message_id, head, count=1)
         if not found:
             head = message_id + head
-        body = bytearray(body)
+        text = bytearray(body)
         for _ in range(rng.randint(1, 8)):  # replace the word at a random place
-            m = _WORD_AT_RE.search(body, rng.randrange(len(body) + 1))
+            m = _WORD_AT_RE.search(text, rng.randrange(len(text) + 1))
             if m:
                 word = self._fresh_word() if rng.random() < 0.5 else rng.choice(self.pool)
-                body[m.start() : m.end()] = word
-        lines = bytes(body).split(b"\n")
+                text[m.start() : m.end()] = word
+        lines = bytes(text).split(b"\n")
         if len(lines) > 3:  # shuffle a window of lines
             start = rng.randrange(len(lines) - 2)
             window = lines[start : start + rng.randint(2, 10)]
@@ -178,7 +180,7 @@ class Bounds:
         return files
 
 
-def run(args: argparse.Namespace, data_dir: Path) -> dict[str, object]:
+def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
     indexes = args.index or DEFAULT_INDEXES
     missing = [str(i) for i in indexes if not i.is_file()]
     if missing:
@@ -197,10 +199,11 @@ def run(args: argparse.Namespace, data_dir: Path) -> dict[str, object]:
         ),
     )
     engine = Engine.open(config, durable=args.durable)
+    assert isinstance(engine.model, MultinomialNB)  # the embedded store's
     engine.model.counts += 0  # fault in the count arrays' pages now (see the module docstring)
     mutate = Mutator(args.seed)
     bounds = Bounds()
-    samples: list[dict[str, object]] = []
+    samples: list[dict[str, Any]] = []
     snapshots = 0
     snapshot_seconds = 0.0
     verdicts = {"ham": 0, "spam": 0, "unsure": 0}
@@ -250,8 +253,10 @@ def run(args: argparse.Namespace, data_dir: Path) -> dict[str, object]:
     peak_stream_kib = peak_rss_kib()
     # The state on disk is the live state: open it again (as a restart would) and compare.
     live_model, live_ledger = engine.model, engine.trainer.ledger
+    assert isinstance(live_model, MultinomialNB) and isinstance(live_ledger, Ledger)  # the embedded store's
     engine.close()
     reopened = Engine.open(config, durable=args.durable)
+    assert isinstance(reopened.trainer.ledger, Ledger)
     restart_ok = reopened.model.state_equals(live_model) and reopened.trainer.ledger.equals(live_ledger)
     replayed = reopened.recovery.replayed
     reopened.close()
@@ -305,7 +310,7 @@ def run(args: argparse.Namespace, data_dir: Path) -> dict[str, object]:
     return report
 
 
-def print_table(report: dict[str, object]) -> None:
+def print_table(report: dict[str, Any]) -> None:
     print(
         f"{'messages':>9} {'RSS MiB':>8} {'ledger':>7} {'buckets':>9} {'snaps':>5} {'snapshot bytes':>22} "
         f"{'jrnls':>5} {'journal bytes':>22} {'msgs/s':>7}"

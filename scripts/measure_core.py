@@ -31,6 +31,7 @@ import tracemalloc
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from spamd.config import Config, ModelConfig
 from spamd.engine.engine import Engine
@@ -102,6 +103,7 @@ def measure(index: Path, config: Config, tmp_root: Path | None) -> dict[str, obj
         bucket_ids = featurize(list(strings), config.model.hash_bits).ids
         distinct_buckets = len(bucket_ids)
         assert distinct_buckets == model.distinct, (distinct_buckets, model.distinct)
+        assert isinstance(engine.trainer.ledger, Ledger)  # the embedded store's
         ledger_entry = ledger_bytes_per_entry(engine.trainer.ledger)
         ledger_entries = len(engine.trainer.ledger)
         engine.snapshot()
@@ -171,7 +173,7 @@ def _filesystem(path: Path) -> str:
     return best[1]
 
 
-def print_table(r: dict[str, object]) -> None:
+def print_table(r: dict[str, Any]) -> None:
     caps = r["parser_caps"]
     rows = [
         ("corpus", f"{r['corpus']} ({r['messages']:,} messages, {r['corpus_bytes'] / 1e6:.1f} MB)"),

@@ -229,7 +229,8 @@ async def measure(args: argparse.Namespace, top: Path) -> None:
 
         # A restart with everything settled: nothing queued, nothing read.
         index = mailbox.index
-        _, marks_bytes = traced(lambda: [index.mark_settled(loc.base) for loc in candidates])
+        # (The list of Nones is the loop, kept so the figure stays comparable with those measured before.)
+        _, marks_bytes = traced(lambda: [index.mark_settled(loc.base) for loc in candidates])  # type: ignore[func-returns-value]
         size = len(encode_indexes({"maildirs": {"m": index.export()}, "settled": {"m": index.export_settled()}}))
         plain = len(encode_indexes({"maildirs": {"m": index.export()}}))
         print(f"\nsettled marks: {marks_bytes / 2**20:.1f} MiB in memory for {len(index.settled):,} "

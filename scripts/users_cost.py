@@ -48,6 +48,7 @@ from spamd.config import Config, UsersConfig  # noqa: E402
 from spamd.engine.engine import Engine  # noqa: E402
 from spamd.learning.classifier import Analyzed  # noqa: E402
 from spamd.model.bayes import Features, Label, featurize  # noqa: E402
+from spamd.people.users import UserLayers  # noqa: E402
 
 COMMON_WORDS = 100  # the commonest words are the same for ham and spam ("the", "and", headers' names)
 
@@ -110,7 +111,7 @@ def train_users(
 
 def layer_overhead_bytes(engine: Engine) -> int:
     """The layers with Python's per-object overhead: each UserLayer, its four arrays, its name."""
-    assert engine.users is not None
+    assert isinstance(engine.users, UserLayers)  # the embedded store's
     total = 0
     for name, layer in engine.users.layers.items():
         total += sys.getsizeof(layer) + sys.getsizeof(name)
@@ -177,6 +178,7 @@ def main() -> int:
         trainings = args.users * args.trainings
         rss_after = rss_bytes()
         layers = engine.users
+        assert isinstance(layers, UserLayers)  # the embedded store's
         tokens = sum(len(layer) for layer in layers.layers.values())
         print(f"build: {trainings:,} trainings in {seconds:,.0f} s ({trainings / seconds:,.0f}/s)")
         print(f"layers: {len(layers):,} users, {tokens:,} tokens ({tokens / max(len(layers), 1):,.0f} a user), "

@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from aiosmtpd.smtp import SMTP
 
@@ -128,7 +128,7 @@ class NextHop:
         self._loop.run_until_complete(self._server.wait_closed())
         self._loop.close()
 
-    def __enter__(self) -> NextHop:
+    def __enter__(self) -> Self:
         self._thread.start()
         if not self._ready.wait(10):
             raise AssertionError("next hop did not start within 10 s")
