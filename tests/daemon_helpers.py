@@ -23,6 +23,7 @@ from spamd.engine.engine import Engine
 from spamd.frontends.maildir.layout import unique_name
 from spamd.frontends.maildir.watcher import MaildirWatcher
 from spamd.model.bayes import Label
+from tests.cli_helpers import DEADLINE_SLACK
 
 SPAM_WORDS = [
     "viagra",
@@ -62,25 +63,29 @@ T = TypeVar("T")
 
 def wait_until_sync(predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.02) -> T:
     """Poll `predicate` until it is truthy; fail the test after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + timeout * DEADLINE_SLACK
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s: {getattr(predicate, '__name__', predicate)}")
+            raise AssertionError(
+                f"condition not met within {timeout * DEADLINE_SLACK}s: {getattr(predicate, '__name__', predicate)}"
+            )
         time.sleep(interval)
 
 
 async def wait_until(predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.01) -> T:  # noqa: ASYNC109  as wait_until_sync; the failure names the condition
     """The same, without blocking the event loop the daemon under test runs on."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + timeout * DEADLINE_SLACK
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s: {getattr(predicate, '__name__', predicate)}")
+            raise AssertionError(
+                f"condition not met within {timeout * DEADLINE_SLACK}s: {getattr(predicate, '__name__', predicate)}"
+            )
         await asyncio.sleep(interval)
 
 
