@@ -15,7 +15,7 @@ its socket closes, SIGKILL of the daemon included.
 
 The frames are spamd.runtime.helper_processes'. The configuration is pickle((ParserConfig,
 ModelConfig)); work is the message's bytes; an answer is b"A" + key length (2 bytes) +
-key + ids + counts (uint32 each), b"W" the same + the ids' family weights (float64,
+key + the senders and their authentication + ids + counts (uint32 each), b"W" the same + the ids' family weights (float64,
 when a [model] family weighs other than 1), or b"E" + the error's text.
 """
 
@@ -37,6 +37,9 @@ from spamd.runtime.scheduling import yield_to_the_loop
 
 _KEY_LENGTH = struct.Struct("!H")
 _SENDERS = struct.Struct("!B")  # how many sender keys (uint64, spamd.people.senders) follow the key
+# After the sender keys: which are authenticated (a bit each), DMARC's p=reject failure, and the
+# X-Spam-Auth report's length (its UTF-8 follows).
+_AUTH = struct.Struct("!BBH")
 
 
 class AnalysisUnavailable(HelperUnavailable):
@@ -84,11 +87,14 @@ class AnalysisProcesses(HelperProcesses[Analyzed]):
 def _encode_answer(ident: int, analyzed: Analyzed) -> tuple[bytes, int, bytes]:
     """The answer's frame: kind (b"A", or b"W" with weights), id and payload."""
     features = analyzed.features
+    report = analyzed.auth_report.encode("utf-8", "replace")[:65535]
     parts = [
         _KEY_LENGTH.pack(len(analyzed.key)),
         analyzed.key,
         _SENDERS.pack(len(analyzed.senders)),
         np.array(analyzed.senders, dtype=np.uint64).tobytes(),
+        _AUTH.pack(analyzed.authenticated, analyzed.dmarc_reject, len(report)),
+        report,
         features.ids.astype(np.uint32, copy=False).tobytes(),
         features.counts.astype(np.uint32, copy=False).tobytes(),
     ]
@@ -106,13 +112,18 @@ def _decode_analyzed(payload: bytes, weighted: bool = False) -> Analyzed:
     start += _SENDERS.size
     senders = tuple(int(s) for s in np.frombuffer(payload, dtype=np.uint64, count=n_senders, offset=start))
     start += 8 * n_senders
+    authenticated, dmarc_reject, report_length = _AUTH.unpack_from(payload, start)
+    start += _AUTH.size
+    report = payload[start : start + report_length].decode("utf-8", "replace")
+    start += report_length
     arrays = np.frombuffer(payload, dtype=np.uint32, offset=start)
     words = 4 if weighted else 2  # uint32 words per id: id, count (and a float64 weight)
     if len(arrays) % words:
         raise ValueError("an analysis answer of the wrong length")
     n = len(arrays) // words
     weights = np.frombuffer(payload, dtype=np.float64, offset=start + 8 * n) if weighted else None
-    return Analyzed(key, Features(arrays[:n], arrays[n : 2 * n], weights), senders)
+    features = Features(arrays[:n], arrays[n : 2 * n], weights)
+    return Analyzed(key, features, senders, authenticated, bool(dmarc_reject), report)
 
 
 # ---------------------------------------------------------------- the helper's side

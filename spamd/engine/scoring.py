@@ -8,7 +8,9 @@ itself is the Engine's: nothing here computes a score or touches counts.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
+import contextlib
 import re
 import time
 from collections import Counter, deque
@@ -85,8 +87,11 @@ def spam_flagged(raw: bytes) -> bool:
     return re.search(rb"^x-spam-flag:[ \t]*yes", head, re.MULTILINE) is not None
 
 
-def explanation(engine: Engine, raw: bytes, limit: int, user_name: str | None = None) -> dict[str, object]:
-    """The score and the `limit` strongest tokens each way, as `spamctl explain` and spamc's SYMBOLS/REPORT show them."""
+def explanation(
+    engine: Engine, raw: bytes, limit: int, user_name: str | None = None, senders: bool = False
+) -> dict[str, object]:
+    """The score and the `limit` strongest tokens each way, as `spamctl explain` and spamc's SYMBOLS/REPORT show them;
+    with `senders`, the senders' authentication and rule too (`spamctl explain`: it may wait for DNS)."""
     # Ask for every token, then take the strongest of each direction separately.
     score, rows = engine.explain(raw, limit=1 << 30, user_name=user_name)
 
@@ -99,6 +104,7 @@ def explanation(engine: Engine, raw: bytes, limit: int, user_name: str | None = 
         "probability": score.probability,
         "toward_spam": side([c for c in rows if c.weight > 0]),
         "toward_ham": side([c for c in rows if c.weight < 0]),
+        **(engine.sender_standing(raw, user_name) if senders else {}),
     }
 
 
@@ -195,18 +201,23 @@ class Scorer:
         return self._with_headers(raw, self.engine.classify(raw, layer_user), layer_user)
 
     async def score_beside_the_loop(self, raw: bytes, layer_user: str | None = None) -> Scored:
-        """`score`, with the analysis in a helper process when one answers; on the loop when none does."""
-        if self.analyzers is None:
-            return self.score(raw, layer_user)
-        try:
-            analyzed = await self.analyzers.analyze(raw)
-        except AnalysisUnavailable:
-            return self.score(raw, layer_user)
+        """`score`, with the analysis in a helper process when one answers; when none does, on the loop,
+        or in a thread with sender authentication on (its DNS must not stall the loop)."""
+        analyzed = None
+        if self.analyzers is not None:
+            with contextlib.suppress(AnalysisUnavailable):
+                analyzed = await self.analyzers.analyze(raw)
+        if analyzed is None:
+            if not self.engine.config.auth.enabled:
+                return self.score(raw, layer_user)
+            analyzed = await asyncio.to_thread(self.engine.classifier.analyze, raw)
         return self._with_headers(raw, self.engine.classify_analyzed(analyzed, layer_user), layer_user)
 
     def _with_headers(self, raw: bytes, classified: Classified, layer_user: str | None) -> Scored:
         model = self.engine.config.model
         headers = spam_headers(classified.score, model.ham_threshold, model.spam_threshold)
+        if classified.analyzed.auth_report:
+            headers.append(("X-Spam-Auth", classified.analyzed.auth_report))
         return Scored(with_own_headers(raw, headers), classified, tuple(headers), layer_user)
 
     def scored(self, scored: Scored, raw: bytes, started: float, way_in: str, **context: object) -> None:

@@ -156,7 +156,7 @@ def op_explain(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
     limit = args.get("limit", DEFAULT_EXPLAIN_LIMIT)
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         raise ControlError("request argument 'limit' must be a positive integer")
-    return explanation(engine, _raw(args), limit, _user(args))
+    return explanation(engine, _raw(args), limit, _user(args), senders=True)
 
 
 def _train_many(messages: list[bytes], apply: Callable[[bytes], Any]) -> dict[str, Any]:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-import dkim
-from dkim.canonicalization import CanonicalizationPolicy
+import dkim  # type: ignore[import-untyped]  # dkimpy ships no type information
+from dkim.canonicalization import CanonicalizationPolicy  # type: ignore[import-untyped]
 
 from spamd.mail.auth.dns import Budget, CachingResolver, DnsTemporaryError
 from spamd.mail.auth.records import RecordError, parse_tag_list

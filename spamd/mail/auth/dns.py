@@ -6,6 +6,7 @@ nothing and fails nothing. It does not validate DNSSEC, nor follow search domain
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -46,7 +47,7 @@ class Budget:
 
 
 class CachingResolver:
-    """TXT look-ups through dnspython with the cache and the budget; one per process (not thread-safe)."""
+    """TXT look-ups through dnspython with the cache and the budget; the cache is shared by a process's threads."""
 
     def __init__(
         self,
@@ -64,11 +65,13 @@ class CachingResolver:
         self.max_entries = max_entries
         self.clock = clock
         self.queries = 0  # sent to a server, for tests and counters
+        self._lock = threading.Lock()
 
     def txt(self, name: str, budget: Budget) -> tuple[bytes, ...] | None:
         """The TXT strings of `name`, each record's strings joined; None if there is no such record."""
         key = (name.lower().rstrip("."), dns.rdatatype.TXT)
-        cached = self._cache.get(key)
+        with self._lock:
+            cached = self._cache.get(key)
         now = self.clock()
         if cached is not None and cached[0] > now:
             return cached[1]
@@ -109,10 +112,11 @@ class CachingResolver:
     def _keep(self, key: tuple[str, int], ttl: float, records: tuple[bytes, ...] | None) -> None:
         if ttl <= 0:
             return
-        self._cache[key] = (self.clock() + ttl, records)
-        self._cache.move_to_end(key)
-        if len(self._cache) > self.max_entries:
-            self._cache.popitem(last=False)
+        with self._lock:
+            self._cache[key] = (self.clock() + ttl, records)
+            self._cache.move_to_end(key)
+            if len(self._cache) > self.max_entries:
+                self._cache.popitem(last=False)
 
 
 def _negative_ttl(response: dns.message.Message | None) -> float:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import dkim
+import dkim  # type: ignore[import-untyped]  # dkimpy ships no type information
 
 from spamd.config import AuthConfig
 from spamd.mail.auth.authres import AuthenticationResults, trusted_results
@@ -64,7 +64,9 @@ class AuthResult:
         return self.dmarc is not None and self.dmarc.result == "fail" and self.dmarc.policy == "reject"
 
     def header(self) -> str:
-        """The X-Spam-Auth value: each result in Authentication-Results' words."""
+        """The X-Spam-Auth value: each result in Authentication-Results' words ("": nothing was checked)."""
+        if not (self.dkim or self.spf or self.dmarc or self.arc != "none"):
+            return ""
         parts = [f"source={self.source}"]
         parts += [f"dkim={s.result} header.d={s.domain or '-'}" for s in self.dkim]
         if self.spf is not None:
@@ -102,14 +104,10 @@ class Authenticator:
         budget = Budget(self.config.dns_budget_s)
         signatures = verify_signatures(raw, self.resolver, budget)
         dmarc = None
-        if from_domain:
-            dmarc = evaluate(
-                from_domain,
-                [s.domain for s in signatures if s.result == "pass"],
-                None,
-                self.resolver,
-                budget,
-            )
+        if from_domain and signatures:
+            # Unsigned, DMARC cannot pass (spamd checks no SPF itself): no DNS for it.
+            passes = [s.domain for s in signatures if s.result == "pass"]
+            dmarc = evaluate(from_domain, passes, None, self.resolver, budget)
         arc, sealer = self._arc(raw, headers, budget)
         return AuthResult(from_domain, signatures, None, dmarc, arc, sealer, "spamd")
 
