@@ -18,7 +18,16 @@ from spamd.learning.classifier import Analyzed
 from spamd.mail.message import ParsedMessage, parse_message
 from spamd.model.bayes import Label, Verdict, verdict_of
 from spamd.model.bayes import ModelConfig as _ModelConfig
-from spamd.people.senders import CLAIMED_PUSH, FLOOR, PUSH, SenderReputation, Way, sender_keys, sender_names
+from spamd.people.senders import (
+    CLAIMED_PUSH,
+    FLOOR,
+    PUSH,
+    SenderReputation,
+    Way,
+    counted_senders,
+    sender_keys,
+    sender_names,
+)
 from tests.daemon_helpers import list_digest, make_message
 
 MODEL = _ModelConfig()
@@ -231,3 +240,15 @@ def test_moves_of_mail_spamd_never_filed_are_replayed_from_the_journal_after_a_c
         assert engine.classify(list_digest(99, "alice@example.com"), "alice").score.verdict is Verdict.SPAM
     finally:
         engine.close()
+
+
+def test_forgeries_filed_in_junk_do_not_wear_down_a_rescued_senders_standing():
+    """Mail filed into Junk counts only for the senders it is authenticated as: anyone can send it."""
+    assert counted_senders((LIST, LIST + 1), 0b10, filed_spam=True) == (LIST + 1,)
+    assert counted_senders((LIST, LIST + 1), 0, filed_spam=False) == (LIST, LIST + 1)
+    rep = SenderReputation(1000, 1000)
+    for n in range(3):
+        rep.moved(deliver(rep, "alice", n, filed_spam=True), Label.HAM)
+    for n in range(10, 40):  # thirty forgeries, all filed into Junk by their content
+        rep.delivered("alice", bytes([n]), counted_senders((LIST,), 0, filed_spam=True), True)
+    assert rep.direction("alice", (LIST,), 1) is Way.INBOX

@@ -14,7 +14,7 @@ interpreter (no fork of a threaded daemon) that exits when the daemon's end of
 its socket closes, SIGKILL of the daemon included.
 
 The frames are spamd.runtime.helper_processes'. The configuration is pickle((ParserConfig,
-ModelConfig)); work is the message's bytes; an answer is b"A" + key length (2 bytes) +
+ModelConfig, AuthConfig)); work is the message's bytes; an answer is b"A" + key length (2 bytes) +
 key + the senders and their authentication + ids + counts (uint32 each), b"W" the same + the ids' family weights (float64,
 when a [model] family weighs other than 1), or b"E" + the error's text.
 """
@@ -67,10 +67,10 @@ class AnalysisProcesses(HelperProcesses[Analyzed]):
         self.config = config
 
     def configuration(self) -> bytes:
-        return pickle.dumps((self.config.parser, self.config.model))
+        return pickle.dumps((self.config.parser, self.config.model, self.config.auth))
 
     def reconfigure(self, config: Config) -> None:
-        """New parser caps and family weights for the helpers (hash_bits and the families never change while running)."""
+        """New parser caps, family weights and [auth] for the helpers (hash_bits and the families never change while running)."""
         self.config = config
         self.send_configuration()
 
@@ -143,8 +143,8 @@ def serve(sock: socket.socket) -> None:
         answers: list[bytes] = []
         for kind, ident, payload in batch:
             if kind == b"C":
-                parser, model = pickle.loads(payload)  # from the daemon that started us, over a private socket
-                classifier = Classifier(Config(parser=parser, model=model), None)  # type: ignore[arg-type]
+                parser, model, auth = pickle.loads(payload)  # from the daemon that started us, over a private socket
+                classifier = Classifier(Config(parser=parser, model=model, auth=auth), None)  # type: ignore[arg-type]
                 answers.append(frame(b"R", 0))
                 continue
             try:

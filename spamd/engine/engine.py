@@ -22,7 +22,15 @@ from spamd.mail.auth.verify import NOTHING
 from spamd.mail.message import parse_message, strip_own_headers
 from spamd.model.bayes import Contribution, Label, Score, Verdict
 from spamd.people.accuracy import LiveAccuracy, is_person
-from spamd.people.senders import SenderCounts, SenderReputation, Way, authenticated_as, sender_key, sender_names
+from spamd.people.senders import (
+    SenderCounts,
+    SenderReputation,
+    Way,
+    authenticated_as,
+    counted_senders,
+    sender_key,
+    sender_names,
+)
 from spamd.people.users import is_user_name
 from spamd.store import LoadedState, Recovery, StateStore, Store, TrainerLike, decode_snapshot, encode_snapshot
 
@@ -169,14 +177,21 @@ class Engine:
         return outcome
 
     def remember_verdict(
-        self, key: bytes, verdict: Verdict, way_in: str, user_name: str | None = None, senders: tuple[int, ...] = ()
+        self,
+        key: bytes,
+        verdict: Verdict,
+        way_in: str,
+        user_name: str | None = None,
+        senders: tuple[int, ...] = (),
+        authenticated: int = 0,
     ) -> None:
         """spamd's verdict on a message it delivered or answered, for live accuracy (no I/O); with the
         user it was filed for, where that user's mail from its senders went (spamd/people/senders.py)."""
         self.live.scored(key, verdict, way_in)
         self.live_changes += 1
         if user_name is not None:
-            self.senders.delivered(user_name, key, senders, verdict is Verdict.SPAM)
+            filed_spam = verdict is Verdict.SPAM
+            self.senders.delivered(user_name, key, counted_senders(senders, authenticated, filed_spam), filed_spam)
 
     def record_move(self, analyzed: Analyzed, label: Label, source: str, user: bool, user_name: str | None) -> None:
         """A person's label: a move into or out of Junk for the user's senders (spamd/people/senders.py),

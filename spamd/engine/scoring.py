@@ -228,8 +228,13 @@ class Scorer:
         elapsed_ms = (time.perf_counter() - started) * 1000.0
         self.metrics.record(scored.score.verdict, elapsed_ms, way_in)
         self.engine.remember_verdict(
-            scored.key, scored.score.verdict, way_in, scored.user, scored.classified.analyzed.senders
-        )  # fmt: skip
+            scored.key,
+            scored.score.verdict,
+            way_in,
+            scored.user,
+            scored.classified.analyzed.senders,
+            scored.classified.analyzed.authenticated,
+        )
         if self.history is not None:
             user = context.get("user_name") or context.get("client_user") or ""
             self.history.record(

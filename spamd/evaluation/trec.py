@@ -24,6 +24,7 @@ from spamd.evaluation.feedback import SETTLED, Event, Feedback, Protocol
 from spamd.mail.message import looks_like_message, read_message_file
 from spamd.model.bayes import Label, Verdict
 from spamd.model.families import is_weighted
+from spamd.people.senders import counted_senders
 from spamd.people.users import is_user_name
 
 if TYPE_CHECKING:
@@ -474,7 +475,9 @@ def evaluate_index(
                 analyzed, user_name = prepared
                 scored = engine.classify_analyzed(analyzed, user_name).score
                 if user_name is not None:  # filed for its user: where their mail from its senders goes
-                    engine.senders.delivered(user_name, analyzed.key, analyzed.senders, scored.verdict == Verdict.SPAM)
+                    filed_spam = scored.verdict == Verdict.SPAM
+                    counted = counted_senders(analyzed.senders, analyzed.authenticated, filed_spam)
+                    engine.senders.delivered(user_name, analyzed.key, counted, filed_spam)
                 return scored.log_odds, scored.verdict == Verdict.SPAM, scored.verdict == Verdict.UNSURE
 
             told = protocol or Protocol()

@@ -124,6 +124,15 @@ def authenticated_senders(message: ParsedMessage, keys: tuple[int, ...], auth: A
     return sum(1 << i for i, key in enumerate(keys) if key in trusted)
 
 
+def counted_senders(senders: tuple[int, ...], authenticated: int, filed_spam: bool) -> tuple[int, ...]:
+    """The senders a delivery counts for: mail filed into Junk counts only for the senders it is
+    authenticated as, so forgeries that content sends to Junk do not wear down a rescued sender's
+    share of mail in the inbox (anyone can send them, as many as they like)."""
+    if not filed_spam:
+        return senders
+    return tuple(sender for index, sender in enumerate(senders) if authenticated >> index & 1)
+
+
 def way_of(
     counts: Iterable[tuple[int, int, int, int] | None], moves: int, share: float, authenticated: int | None = None
 ) -> Way:
