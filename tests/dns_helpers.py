@@ -45,6 +45,10 @@ class ZoneServer:
     def txt(self, name: str, value: str) -> None:
         self.records.setdefault((name.lower().rstrip("."), dns.rdatatype.TXT), []).append(txt_strings(value))
 
+    def record(self, name: str, rdtype: str, value: str) -> None:
+        """Any other record: `record("mail.shop.example", "A", "192.0.2.25")`, `("shop.example", "MX", "10 mail.shop.example.")`."""
+        self.records.setdefault((name.lower().rstrip("."), dns.rdatatype.from_text(rdtype)), []).append(value)
+
     def clear(self, name: str) -> None:
         self.records.pop((name.lower().rstrip("."), dns.rdatatype.TXT), None)
 

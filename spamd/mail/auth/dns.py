@@ -11,6 +11,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import dns.exception
 import dns.message
@@ -61,7 +62,7 @@ class CachingResolver:
                 dns.nameserver.Do53Nameserver(address, port) for address, port in map(parse_nameserver, nameservers)
             ]
         self._resolver.cache = None  # ours below: it keeps negative answers too
-        self._cache: OrderedDict[tuple[str, int], tuple[float, tuple[bytes, ...] | None]] = OrderedDict()
+        self._cache: OrderedDict[tuple[str, int], tuple[float, tuple[bytes | str, ...] | None]] = OrderedDict()
         self.max_entries = max_entries
         self.clock = clock
         self.queries = 0  # sent to a server, for tests and counters
@@ -69,47 +70,37 @@ class CachingResolver:
 
     def txt(self, name: str, budget: Budget) -> tuple[bytes, ...] | None:
         """The TXT strings of `name`, each record's strings joined; None if there is no such record."""
-        key = (name.lower().rstrip("."), dns.rdatatype.TXT)
+        return self.records(name, dns.rdatatype.TXT, budget)  # type: ignore[return-value]
+
+    def records(self, name: str, rdtype: dns.rdatatype.RdataType, budget: Budget) -> tuple[bytes | str, ...] | None:
+        """`name`'s records of `rdtype`: TXT as bytes, A and AAAA as addresses, MX as host names (by
+        preference); None if there are none. DnsTemporaryError on a timeout, SERVFAIL or a spent budget."""
+        key = (name.lower().rstrip("."), rdtype)
         with self._lock:
             cached = self._cache.get(key)
-        now = self.clock()
-        if cached is not None and cached[0] > now:
+        if cached is not None and cached[0] > self.clock():
             return cached[1]
         left = budget.remaining()
         if left <= 0:
             raise DnsTemporaryError(f"{name}: no time left for DNS")
         self.queries += 1
         try:
-            answer = self._resolver.resolve(
-                key[0] + ".",
-                dns.rdatatype.TXT,
-                lifetime=left,
-                raise_on_no_answer=False,
-                search=False,
-            )
+            answer = self._resolver.resolve(key[0] + ".", rdtype, lifetime=left, raise_on_no_answer=False, search=False)
         except dns.resolver.NXDOMAIN as e:
-            self._keep(
-                key,
-                _negative_ttl(e.response(e.qnames()[0]) if e.qnames() else None),
-                None,
-            )
+            self._keep(key, _negative_ttl(e.response(e.qnames()[0]) if e.qnames() else None), None)
             return None
-        except (
-            dns.exception.Timeout,
-            dns.resolver.NoNameservers,
-            dns.resolver.LifetimeTimeout,
-        ) as e:
+        except (dns.exception.Timeout, dns.resolver.NoNameservers, dns.resolver.LifetimeTimeout) as e:
             raise DnsTemporaryError(f"{name}: {type(e).__name__}") from e
-        except dns.exception.DNSException as e:  # a malformed name or answer: no record
+        except dns.exception.DNSException as e:  # a malformed name or answer: nothing can be concluded
             raise DnsTemporaryError(f"{name}: {e}") from e
         if answer.rrset is None:
             self._keep(key, _negative_ttl(answer.response), None)
             return None
-        records = tuple(b"".join(rdata.strings) for rdata in answer.rrset)
+        records = tuple(_value(rdata) for rdata in sorted(answer.rrset, key=lambda r: getattr(r, "preference", 0)))
         self._keep(key, min(answer.rrset.ttl, MAX_TTL_S), records)
         return records
 
-    def _keep(self, key: tuple[str, int], ttl: float, records: tuple[bytes, ...] | None) -> None:
+    def _keep(self, key: tuple[str, int], ttl: float, records: tuple[bytes | str, ...] | None) -> None:
         if ttl <= 0:
             return
         with self._lock:
@@ -117,6 +108,14 @@ class CachingResolver:
             self._cache.move_to_end(key)
             if len(self._cache) > self.max_entries:
                 self._cache.popitem(last=False)
+
+
+def _value(rdata: Any) -> bytes | str:
+    if rdata.rdtype == dns.rdatatype.TXT:
+        return b"".join(rdata.strings)
+    if rdata.rdtype == dns.rdatatype.MX:
+        return str(rdata.exchange.to_text(omit_final_dot=True)).lower()
+    return str(rdata.to_text())
 
 
 def _negative_ttl(response: dns.message.Message | None) -> float:

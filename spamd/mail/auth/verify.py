@@ -1,4 +1,4 @@
-"""Who sent a message, once per message: trusted Authentication-Results, else DKIM, DMARC and ARC ourselves.
+"""Who sent a message, once per message: trusted Authentication-Results, else DKIM, SPF, DMARC and ARC ourselves.
 
 `Authenticator.verify` gives an AuthResult, small and frozen, that the senders'
 rule and `explain` read. It never raises for what a message holds, and spends at
@@ -19,6 +19,7 @@ from spamd.mail.auth.dkim import _QUIET, SignatureResult, verify_signatures
 from spamd.mail.auth.dmarc import DmarcResult, evaluate
 from spamd.mail.auth.dns import Budget, CachingResolver, DnsTemporaryError
 from spamd.mail.auth.domains import aligned, normalized, organizational_domain
+from spamd.mail.auth.spf import SmtpSession, check_spf
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +28,7 @@ class AuthResult:
 
     from_domain: str = ""
     dkim: tuple[SignatureResult, ...] = ()
-    spf: tuple[str, str] | None = None  # (domain, result), from a trusted header (spamd does not check SPF itself)
+    spf: tuple[str, str] | None = None  # (domain, result): MAIL FROM's (or HELO's), where there was a session
     dmarc: DmarcResult | None = None
     arc: str = "none"  # pass, fail, none, temperror
     arc_sealer: str = ""  # d= of the newest ARC-Seal when the chain passed and the sealer is trusted
@@ -93,8 +94,15 @@ class Authenticator:
         self.config = config
         self.resolver = resolver if resolver is not None else CachingResolver(config.nameservers)
 
-    def verify(self, raw: bytes, headers: Sequence[tuple[str, str]], from_address: str | None) -> AuthResult:
-        """`raw` as received (spamd's own headers stripped), its parsed `headers`, and its From address."""
+    def verify(
+        self,
+        raw: bytes,
+        headers: Sequence[tuple[str, str]],
+        from_address: str | None,
+        session: SmtpSession | None = None,
+    ) -> AuthResult:
+        """`raw` as received (spamd's own headers stripped), its parsed `headers`, its From address, and the
+        SMTP session where spamd saw one (for SPF)."""
         if not self.config.enabled:
             return NOTHING
         from_domain = from_domain_of(from_address)
@@ -103,13 +111,15 @@ class Authenticator:
             return from_trusted_headers(trusted, from_domain)
         budget = Budget(self.config.dns_budget_s)
         signatures = verify_signatures(raw, self.resolver, budget)
+        spf = check_spf(session, self.resolver, budget) if session is not None and session.client_ip else None
         dmarc = None
-        if from_domain and signatures:
-            # Unsigned, DMARC cannot pass (spamd checks no SPF itself): no DNS for it.
+        if from_domain and (signatures or spf is not None):
+            # Unsigned and without a session, DMARC cannot pass: no DNS for it.
             passes = [s.domain for s in signatures if s.result == "pass"]
-            dmarc = evaluate(from_domain, passes, None, self.resolver, budget)
+            spf_pass = spf[0] if spf is not None and spf[1] == "pass" else None
+            dmarc = evaluate(from_domain, passes, spf_pass, self.resolver, budget)
         arc, sealer = self._arc(raw, headers, budget)
-        return AuthResult(from_domain, signatures, None, dmarc, arc, sealer, "spamd")
+        return AuthResult(from_domain, signatures, spf, dmarc, arc, sealer, "spamd")
 
     def _arc(self, raw: bytes, headers: Sequence[tuple[str, str]], budget: Budget) -> tuple[str, str]:
         """The ARC chain's result, and its newest sealer if that one is trusted (only checked with trusted sealers)."""
