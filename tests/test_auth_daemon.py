@@ -144,3 +144,31 @@ def test_forged_mail_from_a_rescued_sender_goes_where_its_content_sends_it(
         assert "sender from=deals@shop.example: not authenticated" in human.stdout
     finally:
         process.kill()
+
+
+def test_spf_for_the_smtp_client_and_dmarc_through_it_reach_the_header(tmp_path: Path, auth_zone: ZoneServer) -> None:
+    """[auth] spf: the listener's client is checked; unsigned mail from the shop's server passes DMARC."""
+    auth_zone.txt("shop.example", "v=spf1 ip4:127.0.0.1 -all")
+    maildir = tmp_path / "Maildir"
+    config = write_config(
+        tmp_path / "spamd.toml",
+        f'[maildir]\npaths = ["{maildir}"]\nfsync = false\n'
+        f'[auth]\nspf = true\nnameservers = ["{auth_zone.address}"]\ndns_budget_s = 10.0\n',
+    )
+    process = DaemonProcess("--config", config, "--data-dir", tmp_path / "data", "--smtp", "127.0.0.1:0")
+    try:
+        heads = []
+        for n, mail_from in enumerate(("bounce@shop.example", "x@attacker.example")):
+            raw = from_shop("spf", n, SPAM_WORDS)
+            with smtplib.SMTP("127.0.0.1", process.port, timeout=30) as client:
+                client.sendmail(mail_from, ["alice@home.example"], raw)
+            found = wait_until_sync(
+                lambda n=n: [
+                    p for p in folder_files(maildir) + folder_files(maildir, JUNK) if b"spf%d" % n in p.read_bytes()
+                ]
+            )
+            heads.append(found[0].read_bytes().split(b"\n\n", 1)[0].decode())
+        assert "spf=pass smtp.mailfrom=shop.example; dmarc=pass header.from=shop.example" in heads[0], heads[0]
+        assert "dmarc=fail header.from=shop.example policy.published-domain-policy=reject" in heads[1], heads[1]
+    finally:
+        process.kill()

@@ -14,7 +14,7 @@ interpreter (no fork of a threaded daemon) that exits when the daemon's end of
 its socket closes, SIGKILL of the daemon included.
 
 The frames are spamd.runtime.helper_processes'. The configuration is pickle((ParserConfig,
-ModelConfig, AuthConfig)); work is the message's bytes; an answer is b"A" + key length (2 bytes) +
+ModelConfig, AuthConfig)); work is the SMTP session (`encode_work`) and the message's bytes; an answer is b"A" + key length (2 bytes) +
 key + the senders and their authentication + ids + counts (uint32 each), b"W" the same + the ids' family weights (float64,
 when a [model] family weighs other than 1), or b"E" + the error's text.
 """
@@ -30,6 +30,7 @@ import numpy as np
 
 from spamd.config import Config
 from spamd.learning.classifier import Analyzed, Classifier, usable_cores
+from spamd.mail.auth.spf import SmtpSession
 from spamd.model.bayes import Features
 from spamd.runtime.gc_tuning import tune_gc_for_message_streams
 from spamd.runtime.helper_processes import HelperProcesses, HelperUnavailable, frame, frames, ignore_stop_signals
@@ -40,6 +41,7 @@ _SENDERS = struct.Struct("!B")  # how many sender keys (uint64, spamd.people.sen
 # After the sender keys: which are authenticated (a bit each), DMARC's p=reject failure, and the
 # X-Spam-Auth report's length (its UTF-8 follows).
 _AUTH = struct.Struct("!BBH")
+_SESSION = struct.Struct("!H")  # a work frame: the SMTP session's length, the session, the message
 
 
 class AnalysisUnavailable(HelperUnavailable):
@@ -74,14 +76,29 @@ class AnalysisProcesses(HelperProcesses[Analyzed]):
         self.config = config
         self.send_configuration()
 
-    async def analyze(self, raw: bytes) -> Analyzed:
+    async def analyze(self, raw: bytes, session: SmtpSession | None = None) -> Analyzed:
         """The message's key and features from a helper; AnalysisUnavailable if none answers."""
-        return await self.request(raw)
+        return await self.request(encode_work(raw, session))
 
     def decode(self, kind: bytes, payload: bytes) -> Analyzed | BaseException:
         if kind in (b"A", b"W"):
             return _decode_analyzed(payload, weighted=kind == b"W")
         return AnalysisUnavailable(payload.decode("utf-8", "replace"))
+
+
+def encode_work(raw: bytes, session: SmtpSession | None) -> bytes:
+    """A message to analyze: the SMTP session (client IP, MAIL FROM, HELO; empty: none) before its bytes."""
+    told = (
+        "\0".join((session.client_ip, session.mail_from, session.helo)).encode("utf-8", "replace") if session else b""
+    )
+    return _SESSION.pack(len(told)) + told + raw
+
+
+def decode_work(payload: bytes) -> tuple[bytes, SmtpSession | None]:
+    (length,) = _SESSION.unpack_from(payload)
+    told = payload[_SESSION.size : _SESSION.size + length].decode("utf-8", "replace").split("\0")
+    session = SmtpSession(*told) if len(told) == 3 else None
+    return payload[_SESSION.size + length :], session
 
 
 def _encode_answer(ident: int, analyzed: Analyzed) -> tuple[bytes, int, bytes]:
@@ -149,7 +166,8 @@ def serve(sock: socket.socket) -> None:
                 continue
             try:
                 assert classifier is not None, "a message before the configuration"
-                answers.append(frame(*_encode_answer(ident, classifier.analyze(payload))))
+                raw, session = decode_work(payload)
+                answers.append(frame(*_encode_answer(ident, classifier.analyze(raw, session=session))))
             except Exception as e:  # the loop analyzes it again and reports what happens there
                 answers.append(frame(b"E", ident, f"{type(e).__name__}: {e}".encode()))
         try:

@@ -22,6 +22,7 @@ import structlog
 from spamd.engine.analyzers import AnalysisProcesses, AnalysisUnavailable
 from spamd.engine.engine import Classified, Engine
 from spamd.learning.outcomes import Outcome
+from spamd.mail.auth.spf import SmtpSession
 from spamd.mail.message import split_head_body, with_own_headers
 from spamd.model.bayes import Contribution, Label, Score, Verdict
 
@@ -200,17 +201,20 @@ class Scorer:
         """Analyze and score on the loop; for `layer_user` with their layer (None: the shared model)."""
         return self._with_headers(raw, self.engine.classify(raw, layer_user), layer_user)
 
-    async def score_beside_the_loop(self, raw: bytes, layer_user: str | None = None) -> Scored:
+    async def score_beside_the_loop(
+        self, raw: bytes, layer_user: str | None = None, session: SmtpSession | None = None
+    ) -> Scored:
         """`score`, with the analysis in a helper process when one answers; when none does, on the loop,
-        or in a thread with sender authentication on (its DNS must not stall the loop)."""
+        or in a thread with sender authentication on (its DNS must not stall the loop). `session`: the SMTP
+        client that sent it, for SPF (none from spamc or a Maildir)."""
         analyzed = None
         if self.analyzers is not None:
             with contextlib.suppress(AnalysisUnavailable):
-                analyzed = await self.analyzers.analyze(raw)
+                analyzed = await self.analyzers.analyze(raw, session)
         if analyzed is None:
             if not self.engine.config.auth.enabled:
                 return self.score(raw, layer_user)
-            analyzed = await asyncio.to_thread(self.engine.classifier.analyze, raw)
+            analyzed = await asyncio.to_thread(self.engine.classifier.analyze, raw, True, session)
         return self._with_headers(raw, self.engine.classify_analyzed(analyzed, layer_user), layer_user)
 
     def _with_headers(self, raw: bytes, classified: Classified, layer_user: str | None) -> Scored:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from spamd.config import Config, UsersConfig
+from spamd.mail.auth.spf import SmtpSession
 from spamd.mail.auth.verify import Authenticator, AuthResult
 from spamd.mail.message import ParsedMessage, parse_message, strip_own_headers, stripped_message_key
 from spamd.mail.tokenize import tokenize
@@ -59,19 +60,23 @@ class Classifier:
             self._authenticator = Authenticator(self.config.auth)
         return self._authenticator
 
-    def authenticate(self, stripped: bytes, message: ParsedMessage) -> AuthResult:
-        """Who sent the message (`[auth]`): DNS within the budget, so call it off the event loop."""
-        return self.authenticator.verify(stripped, message.headers, from_address(message.header("from")))
+    def authenticate(self, stripped: bytes, message: ParsedMessage, session: SmtpSession | None = None) -> AuthResult:
+        """Who sent the message (`[auth]`; SPF with the SMTP `session` when `[auth] spf`): DNS within the
+        budget, so call it off the event loop."""
+        session = session if self.config.auth.spf else None
+        return self.authenticator.verify(stripped, message.headers, from_address(message.header("from")), session)
 
     def tokens(self, raw: bytes) -> list[str]:
         """The message's tokens, the families' ([model] char_ngrams, osb) after the tokenizer's."""
         message = parse_message(strip_own_headers(raw), self.config.parser)
         return with_families(tokenize(message), message, self.config.model)[0]
 
-    def analyze(self, raw: bytes, authenticate: bool = True) -> Analyzed:
-        return self.analyze_many([raw], authenticate)[0]
+    def analyze(self, raw: bytes, authenticate: bool = True, session: SmtpSession | None = None) -> Analyzed:
+        return self.analyze_many([raw], authenticate, session)[0]
 
-    def analyze_many(self, raws: list[bytes], authenticate: bool = True) -> list[Analyzed]:
+    def analyze_many(
+        self, raws: list[bytes], authenticate: bool = True, session: SmtpSession | None = None
+    ) -> list[Analyzed]:
         """`analyze` of each message, running each stage over the whole list before the next.
 
         The same results as one at a time (no stage depends on the model), for
@@ -80,22 +85,29 @@ class Classifier:
         one message at a time, each stage evicts the last: `spamctl eval` on
         trec07p-dev 871 -> 1,092 msgs/s in batches of 64 (median of 3 runs each,
         interleaved; see spamd.evaluation.trec). `authenticate`: verify the senders (for
-        scoring; a training does not need it).
+        scoring; a training does not need it), with the SMTP `session` of a single message.
         """
         stripped = [strip_own_headers(raw) for raw in raws]  # once: for the key and for the tokens
         parsed = [parse_message(message, self.config.parser) for message in stripped]
         model = self.config.model
         token_lists = [with_families(tokenize(message), message, model) for message in parsed]
         return [
-            self._analyzed(message, parsed_message, featurize(tokens, model.hash_bits, weights), authenticate)
+            self._analyzed(message, parsed_message, featurize(tokens, model.hash_bits, weights), authenticate, session)
             for message, parsed_message, (tokens, weights) in zip(stripped, parsed, token_lists, strict=True)
         ]
 
-    def _analyzed(self, stripped: bytes, message: ParsedMessage, features: Features, authenticate: bool) -> Analyzed:
+    def _analyzed(
+        self,
+        stripped: bytes,
+        message: ParsedMessage,
+        features: Features,
+        authenticate: bool,
+        session: SmtpSession | None = None,
+    ) -> Analyzed:
         key, senders = stripped_message_key(stripped), sender_keys(message)
         if not authenticate or not self.config.auth.enabled:
             return Analyzed(key, features, senders)
-        auth = self.authenticate(stripped, message)
+        auth = self.authenticate(stripped, message, session)
         return Analyzed(
             key, features, senders, authenticated_senders(message, senders, auth), auth.dmarc_rejects(), auth.header()
         )
