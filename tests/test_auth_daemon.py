@@ -142,6 +142,8 @@ def test_forged_mail_from_a_rescued_sender_goes_where_its_content_sends_it(
         assert rows["signed"] == [{"sender": "from=deals@shop.example", "authenticated": "dmarc", "way": "inbox"}]
         human = daemon.spamctl("explain", "--user", "alice", forged)
         assert "sender from=deals@shop.example: not authenticated" in human.stdout
+        listed = daemon.spamctl("users")
+        assert "filed there whatever their content only when the message is authenticated (DMARC" in listed.stdout
     finally:
         process.kill()
 

@@ -197,7 +197,9 @@ def op_users(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
     rows = [
         {**row, **turned.get(row["user"], {"senders_to_junk": 0, "senders_to_inbox": 0})} for row in users.summary()
     ]
-    return {"users": rows, "per_user": True, "expired": users.expired}
+    auth = engine.config.auth  # type: ignore[attr-defined]
+    trust = {"enabled": auth.enabled, "spf": auth.spf, "trusted_authserv_ids": list(auth.trusted_authserv_ids)}
+    return {"users": rows, "per_user": True, "expired": users.expired, "authentication": trust}
 
 
 def op_live_days(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
