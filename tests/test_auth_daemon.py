@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import random
 import smtplib
+import threading
 from pathlib import Path
 
 from spamd.model.bayes import Label
@@ -172,5 +173,41 @@ def test_spf_for_the_smtp_client_and_dmarc_through_it_reach_the_header(tmp_path:
             heads.append(found[0].read_bytes().split(b"\n\n", 1)[0].decode())
         assert "spf=pass smtp.mailfrom=shop.example; dmarc=pass header.from=shop.example" in heads[0], heads[0]
         assert "dmarc=fail header.from=shop.example policy.published-domain-policy=reject" in heads[1], heads[1]
+    finally:
+        process.kill()
+
+
+def test_a_nameserver_that_never_answers_authenticates_nothing_and_fails_no_mail(
+    tmp_path: Path, silent_nameserver: str, test_keys: SigningKeys
+) -> None:
+    """Every message is still delivered, each with a temporary error: the budget ends each one's wait."""
+    maildir = tmp_path / "Maildir"
+    config = write_config(
+        tmp_path / "spamd.toml",
+        f'[maildir]\npaths = ["{maildir}"]\nfsync = false\n[auth]\nnameservers = ["{silent_nameserver}"]\ndns_budget_s = 1.0\n',
+    )
+    process = DaemonProcess("--config", config, "--data-dir", tmp_path / "data", "--smtp", "127.0.0.1:0")
+    try:
+        raws = [test_keys.shop.sign(from_shop("silent", n, SPAM_WORDS)) for n in range(4)]
+        errors: list[BaseException] = []
+
+        def send(raw: bytes) -> None:
+            try:
+                with smtplib.SMTP("127.0.0.1", process.port, timeout=60) as client:
+                    client.sendmail("bounce@shop.example", ["alice@home.example"], raw)
+            except (OSError, smtplib.SMTPException) as e:
+                errors.append(e)
+
+        senders = [threading.Thread(target=send, args=(raw,)) for raw in raws]
+        for thread in senders:
+            thread.start()
+        for thread in senders:
+            thread.join(120)
+        assert not errors
+        delivered = wait_until_sync(lambda: len(folder_files(maildir) + folder_files(maildir, JUNK)) == 4 or None)
+        assert delivered
+        for path in folder_files(maildir) + folder_files(maildir, JUNK):
+            head = path.read_bytes().split(b"\n\n", 1)[0]
+            assert b"X-Spam-Auth: source=spamd; dkim=temperror header.d=shop.example; dmarc=temperror" in head, head
     finally:
         process.kill()
