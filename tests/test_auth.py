@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from spamd.config import ParserConfig
+from spamd.config import AuthConfig, Config, ParserConfig
+from spamd.engine.engine import Engine
 from spamd.mail.auth.dns import Budget, CachingResolver, DnsTemporaryError
 from spamd.mail.auth.verify import Authenticator, AuthResult
 from spamd.mail.message import parse_message
+from spamd.model.bayes import Verdict
 from spamd.people.senders import from_address
 from tests.auth_helpers import SigningKeys, authenticator, mail
 from tests.dns_helpers import ZoneServer
@@ -228,3 +232,23 @@ def test_a_spent_budget_asks_nothing() -> None:
     with pytest.raises(DnsTemporaryError):
         resolver.txt("x.shop.example", Budget(0.0))
     assert resolver.queries == 0
+
+
+@pytest.mark.parametrize(("action", "verdict"), [("score", Verdict.UNSURE), ("spam", Verdict.SPAM)])
+def test_a_dmarc_reject_failure_is_reported_and_filed_as_configured(
+    tmp_path: Path, auth_zone: ZoneServer, test_keys: SigningKeys, action: str, verdict: Verdict
+) -> None:
+    auth = AuthConfig(nameservers=(auth_zone.address,), dmarc_reject_action=action)
+    engine = Engine.open(Config(data_dir=tmp_path, auth=auth), durable=False)
+    try:
+        forged = test_keys.shop.sign(mail()).replace(b"on its way", b"held at customs, pay here")
+        classified = engine.classify(forged)
+        assert classified.analyzed.dmarc_reject
+        assert (
+            "dmarc=fail header.from=shop.example policy.published-domain-policy=reject"
+            in classified.analyzed.auth_report
+        )
+        assert classified.score.verdict is verdict  # an untrained model: unsure unless the action files it
+        assert not engine.classify(test_keys.shop.sign(mail())).analyzed.dmarc_reject
+    finally:
+        engine.close()
