@@ -195,6 +195,10 @@ def test_a_server_that_never_answers_costs_the_budget_and_authenticates_nothing(
     assert dkim_results(result) == [("shop.example", "temperror")]
     assert result.dmarc is not None and result.dmarc.result == "temperror"
     assert result.from_authenticated() == "" and not result.dmarc_rejects()
+    asked = auth.resolver.queries
+    again = verify(auth, test_keys.shop.sign(mail(subject="another")))
+    # The key that timed out is not asked again; only the policy, which the first message had no time left for.
+    assert dkim_results(again) == [("shop.example", "temperror")] and auth.resolver.queries == asked + 1
 
 
 def test_servfail_is_a_temporary_error_not_a_failure(auth_zone: ZoneServer, test_keys: SigningKeys) -> None:

@@ -26,6 +26,13 @@ from spamd.config.addresses import parse_nameserver
 # and the longest any answer is kept: a key that a domain rotates is seen within the hour.
 DEFAULT_NEGATIVE_TTL_S = 300
 MAX_TTL_S = 3600
+# A name whose look-up timed out or failed is not asked again for this long: with a server
+# that never answers, each message would otherwise wait out its whole budget in a helper that
+# analyzes messages one at a time, and hold up every message queued behind it.
+FAILURE_TTL_S = 30
+
+
+_FAILED: tuple[bytes | str, ...] = ("a look-up that failed",)  # cached as such for FAILURE_TTL_S
 
 
 class DnsTemporaryError(Exception):
@@ -79,6 +86,8 @@ class CachingResolver:
         with self._lock:
             cached = self._cache.get(key)
         if cached is not None and cached[0] > self.clock():
+            if cached[1] is _FAILED:
+                raise DnsTemporaryError(f"{name}: failed within the last {FAILURE_TTL_S} s")
             return cached[1]
         left = budget.remaining()
         if left <= 0:
@@ -90,6 +99,8 @@ class CachingResolver:
             self._keep(key, _negative_ttl(e.response(e.qnames()[0]) if e.qnames() else None), None)
             return None
         except (dns.exception.Timeout, dns.resolver.NoNameservers, dns.resolver.LifetimeTimeout) as e:
+            if left >= budget.seconds / 2:  # a fair share of time: the server's failure, not our budget's end
+                self._keep(key, FAILURE_TTL_S, _FAILED)
             raise DnsTemporaryError(f"{name}: {type(e).__name__}") from e
         except dns.exception.DNSException as e:  # a malformed name or answer: nothing can be concluded
             raise DnsTemporaryError(f"{name}: {e}") from e
