@@ -57,9 +57,10 @@ FLOOR = 0.45
 # spam cut stays spam. The forged-sender attack (docs/users.md): content alone +1.21 and
 # +2.23 -> -0.45 both (ham) with the full rule; 0.61 and 1.63 (spam) with this bound, which
 # must stay below 1.21 - 0.315 = 0.895 to keep the first. Measured with every sender
-# unauthenticated (scripts/multi_user_stream.py, spamassassin, five disputed lists, errors-only
-# feedback, [auth] enabled = false): the keeper's (bob's) copies filed his way 100% on all
-# five, as with the full rule, alice's 100%, agree streams 1.00x. Other values not measured.
+# unauthenticated (scripts/multi_user_stream.py, the nine disputed lists of spamassassin and
+# trec07p-dev, errors-only feedback, [auth] enabled = false): the keeper's (bob's) copies filed
+# his way 100% on all nine, as with the full rule, alice's 100%, agree streams 1.00x on both
+# corpora. Other values not measured.
 CLAIMED_PUSH = 0.6
 
 
