@@ -19,7 +19,16 @@ from spamd.learning.classifier import Analyzed
 from spamd.mail.message import ParsedMessage, parse_message
 from spamd.model.bayes import Label, Verdict, verdict_of
 from spamd.model.bayes import ModelConfig as _ModelConfig
-from spamd.people.senders import FLOOR, PUSH, SenderReputation, sender_keys, sender_names
+from spamd.people.senders import (
+    CLAIMED_PUSH,
+    FLOOR,
+    PUSH,
+    SenderReputation,
+    Way,
+    counted_senders,
+    sender_keys,
+    sender_names,
+)
 from tests.daemon_helpers import list_digest, make_message
 
 MODEL = _ModelConfig()
@@ -89,9 +98,29 @@ def test_mail_kept_out_of_junk_wins_over_mail_moved_into_it():
         rep.moved(deliver(rep, "alice", 100 + n, sender=LIST + 1), Label.SPAM)
     assert rep.direction("alice", (LIST + 1,)) == 1
     assert rep.direction("alice", (LIST + 1, LIST)) == -1
-    # Filed her way whatever the content says: at least FLOOR past the middle, or PUSH further.
-    assert rep.adjust(verdict_of(MODEL, 2.0), "alice", (LIST, LIST + 1), MODEL).log_odds == -FLOOR
-    assert rep.adjust(verdict_of(MODEL, -1.0), "alice", (LIST,), MODEL).log_odds == -1.0 - PUSH
+    # Filed her way whatever the content says, when the list is authenticated (bit 0: the first
+    # sender): at least FLOOR past the middle, or PUSH further.
+    assert rep.adjust(verdict_of(MODEL, 2.0), "alice", (LIST, LIST + 1), MODEL, authenticated=0b01).log_odds == -FLOOR
+    assert rep.adjust(verdict_of(MODEL, -1.0), "alice", (LIST,), MODEL, authenticated=1).log_odds == -1.0 - PUSH
+    # Not authenticated, the list is a claim: the move into Junk of the poster outweighs it.
+    assert rep.direction("alice", (LIST, LIST + 1), 0) is Way.JUNK
+    assert rep.adjust(verdict_of(MODEL, 2.0), "alice", (LIST, LIST + 1), MODEL).log_odds == 2.0 + PUSH
+
+
+def test_an_unauthenticated_rescued_sender_gets_only_the_bounded_push():
+    """Anyone can write a From: mail content files as spam by more than CLAIMED_PUSH stays spam."""
+    rep = SenderReputation(1000, 1000)
+    for n in range(3):
+        rep.moved(deliver(rep, "alice", n, filed_spam=True), Label.HAM)
+    assert rep.direction("alice", (LIST,), 1) is Way.INBOX
+    assert rep.direction("alice", (LIST,), 0) is Way.INBOX_CLAIMED
+    spam_cut = 0.315
+    for content in (spam_cut + CLAIMED_PUSH + 0.01, 1.21, 2.23, 9.0):
+        claimed = rep.adjust(verdict_of(MODEL, content), "alice", (LIST,), MODEL, authenticated=0)
+        assert claimed.log_odds == content - CLAIMED_PUSH and claimed.verdict is Verdict.SPAM
+        assert rep.adjust(verdict_of(MODEL, content), "alice", (LIST,), MODEL, authenticated=1).log_odds == -FLOOR
+    borderline = rep.adjust(verdict_of(MODEL, 0.4), "alice", (LIST,), MODEL)
+    assert borderline.log_odds == 0.4 - CLAIMED_PUSH and borderline.verdict is not Verdict.SPAM
 
 
 def test_a_training_of_mail_spamd_never_filed_counts_as_a_move_with_its_user_and_senders():
@@ -212,3 +241,15 @@ def test_moves_of_mail_spamd_never_filed_are_replayed_from_the_journal_after_a_c
         assert engine.classify(list_digest(99, "alice@example.com"), "alice").score.verdict is Verdict.SPAM
     finally:
         engine.close()
+
+
+def test_forgeries_filed_in_junk_do_not_wear_down_a_rescued_senders_standing():
+    """Mail filed into Junk counts only for the senders it is authenticated as: anyone can send it."""
+    assert counted_senders((LIST, LIST + 1), 0b10, filed_spam=True) == (LIST + 1,)
+    assert counted_senders((LIST, LIST + 1), 0, filed_spam=False) == (LIST, LIST + 1)
+    rep = SenderReputation(1000, 1000)
+    for n in range(3):
+        rep.moved(deliver(rep, "alice", n, filed_spam=True), Label.HAM)
+    for n in range(10, 40):  # thirty forgeries, all filed into Junk by their content
+        rep.delivered("alice", bytes([n]), counted_senders((LIST,), 0, filed_spam=True), True)
+    assert rep.direction("alice", (LIST,), 1) is Way.INBOX

@@ -6,6 +6,7 @@ import argparse
 import json
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 from spamd.cli.backends import open_backend
 from spamd.cli.inputs import _read_file
@@ -52,7 +53,25 @@ def cmd_users(config: Config, args: argparse.Namespace) -> int:
     rows += [(r["user"], str(r["trained_ham"]), str(r["trained_spam"]), str(r["tokens"]), human_bytes(r["bytes"]),
               str(r.get("senders_to_junk", 0)), str(r.get("senders_to_inbox", 0))) for r in result["users"]]  # fmt: skip
     print(table(rows) if result["users"] else "no user has trained a layer yet")
+    print_trust(result.get("authentication"))
     return 0
+
+
+def print_trust(trust: dict[str, Any] | None) -> None:
+    """Which identity the senders kept out of Junk are trusted by (docs/users.md#authenticated-senders)."""
+    if not trust:
+        return
+    if not trust["enabled"]:
+        print("\nsenders to inbox: sender authentication is off ([auth] enabled), so each gets a bounded push only")
+        return
+    how = ["DMARC", "aligned DKIM"] + (["aligned SPF"] if trust["spf"] else [])
+    if trust["trusted_authserv_ids"]:
+        how.append("Authentication-Results of " + ", ".join(trust["trusted_authserv_ids"]))
+    print(
+        f"\nsenders to inbox: filed there whatever their content only when the message is authenticated ({', '.join(how)}; "
+        "a List-Id by its own domain's DKIM or a trusted ARC sealer), else a bounded push; "
+        "`spamctl explain --user NAME FILE` names the identity"
+    )
 
 
 def cmd_report(config: Config, args: argparse.Namespace) -> int:

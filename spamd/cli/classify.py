@@ -179,6 +179,7 @@ def cmd_explain(config: Config, args: argparse.Namespace) -> int:
         emit_json(result)
         return 0
     print(f"verdict {result['verdict']}, probability {result['probability']:.4f}, score {result['score']:+.4f}")
+    print_senders(result)
     if not result["toward_spam"] and not result["toward_ham"]:
         print("\nno token moved the score (an empty message, or the model has not learned both classes yet)")
         return 0
@@ -188,6 +189,24 @@ def cmd_explain(config: Config, args: argparse.Namespace) -> int:
         rows += [(r["token"], str(r["count"]), f"{r['weight']:+.4f}") for r in result[key]]
         print(table(rows) if len(rows) > 1 else f"{title}: no tokens")
     return 0
+
+
+# What the senders' rule does with a sender for the user (spamd.people.senders.Way).
+_WAYS = {
+    "none": "no say",
+    "junk": "the user's moves file it in Junk",
+    "inbox": "the user's moves file it in the inbox",
+    "inbox_claimed": "kept out of Junk by the user, but not authenticated: a bounded push only",
+}
+
+
+def print_senders(result: dict[str, Any]) -> None:
+    """The senders the rule keys on, whether each is authenticated, and what the rule does (explain)."""
+    if result.get("auth"):
+        print(f"authentication: {result['auth']}")
+    for row in result.get("senders", []):
+        how = f"authenticated ({row['authenticated']})" if row["authenticated"] else "not authenticated"
+        print(f"sender {row['sender']}: {how}; {_WAYS.get(row['way'], row['way'])}")
 
 
 def _check_size(name: str, raw: bytes) -> None:

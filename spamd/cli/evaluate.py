@@ -30,6 +30,11 @@ def add_eval_arguments(evaluate: argparse.ArgumentParser) -> None:
         "--score-per-user", action="store_true",
         help="score each message with its user's layer joined even where the config says [users] score_per_user = false",
     )  # fmt: skip
+    evaluate.add_argument(
+        "--dns", action="store_true",
+        help="look up DKIM keys, SPF and DMARC records in DNS as the daemon does ([auth] nameservers, dns_budget_s). "
+        "Default: none; a corpus's records of years ago are gone, and figures must not depend on today's DNS",
+    )  # fmt: skip
     add_protocol_arguments(evaluate)
 
 
@@ -151,4 +156,5 @@ def cmd_eval(config: Config, args: argparse.Namespace) -> int:
         jobs,
         protocol_of(config, args),
         args.user_layer,
+        args.dns,
     )

@@ -9,6 +9,7 @@ from spamd.config.sections import (
     DEFAULT_DATA_DIR,
     MAX_NGRAM_CHARS,
     STORED_COUNTS,
+    AuthConfig,
     Config,
     ControlConfig,
     LogConfig,
@@ -28,7 +29,7 @@ from spamd.config.sections import (
 )
 
 __all__ = [
-    "DEFAULT_DATA_DIR", "MAX_NGRAM_CHARS", "STORED_COUNTS", "Config", "ControlConfig", "LogConfig", "MaildirConfig",
+    "AuthConfig", "DEFAULT_DATA_DIR", "MAX_NGRAM_CHARS", "STORED_COUNTS", "Config", "ControlConfig", "LogConfig", "MaildirConfig",
     "MetricsConfig", "MilterConfig", "ModelConfig", "ParserConfig", "RedisConfig", "SmtpConfig", "SpamcConfig",
     "StoreConfig", "UsersConfig", "WebConfig", "load_config", "metrics_address", "web_address",
 ]  # fmt: skip

@@ -70,3 +70,18 @@ def parse_host_port(text: str, where: str = "--smtp") -> tuple[str, int]:
     if not host:
         raise ConfigError(f"{where} {text!r}: missing host")
     return host, int(port)
+
+
+def parse_nameserver(text: str) -> tuple[str, int]:
+    """ "192.0.2.1", "192.0.2.1:5353", "[2001:db8::1]:53" or "2001:db8::1" as (address, port)."""
+    text = text.strip()
+    if text.startswith("["):
+        address, _, rest = text[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else "53"
+    elif text.count(":") == 1:
+        address, port = text.split(":")
+    else:
+        address, port = text, "53"
+    if not address or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"auth.nameservers: {text!r} is not an address, address:port or [v6]:port")
+    return address, int(port)

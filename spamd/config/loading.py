@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from spamd.config.addresses import CLUSTER_SCHEMES, parse_cluster_url, parse_host_port
+from spamd.config.addresses import CLUSTER_SCHEMES, parse_cluster_url, parse_host_port, parse_nameserver
 from spamd.config.sections import MAX_NGRAM_CHARS, STORED_COUNTS, Config, metrics_address, web_address
 from spamd.errors import ConfigError
 
@@ -107,6 +107,16 @@ def _validate(config: Config, source: str) -> None:
         problems.append("users.max_tokens and users.max_users must be >= 1, users.backoff > 0")
     if u.sender_moves < 0 or not 0 < u.sender_share <= 1 or u.max_senders < 1:
         problems.append("users.sender_moves must be >= 0, users.sender_share in (0, 1], users.max_senders >= 1")
+    a = config.auth
+    if not (math.isfinite(a.dns_budget_s) and 0 < a.dns_budget_s <= 60) or a.trusted_hops < 0:
+        problems.append("auth.dns_budget_s must be above 0 and at most 60 seconds, auth.trusted_hops >= 0")
+    if a.dmarc_reject_action not in ("score", "spam"):
+        problems.append(f"auth.dmarc_reject_action must be score or spam, got {a.dmarc_reject_action!r}")
+    for nameserver in a.nameservers:
+        try:
+            parse_nameserver(nameserver)
+        except ConfigError as e:
+            problems.append(str(e))
     if s.mode not in ("deliver", "relay"):
         problems.append(f"smtp.mode must be 'deliver' or 'relay', got {s.mode!r}")
     if not 0 <= s.port <= 65535 or not 0 < s.next_hop_port <= 65535:

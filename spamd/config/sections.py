@@ -280,6 +280,36 @@ class UsersConfig:
 
 
 @dataclass(frozen=True)
+class AuthConfig:
+    """Sender authentication (spamd/mail/auth/): who really sent a message, for the senders' rule."""
+
+    # Verify DKIM and DMARC (and ARC from trusted sealers) of each scored message, and
+    # read trusted Authentication-Results. Off: no sender is authenticated, so a sender a
+    # user rescued gets only the bounded push (docs/users.md).
+    enabled: bool = True
+    # Authentication-Results with one of these authserv-ids (your MTA's, OpenDKIM's,
+    # OpenDMARC's) are used as they are, instead of verifying; empty: none trusted.
+    trusted_authserv_ids: tuple[str, ...] = ()
+    # Received headers your own servers add, counted from the top: only Authentication-Results
+    # above the last of them are trusted (RFC 8601 section 5); 0: none.
+    trusted_hops: int = 1
+    # "ADDRESS", "ADDRESS:PORT" or "[V6]:PORT"; empty: the system's (/etc/resolv.conf).
+    nameservers: tuple[str, ...] = ()
+    # Seconds of DNS one message may cost in all; past it the rest is a temporary error
+    # (authenticates nothing, fails nothing) and the message is scored as it is.
+    dns_budget_s: float = 2.0
+    # SPF for the SMTP client spamd's own listener sees (its IP, MAIL FROM, HELO). Only where
+    # that client is the sender's server: behind Postfix or another relay the client is the
+    # relay, and every message would fail SPF. Never for the milter, spamc or a Maildir.
+    spf: bool = False
+    # ARC sealers (d= of the ARC-Seal) whose passing chain vouches for a list's mail.
+    trusted_arc_sealers: tuple[str, ...] = ()
+    # What a DMARC failure under p=reject does: "score" (reported in X-Spam-Auth and explain,
+    # the score unchanged) or "spam" (filed as spam).
+    dmarc_reject_action: str = "score"
+
+
+@dataclass(frozen=True)
 class RedisConfig:
     """The shared store: model, ledger and training in one Redis for many daemons (unset: embedded)."""
 
@@ -352,6 +382,7 @@ class Config:
     spamc: SpamcConfig = field(default_factory=SpamcConfig)
     maildir: MaildirConfig = field(default_factory=MaildirConfig)
     users: UsersConfig = field(default_factory=UsersConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
     control: ControlConfig = field(default_factory=ControlConfig)
     redis: RedisConfig = field(default_factory=RedisConfig)
     log: LogConfig = field(default_factory=LogConfig)

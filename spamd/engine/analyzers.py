@@ -14,8 +14,8 @@ interpreter (no fork of a threaded daemon) that exits when the daemon's end of
 its socket closes, SIGKILL of the daemon included.
 
 The frames are spamd.runtime.helper_processes'. The configuration is pickle((ParserConfig,
-ModelConfig)); work is the message's bytes; an answer is b"A" + key length (2 bytes) +
-key + ids + counts (uint32 each), b"W" the same + the ids' family weights (float64,
+ModelConfig, AuthConfig)); work is the SMTP session (`encode_work`) and the message's bytes; an answer is b"A" + key length (2 bytes) +
+key + the senders and their authentication + ids + counts (uint32 each), b"W" the same + the ids' family weights (float64,
 when a [model] family weighs other than 1), or b"E" + the error's text.
 """
 
@@ -30,6 +30,7 @@ import numpy as np
 
 from spamd.config import Config
 from spamd.learning.classifier import Analyzed, Classifier, usable_cores
+from spamd.mail.auth.spf import SmtpSession
 from spamd.model.bayes import Features
 from spamd.runtime.gc_tuning import tune_gc_for_message_streams
 from spamd.runtime.helper_processes import HelperProcesses, HelperUnavailable, frame, frames, ignore_stop_signals
@@ -37,6 +38,10 @@ from spamd.runtime.scheduling import yield_to_the_loop
 
 _KEY_LENGTH = struct.Struct("!H")
 _SENDERS = struct.Struct("!B")  # how many sender keys (uint64, spamd.people.senders) follow the key
+# After the sender keys: which are authenticated (a bit each), DMARC's p=reject failure, and the
+# X-Spam-Auth report's length (its UTF-8 follows).
+_AUTH = struct.Struct("!BBH")
+_SESSION = struct.Struct("!H")  # a work frame: the SMTP session's length, the session, the message
 
 
 class AnalysisUnavailable(HelperUnavailable):
@@ -64,16 +69,16 @@ class AnalysisProcesses(HelperProcesses[Analyzed]):
         self.config = config
 
     def configuration(self) -> bytes:
-        return pickle.dumps((self.config.parser, self.config.model))
+        return pickle.dumps((self.config.parser, self.config.model, self.config.auth))
 
     def reconfigure(self, config: Config) -> None:
-        """New parser caps and family weights for the helpers (hash_bits and the families never change while running)."""
+        """New parser caps, family weights and [auth] for the helpers (hash_bits and the families never change while running)."""
         self.config = config
         self.send_configuration()
 
-    async def analyze(self, raw: bytes) -> Analyzed:
+    async def analyze(self, raw: bytes, session: SmtpSession | None = None) -> Analyzed:
         """The message's key and features from a helper; AnalysisUnavailable if none answers."""
-        return await self.request(raw)
+        return await self.request(encode_work(raw, session))
 
     def decode(self, kind: bytes, payload: bytes) -> Analyzed | BaseException:
         if kind in (b"A", b"W"):
@@ -81,14 +86,32 @@ class AnalysisProcesses(HelperProcesses[Analyzed]):
         return AnalysisUnavailable(payload.decode("utf-8", "replace"))
 
 
+def encode_work(raw: bytes, session: SmtpSession | None) -> bytes:
+    """A message to analyze: the SMTP session (client IP, MAIL FROM, HELO; empty: none) before its bytes."""
+    told = (
+        "\0".join((session.client_ip, session.mail_from, session.helo)).encode("utf-8", "replace") if session else b""
+    )
+    return _SESSION.pack(len(told)) + told + raw
+
+
+def decode_work(payload: bytes) -> tuple[bytes, SmtpSession | None]:
+    (length,) = _SESSION.unpack_from(payload)
+    told = payload[_SESSION.size : _SESSION.size + length].decode("utf-8", "replace").split("\0")
+    session = SmtpSession(*told) if len(told) == 3 else None
+    return payload[_SESSION.size + length :], session
+
+
 def _encode_answer(ident: int, analyzed: Analyzed) -> tuple[bytes, int, bytes]:
     """The answer's frame: kind (b"A", or b"W" with weights), id and payload."""
     features = analyzed.features
+    report = analyzed.auth_report.encode("utf-8", "replace")[:65535]
     parts = [
         _KEY_LENGTH.pack(len(analyzed.key)),
         analyzed.key,
         _SENDERS.pack(len(analyzed.senders)),
         np.array(analyzed.senders, dtype=np.uint64).tobytes(),
+        _AUTH.pack(analyzed.authenticated, analyzed.dmarc_reject, len(report)),
+        report,
         features.ids.astype(np.uint32, copy=False).tobytes(),
         features.counts.astype(np.uint32, copy=False).tobytes(),
     ]
@@ -106,13 +129,18 @@ def _decode_analyzed(payload: bytes, weighted: bool = False) -> Analyzed:
     start += _SENDERS.size
     senders = tuple(int(s) for s in np.frombuffer(payload, dtype=np.uint64, count=n_senders, offset=start))
     start += 8 * n_senders
+    authenticated, dmarc_reject, report_length = _AUTH.unpack_from(payload, start)
+    start += _AUTH.size
+    report = payload[start : start + report_length].decode("utf-8", "replace")
+    start += report_length
     arrays = np.frombuffer(payload, dtype=np.uint32, offset=start)
     words = 4 if weighted else 2  # uint32 words per id: id, count (and a float64 weight)
     if len(arrays) % words:
         raise ValueError("an analysis answer of the wrong length")
     n = len(arrays) // words
     weights = np.frombuffer(payload, dtype=np.float64, offset=start + 8 * n) if weighted else None
-    return Analyzed(key, Features(arrays[:n], arrays[n : 2 * n], weights), senders)
+    features = Features(arrays[:n], arrays[n : 2 * n], weights)
+    return Analyzed(key, features, senders, authenticated, bool(dmarc_reject), report)
 
 
 # ---------------------------------------------------------------- the helper's side
@@ -132,13 +160,14 @@ def serve(sock: socket.socket) -> None:
         answers: list[bytes] = []
         for kind, ident, payload in batch:
             if kind == b"C":
-                parser, model = pickle.loads(payload)  # from the daemon that started us, over a private socket
-                classifier = Classifier(Config(parser=parser, model=model), None)  # type: ignore[arg-type]
+                parser, model, auth = pickle.loads(payload)  # from the daemon that started us, over a private socket
+                classifier = Classifier(Config(parser=parser, model=model, auth=auth), None)  # type: ignore[arg-type]
                 answers.append(frame(b"R", 0))
                 continue
             try:
                 assert classifier is not None, "a message before the configuration"
-                answers.append(frame(*_encode_answer(ident, classifier.analyze(payload))))
+                raw, session = decode_work(payload)
+                answers.append(frame(*_encode_answer(ident, classifier.analyze(raw, session=session))))
             except Exception as e:  # the loop analyzes it again and reports what happens there
                 answers.append(frame(b"E", ident, f"{type(e).__name__}: {e}".encode()))
         try:

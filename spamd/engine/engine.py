@@ -18,9 +18,19 @@ from spamd.engine.trainer import Trainer
 from spamd.errors import CorruptStateError, StoreError
 from spamd.learning.classifier import Analyzed, Classifier
 from spamd.learning.outcomes import Outcome
+from spamd.mail.auth.verify import NOTHING
+from spamd.mail.message import parse_message, strip_own_headers
 from spamd.model.bayes import Contribution, Label, Score, Verdict
 from spamd.people.accuracy import LiveAccuracy, is_person
-from spamd.people.senders import SenderCounts, SenderReputation
+from spamd.people.senders import (
+    SenderCounts,
+    SenderReputation,
+    Way,
+    authenticated_as,
+    counted_senders,
+    sender_key,
+    sender_names,
+)
 from spamd.people.users import is_user_name
 from spamd.store import LoadedState, Recovery, StateStore, Store, TrainerLike, decode_snapshot, encode_snapshot
 
@@ -151,9 +161,24 @@ class Engine:
         assert user_name is not None
         return layers.explain_for(self.model, user_name, tokens, limit)
 
+    def sender_standing(self, raw: bytes, user_name: str | None = None) -> dict[str, Any]:
+        """Who the message says it is from, whether that is authenticated, and where `user_name`'s moves
+        file each sender (for explain). Looks up DNS within `[auth] dns_budget_s`."""
+        stripped = strip_own_headers(raw)
+        message = parse_message(stripped, self.config.parser)
+        auth = self.classifier.authenticate(stripped, message) if self.config.auth.enabled else NOTHING
+        rows = []
+        for name in sender_names(message)[:4]:
+            how = authenticated_as(name, auth)
+            way = Way.NONE
+            if user_name is not None and self.config.users.score_per_user:
+                way = self.senders.direction(user_name, (sender_key(name),), 1 if how else 0)
+            rows.append({"sender": name, "authenticated": how, "way": way.name.lower()})
+        return {"auth": auth.header(), "senders": rows}
+
     def train(self, raw: bytes, label: Label, source: str, user: bool = True, user_name: str | None = None) -> Outcome:
         """Train through the trainer; a person's label is also judged against spamd's remembered verdict."""
-        analyzed = self.classifier.analyze(raw)
+        analyzed = self.classifier.analyze(raw, authenticate=False)
         outcome = self.trainer.train(analyzed, label, source, user, user_name)
         self.trainings[(str(label), source, outcome.value)] += 1
         if outcome in (Outcome.LEARNED, Outcome.CORRECTED):
@@ -166,19 +191,26 @@ class Engine:
         return outcome
 
     def untrain(self, raw: bytes, source: str, user_name: str | None = None) -> Outcome:
-        outcome = self.trainer.untrain(self.classifier.analyze(raw), source, user_name)
+        outcome = self.trainer.untrain(self.classifier.analyze(raw, authenticate=False), source, user_name)
         self.trainings[("none", source, outcome.value)] += 1
         return outcome
 
     def remember_verdict(
-        self, key: bytes, verdict: Verdict, way_in: str, user_name: str | None = None, senders: tuple[int, ...] = ()
+        self,
+        key: bytes,
+        verdict: Verdict,
+        way_in: str,
+        user_name: str | None = None,
+        senders: tuple[int, ...] = (),
+        authenticated: int = 0,
     ) -> None:
         """spamd's verdict on a message it delivered or answered, for live accuracy (no I/O); with the
         user it was filed for, where that user's mail from its senders went (spamd/people/senders.py)."""
         self.live.scored(key, verdict, way_in)
         self.live_changes += 1
         if user_name is not None:
-            self.senders.delivered(user_name, key, senders, verdict is Verdict.SPAM)
+            filed_spam = verdict is Verdict.SPAM
+            self.senders.delivered(user_name, key, counted_senders(senders, authenticated, filed_spam), filed_spam)
 
     def record_move(self, analyzed: Analyzed, label: Label, source: str, user: bool, user_name: str | None) -> None:
         """A person's label: a move into or out of Junk for the user's senders (spamd/people/senders.py),

@@ -8,7 +8,9 @@ itself is the Engine's: nothing here computes a score or touches counts.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
+import contextlib
 import re
 import time
 from collections import Counter, defaultdict, deque
@@ -20,6 +22,7 @@ import structlog
 from spamd.engine.analyzers import AnalysisProcesses, AnalysisUnavailable
 from spamd.engine.engine import Classified, Engine
 from spamd.learning.outcomes import Outcome
+from spamd.mail.auth.spf import SmtpSession
 from spamd.mail.message import split_head_body, with_own_headers
 from spamd.model.bayes import Contribution, Label, Score, Verdict
 
@@ -92,9 +95,14 @@ class Explains(Protocol):
         self, raw: bytes, limit: int = 20, user_name: str | None = None
     ) -> tuple[Score, list[Contribution]]: ...
 
+    def sender_standing(self, raw: bytes, user_name: str | None = None) -> dict[str, Any]: ...
 
-def explanation(engine: Explains, raw: bytes, limit: int, user_name: str | None = None) -> dict[str, object]:
-    """The score and the `limit` strongest tokens each way, as `spamctl explain` and spamc's SYMBOLS/REPORT show them."""
+
+def explanation(
+    engine: Explains, raw: bytes, limit: int, user_name: str | None = None, senders: bool = False
+) -> dict[str, object]:
+    """The score and the `limit` strongest tokens each way, as `spamctl explain` and spamc's SYMBOLS/REPORT show them;
+    with `senders`, the senders' authentication and rule too (`spamctl explain`: it may wait for DNS)."""
     # Ask for every token, then take the strongest of each direction separately.
     score, rows = engine.explain(raw, limit=1 << 30, user_name=user_name)
 
@@ -107,6 +115,7 @@ def explanation(engine: Explains, raw: bytes, limit: int, user_name: str | None 
         "probability": score.probability,
         "toward_spam": side([c for c in rows if c.weight > 0]),
         "toward_ham": side([c for c in rows if c.weight < 0]),
+        **(engine.sender_standing(raw, user_name) if senders else {}),
     }
 
 
@@ -202,19 +211,27 @@ class Scorer:
         """Analyze and score on the loop; for `layer_user` with their layer (None: the shared model)."""
         return self._with_headers(raw, self.engine.classify(raw, layer_user), layer_user)
 
-    async def score_beside_the_loop(self, raw: bytes, layer_user: str | None = None) -> Scored:
-        """`score`, with the analysis in a helper process when one answers; on the loop when none does."""
-        if self.analyzers is None:
-            return self.score(raw, layer_user)
-        try:
-            analyzed = await self.analyzers.analyze(raw)
-        except AnalysisUnavailable:
-            return self.score(raw, layer_user)
+    async def score_beside_the_loop(
+        self, raw: bytes, layer_user: str | None = None, session: SmtpSession | None = None
+    ) -> Scored:
+        """`score`, with the analysis in a helper process when one answers; when none does, on the loop,
+        or in a thread with sender authentication on (its DNS must not stall the loop). `session`: the SMTP
+        client that sent it, for SPF (none from spamc or a Maildir)."""
+        analyzed = None
+        if self.analyzers is not None:
+            with contextlib.suppress(AnalysisUnavailable):
+                analyzed = await self.analyzers.analyze(raw, session)
+        if analyzed is None:
+            if not self.engine.config.auth.enabled:
+                return self.score(raw, layer_user)
+            analyzed = await asyncio.to_thread(self.engine.classifier.analyze, raw, True, session)
         return self._with_headers(raw, self.engine.classify_analyzed(analyzed, layer_user), layer_user)
 
     def _with_headers(self, raw: bytes, classified: Classified, layer_user: str | None) -> Scored:
         model = self.engine.config.model
         headers = spam_headers(classified.score, model.ham_threshold, model.spam_threshold)
+        if classified.analyzed.auth_report:
+            headers.append(("X-Spam-Auth", classified.analyzed.auth_report))
         return Scored(with_own_headers(raw, headers), classified, tuple(headers), layer_user)
 
     def scored(self, scored: Scored, raw: bytes, started: float, way_in: str, **context: object) -> None:
@@ -225,8 +242,13 @@ class Scorer:
         elapsed_ms = (time.perf_counter() - started) * 1000.0
         self.metrics.record(scored.score.verdict, elapsed_ms, way_in)
         self.engine.remember_verdict(
-            scored.key, scored.score.verdict, way_in, scored.user, scored.classified.analyzed.senders
-        )  # fmt: skip
+            scored.key,
+            scored.score.verdict,
+            way_in,
+            scored.user,
+            scored.classified.analyzed.senders,
+            scored.classified.analyzed.authenticated,
+        )
         if self.history is not None:
             user = context.get("user_name") or context.get("client_user") or ""
             self.history.record(

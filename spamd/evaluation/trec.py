@@ -25,6 +25,7 @@ from spamd.evaluation.feedback import SETTLED, Event, Feedback, Protocol
 from spamd.mail.message import looks_like_message, read_message_file
 from spamd.model.bayes import Label, Verdict
 from spamd.model.families import is_weighted
+from spamd.people.senders import counted_senders
 from spamd.people.users import is_user_name
 
 if TYPE_CHECKING:
@@ -447,6 +448,7 @@ def evaluate_index(
     jobs: int = 0,
     protocol: Protocol | None = None,
     user_layer: bool = True,
+    dns: bool = False,
 ) -> tuple[list[Result], Report]:
     """Run the protocol (default: TREC immediate full feedback) through the real Engine (parse, score, journaled training) on a fresh model.
 
@@ -458,9 +460,15 @@ def evaluate_index(
     would not learn them either) are skipped, each passed to `on_skip` with the reason.
     An entry naming a user is scored with that user's layer and trains that user;
     `user_layer` False scores every message with the shared model alone (and trains it alone).
+    Sender authentication looks nothing up in DNS unless `dns`: a corpus's keys and records of
+    years ago are gone, and a figure must not depend on today's DNS or on the network. The same
+    verification runs, from what the message carries; each look-up is a temporary error.
     """
     import dataclasses
     import tempfile
+
+    if not dns:
+        config = dataclasses.replace(config, auth=dataclasses.replace(config.auth, dns_budget_s=0.0))
 
     from spamd.engine.engine import Engine
     from spamd.learning.classifier import Analyzed
@@ -475,7 +483,9 @@ def evaluate_index(
                 analyzed, user_name = prepared
                 scored = engine.classify_analyzed(analyzed, user_name).score
                 if user_name is not None:  # filed for its user: where their mail from its senders goes
-                    engine.senders.delivered(user_name, analyzed.key, analyzed.senders, scored.verdict == Verdict.SPAM)
+                    filed_spam = scored.verdict == Verdict.SPAM
+                    counted = counted_senders(analyzed.senders, analyzed.authenticated, filed_spam)
+                    engine.senders.delivered(user_name, analyzed.key, counted, filed_spam)
                 return scored.log_odds, scored.verdict == Verdict.SPAM, scored.verdict == Verdict.UNSURE
 
             told = protocol or Protocol()
@@ -546,7 +556,7 @@ def format_report(report: Report, index: Path, protocol: Protocol | None = None)
 
 def eval_command(
     config: Config, index: Path, results: Path | None, plot: Path | None, as_json: bool, progress: bool, jobs: int,
-    protocol: Protocol | None = None, user_layer: bool = True,
+    protocol: Protocol | None = None, user_layer: bool = True, dns: bool = False,
 ) -> int:  # fmt: skip
     """`spamctl eval INDEX`: print the report (a table, or JSON as the last line) and write extras."""
     import json
@@ -555,7 +565,7 @@ def eval_command(
         print(f"spamctl eval: skipped {entry.name}: {reason}", file=sys.stderr)
 
     found, report = evaluate_index(
-        config, index, progress=progress, on_skip=on_skip, jobs=jobs, protocol=protocol, user_layer=user_layer
+        config, index, progress=progress, on_skip=on_skip, jobs=jobs, protocol=protocol, user_layer=user_layer, dns=dns
     )
     if results is not None:
         try:

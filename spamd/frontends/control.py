@@ -107,6 +107,7 @@ class EngineLike(Protocol):
     classifier: Any
 
     def explain(self, raw: bytes, limit: int = 20, user_name: str | None = None) -> Any: ...
+    def sender_standing(self, raw: bytes, user_name: str | None = None) -> dict[str, Any]: ...
     def train(self, raw: bytes, label: Label, source: str, user: bool = True, user_name: str | None = None) -> Any: ...
     def untrain(self, raw: bytes, source: str, user_name: str | None = None) -> Any: ...
 
@@ -156,7 +157,7 @@ def op_explain(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
     limit = args.get("limit", DEFAULT_EXPLAIN_LIMIT)
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
         raise ControlError("request argument 'limit' must be a positive integer")
-    return explanation(engine, _raw(args), limit, _user(args))
+    return explanation(engine, _raw(args), limit, _user(args), senders=True)
 
 
 def _train_many(messages: list[bytes], apply: Callable[[bytes], Any]) -> dict[str, Any]:
@@ -197,7 +198,9 @@ def op_users(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
     rows = [
         {**row, **turned.get(row["user"], {"senders_to_junk": 0, "senders_to_inbox": 0})} for row in users.summary()
     ]
-    return {"users": rows, "per_user": True, "expired": users.expired}
+    auth = engine.config.auth  # type: ignore[attr-defined]
+    trust = {"enabled": auth.enabled, "spf": auth.spf, "trusted_authserv_ids": list(auth.trusted_authserv_ids)}
+    return {"users": rows, "per_user": True, "expired": users.expired, "authentication": trust}
 
 
 def op_live_days(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from spamd.frontends.delivery import DeliveryProcesses
 from spamd.frontends.maildir.deliver import deliver
 from spamd.frontends.maildir.layout import Location
 from spamd.frontends.maildir.mailbox import Mailbox, mailbox_for
+from spamd.mail.auth.spf import SmtpSession
 from spamd.model.bayes import Label, Verdict
 from spamd.people.users import recipients_user
 
@@ -320,7 +321,8 @@ class SmtpHandler:
         mailboxes = [self._mailbox_for(config, r) for r in envelope.rcpt_tos] if config.smtp.mode == "deliver" else []
         layer_user = self._layer_user(config, envelope, mailboxes)
         try:
-            scored = await self.scorer.score_beside_the_loop(raw, layer_user)
+            client = SmtpSession(peer, envelope.mail_from or "", session.host_name or "")
+            scored = await self.scorer.score_beside_the_loop(raw, layer_user, client)
         except StoreUnavailableError as e:  # the shared model (Redis) is down: the sender retries
             log.error("smtp_scoring_failed", peer=peer, error=str(e))
             self.on_error("smtp_scoring_failed", error=str(e))

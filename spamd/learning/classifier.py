@@ -12,22 +12,32 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from spamd.config import Config, UsersConfig
-from spamd.mail.message import parse_message, strip_own_headers, stripped_message_key
+from spamd.mail.auth.spf import SmtpSession
+from spamd.mail.auth.verify import Authenticator, AuthResult
+from spamd.mail.message import ParsedMessage, parse_message, strip_own_headers, stripped_message_key
 from spamd.mail.tokenize import tokenize
-from spamd.model.bayes import Features, ModelView, Score, featurize
+from spamd.model.bayes import Features, ModelView, Score, featurize, verdict_of
 from spamd.model.families import with_families
-from spamd.people.senders import SenderCounts, sender_keys
+from spamd.people.senders import SenderCounts, authenticated_senders, from_address, sender_keys
 from spamd.people.users import LayerScorer
 from spamd.runtime.gc_tuning import tune_gc_for_message_streams
+
+# `[auth] dmarc_reject_action = "spam"`: a DMARC failure under p=reject is filed as spam, at
+# least this far past the middle (the senders' rule's floor, spamd.people.senders.FLOOR).
+DMARC_REJECT_LOG_ODDS = 0.45
 
 
 @dataclass(frozen=True, slots=True)
 class Analyzed:
-    """A message ready to score or learn: its ledger key, its features and who it is from (spamd.people.senders)."""
+    """A message ready to score or learn: its ledger key, its features and who it is from (spamd.people.senders),
+    and which of those senders are authenticated (a bit per sender; spamd.mail.auth)."""
 
     key: bytes
     features: Features
     senders: tuple[int, ...] = ()
+    authenticated: int = 0
+    dmarc_reject: bool = False  # DMARC failed under p=reject ([auth] dmarc_reject_action)
+    auth_report: str = ""  # the X-Spam-Auth value ("": nothing was checked)
 
 
 class Classifier:
@@ -42,16 +52,31 @@ class Classifier:
         self.model = model
         self.users = users  # per-user layers (None: none kept, as in analysis workers)
         self.senders = senders  # where each user's mail from a sender ends up (None: not kept)
+        self._authenticator: Authenticator | None = None  # made on first use: its resolver stays in its process
+
+    @property
+    def authenticator(self) -> Authenticator:
+        if self._authenticator is None:
+            self._authenticator = Authenticator(self.config.auth)
+        return self._authenticator
+
+    def authenticate(self, stripped: bytes, message: ParsedMessage, session: SmtpSession | None = None) -> AuthResult:
+        """Who sent the message (`[auth]`; SPF with the SMTP `session` when `[auth] spf`): DNS within the
+        budget, so call it off the event loop."""
+        session = session if self.config.auth.spf else None
+        return self.authenticator.verify(stripped, message.headers, from_address(message.header("from")), session)
 
     def tokens(self, raw: bytes) -> list[str]:
         """The message's tokens, the families' ([model] char_ngrams, osb) after the tokenizer's."""
         message = parse_message(strip_own_headers(raw), self.config.parser)
         return with_families(tokenize(message), message, self.config.model)[0]
 
-    def analyze(self, raw: bytes) -> Analyzed:
-        return self.analyze_many([raw])[0]
+    def analyze(self, raw: bytes, authenticate: bool = True, session: SmtpSession | None = None) -> Analyzed:
+        return self.analyze_many([raw], authenticate, session)[0]
 
-    def analyze_many(self, raws: list[bytes]) -> list[Analyzed]:
+    def analyze_many(
+        self, raws: list[bytes], authenticate: bool = True, session: SmtpSession | None = None
+    ) -> list[Analyzed]:
         """`analyze` of each message, running each stage over the whole list before the next.
 
         The same results as one at a time (no stage depends on the model), for
@@ -59,18 +84,33 @@ class Classifier:
         stage that runs over a batch keeps its code and data in the CPU's caches;
         one message at a time, each stage evicts the last: `spamctl eval` on
         trec07p-dev 871 -> 1,092 msgs/s in batches of 64 (median of 3 runs each,
-        interleaved; see spamd.evaluation.trec).
+        interleaved; see spamd.evaluation.trec). `authenticate`: verify the senders (for
+        scoring; a training does not need it), with the SMTP `session` of a single message.
         """
         stripped = [strip_own_headers(raw) for raw in raws]  # once: for the key and for the tokens
         parsed = [parse_message(message, self.config.parser) for message in stripped]
         model = self.config.model
         token_lists = [with_families(tokenize(message), message, model) for message in parsed]
         return [
-            Analyzed(
-                stripped_message_key(message), featurize(tokens, model.hash_bits, weights), sender_keys(parsed_message)
-            )
+            self._analyzed(message, parsed_message, featurize(tokens, model.hash_bits, weights), authenticate, session)
             for message, parsed_message, (tokens, weights) in zip(stripped, parsed, token_lists, strict=True)
         ]
+
+    def _analyzed(
+        self,
+        stripped: bytes,
+        message: ParsedMessage,
+        features: Features,
+        authenticate: bool,
+        session: SmtpSession | None = None,
+    ) -> Analyzed:
+        key, senders = stripped_message_key(stripped), sender_keys(message)
+        if not authenticate or not self.config.auth.enabled:
+            return Analyzed(key, features, senders)
+        auth = self.authenticate(stripped, message, session)
+        return Analyzed(
+            key, features, senders, authenticated_senders(message, senders, auth), auth.dmarc_rejects(), auth.header()
+        )
 
     def scoring_layer(self, user_name: str | None) -> LayerScorer | None:
         """The layers that score `user_name`'s mail when mail is scored per user; None: the shared model alone."""
@@ -80,9 +120,11 @@ class Classifier:
         """The shared model's score, or `user_name`'s: with their layer ([users] token_moves) and where their
         mail from the message's senders ends up (spamd/people/senders.py); the shared one if neither says anything."""
         score = score_as_delivered(self.model, self.users, self.config.users, analyzed.features, user_name)
+        if analyzed.dmarc_reject and self.config.auth.dmarc_reject_action == "spam":
+            score = verdict_of(self.config.model, max(score.log_odds, DMARC_REJECT_LOG_ODDS))
         if self.senders is None or user_name is None or not self.config.users.score_per_user:
             return score
-        return self.senders.adjust(score, user_name, analyzed.senders, self.config.model)
+        return self.senders.adjust(score, user_name, analyzed.senders, self.config.model, analyzed.authenticated)
 
 
 def scoring_layers(users: LayerScorer | None, users_config: UsersConfig, user_name: str | None) -> LayerScorer | None:

@@ -25,7 +25,7 @@ import structlog
 from spamd.config import UsersConfig
 from spamd.errors import StoreUnavailableError
 from spamd.model.bayes import Label, Score
-from spamd.people.senders import moved_score, way_of
+from spamd.people.senders import Way, moved_score, way_of
 from spamd.store.redis.connect import Script, user_hash_tag
 from spamd.store.redis.state import RedisState
 
@@ -161,13 +161,17 @@ class RedisSenders:
         quads = [(n[i], n[i + 1], n[i + 2], n[i + 3]) for i in range(0, 4 * len(senders), 4)]
         return [quad if any(quad) else None for quad in quads]
 
-    def direction(self, user: str, senders: tuple[int, ...]) -> int:
-        return way_of(self.counts(user, tuple(senders)), self.moves, self.share) if senders else 0
+    def direction(self, user: str, senders: tuple[int, ...], authenticated: int | None = None) -> Way:
+        if not senders:
+            return Way.NONE
+        return way_of(self.counts(user, tuple(senders)), self.moves, self.share, authenticated)
 
-    def adjust(self, score: Score, user: str | None, senders: tuple[int, ...], config: Any) -> Score:
+    def adjust(
+        self, score: Score, user: str | None, senders: tuple[int, ...], config: Any, authenticated: int = 0
+    ) -> Score:
         if user is None or not senders or not self.moves:
             return score
-        return moved_score(score, self.direction(user, senders), config)
+        return moved_score(score, self.direction(user, senders, authenticated), config)
 
     def summary(self) -> dict[str, dict[str, int]]:
         """Per user in `<p>users` (those with a layer): the senders their moves turned each way."""

@@ -1,0 +1,86 @@
+"""DKIM signatures (RFC 6376, RSA and Ed25519 by dkimpy), their keys looked up through our resolver.
+
+Every signature is checked, up to MAX_SIGNATURES. A signature with `l=` vouches for
+the body's first l bytes only: with more after them, it passes nothing ("policy").
+It does not judge alignment (dmarc.py does).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import dkim  # dkimpy ships no type information
+from dkim.canonicalization import CanonicalizationPolicy
+
+from spamd.mail.auth.dns import Budget, CachingResolver, DnsTemporaryError
+from spamd.mail.auth.records import RecordError, parse_tag_list
+
+MAX_SIGNATURES = 8  # each costs a key look-up; real mail carries one to three
+
+# dkimpy logs each failed signature as an error: a forged message is not our error.
+_QUIET = logging.getLogger("spamd.dkimpy")
+_QUIET.addHandler(logging.NullHandler())
+_QUIET.propagate = False
+
+
+@dataclass(frozen=True, slots=True)
+class SignatureResult:
+    """pass, fail, policy (l= left content unsigned), temperror (DNS), permerror (malformed)."""
+
+    domain: str
+    selector: str
+    result: str
+
+
+def signature_headers(raw: bytes) -> int:
+    """How many DKIM-Signature headers the message's head has (0: nothing to verify, no DNS)."""
+    head = raw.split(b"\n\n", 1)[0].split(b"\r\n\r\n", 1)[0]
+    return sum(1 for line in head.split(b"\n") if line[:15].lower() == b"dkim-signature:")
+
+
+def verify_signatures(raw: bytes, resolver: CachingResolver, budget: Budget) -> tuple[SignatureResult, ...]:
+    """Each DKIM-Signature of `raw`, verified; an empty tuple when there are none."""
+    count = min(signature_headers(raw), MAX_SIGNATURES)
+    if not count:
+        return ()
+
+    def lookup(name: bytes, timeout: float = 5) -> bytes | None:
+        records = resolver.txt(name.decode("ascii", "replace"), budget)
+        return records[0] if records else None
+
+    try:
+        verifier = dkim.DKIM(raw, logger=_QUIET, minkey=1024)
+    except Exception:  # dkimpy raises what its parser meets; a message it cannot read passes nothing
+        return tuple(SignatureResult("", "", "permerror") for _ in range(count))
+    signatures = [value for name, value in verifier.headers if name.lower() == b"dkim-signature"][:count]
+    results = []
+    for index, value in enumerate(signatures):
+        try:
+            tags = parse_tag_list(value)
+        except RecordError:
+            results.append(SignatureResult("", "", "permerror"))
+            continue
+        domain, selector = tags.get("d", "").lower(), tags.get("s", "").lower()
+        results.append(SignatureResult(domain, selector, _verify_one(verifier, index, tags, lookup)))
+    return tuple(results)
+
+
+def _verify_one(verifier: dkim.DKIM, index: int, tags: dict[str, str], lookup: object) -> str:
+    try:
+        if not verifier.verify(idx=index, dnsfunc=lookup):
+            return "fail"
+    except DnsTemporaryError:
+        return "temperror"
+    except dkim.ValidationError:  # the body hash differs: a changed body
+        return "fail"
+    except Exception:  # dkim.DKIMException and what a hostile signature makes its parser raise
+        return "permerror"
+    if "l" in tags:
+        try:
+            policy = CanonicalizationPolicy.from_c_value(tags.get("c", "simple/simple").encode())
+            if len(policy.canonicalize_body(verifier.body)) > int(tags["l"]):
+                return "policy"
+        except Exception:
+            return "permerror"
+    return "pass"

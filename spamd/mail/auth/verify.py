@@ -1,0 +1,171 @@
+"""Who sent a message, once per message: trusted Authentication-Results, else DKIM, SPF, DMARC and ARC ourselves.
+
+`Authenticator.verify` gives an AuthResult, small and frozen, that the senders'
+rule and `explain` read. It never raises for what a message holds, and spends at
+most `[auth] dns_budget_s` on DNS: past it a check is a temperror, which
+authenticates nothing and fails nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import dkim  # dkimpy ships no type information
+
+from spamd.config import AuthConfig
+from spamd.mail.auth.authres import AuthenticationResults, trusted_results
+from spamd.mail.auth.dkim import _QUIET, SignatureResult, verify_signatures
+from spamd.mail.auth.dmarc import DmarcResult, evaluate
+from spamd.mail.auth.dns import Budget, CachingResolver, DnsTemporaryError
+from spamd.mail.auth.domains import aligned, normalized, organizational_domain
+from spamd.mail.auth.spf import SmtpSession, check_spf
+
+
+@dataclass(frozen=True, slots=True)
+class AuthResult:
+    """What was verified about one message; `source` says whether spamd verified it or trusted an MTA's header."""
+
+    from_domain: str = ""
+    dkim: tuple[SignatureResult, ...] = ()
+    spf: tuple[str, str] | None = None  # (domain, result): MAIL FROM's (or HELO's), where there was a session
+    dmarc: DmarcResult | None = None
+    arc: str = "none"  # pass, fail, none, temperror
+    arc_sealer: str = ""  # d= of the newest ARC-Seal when the chain passed and the sealer is trusted
+    source: str = "none"  # "spamd", "authserv-id NAME", or "none" (off, or nothing to check)
+
+    def dkim_passes(self) -> list[str]:
+        return [s.domain for s in self.dkim if s.result == "pass" and s.domain]
+
+    def from_authenticated(self) -> str:
+        """How the From domain is authenticated ("dmarc", "dkim:D", "spf:D"), or "" if it is not."""
+        if not self.from_domain:
+            return ""
+        if self.dmarc is not None and self.dmarc.result == "pass" and self.dmarc.from_domain == self.from_domain:
+            return "dmarc"
+        for domain in self.dkim_passes():
+            if aligned(domain, self.from_domain):
+                return "dkim:" + domain
+        if self.spf is not None and self.spf[1] == "pass" and aligned(self.spf[0], self.from_domain):
+            return "spf:" + self.spf[0]
+        return ""
+
+    def list_authenticated(self, list_id: str) -> str:
+        """How a List-Id is authenticated ("dkim:D" by the list's own domain, "arc:SEALER"), or ""."""
+        list_domain = organizational_domain(list_id)
+        for domain in self.dkim_passes():
+            if organizational_domain(domain) == list_domain:
+                return "dkim:" + domain
+        if self.arc_sealer:
+            return "arc:" + self.arc_sealer
+        return ""
+
+    def dmarc_rejects(self) -> bool:
+        """DMARC failed under p=reject (reported; `[auth] dmarc_reject_action` says what it does)."""
+        return self.dmarc is not None and self.dmarc.result == "fail" and self.dmarc.policy == "reject"
+
+    def header(self) -> str:
+        """The X-Spam-Auth value: each result in Authentication-Results' words ("": nothing was checked)."""
+        if not (self.dkim or self.spf or self.dmarc or self.arc != "none"):
+            return ""
+        parts = [f"source={self.source}"]
+        parts += [f"dkim={s.result} header.d={s.domain or '-'}" for s in self.dkim]
+        if self.spf is not None:
+            parts.append(f"spf={self.spf[1]} smtp.mailfrom={self.spf[0] or '-'}")
+        if self.dmarc is not None:
+            policy = f" policy.published-domain-policy={self.dmarc.policy}" if self.dmarc.policy else ""
+            parts.append(f"dmarc={self.dmarc.result} header.from={self.dmarc.from_domain}{policy}")
+        if self.arc != "none":
+            parts.append(f"arc={self.arc}" + (f" header.d={self.arc_sealer}" if self.arc_sealer else ""))
+        return "; ".join(parts)
+
+
+NOTHING = AuthResult()
+
+
+def from_domain_of(address: str | None) -> str:
+    return normalized(address.rpartition("@")[2]) if address and "@" in address else ""
+
+
+class Authenticator:
+    """One per process: the resolver (and its cache) lives as long as it does."""
+
+    def __init__(self, config: AuthConfig, resolver: CachingResolver | None = None):
+        self.config = config
+        self.resolver = resolver if resolver is not None else CachingResolver(config.nameservers)
+
+    def verify(
+        self,
+        raw: bytes,
+        headers: Sequence[tuple[str, str]],
+        from_address: str | None,
+        session: SmtpSession | None = None,
+    ) -> AuthResult:
+        """`raw` as received (spamd's own headers stripped), its parsed `headers`, its From address, and the
+        SMTP session where spamd saw one (for SPF)."""
+        if not self.config.enabled:
+            return NOTHING
+        from_domain = from_domain_of(from_address)
+        trusted = trusted_results(headers, self.config.trusted_authserv_ids, self.config.trusted_hops)
+        if trusted:
+            return from_trusted_headers(trusted, from_domain)
+        budget = Budget(self.config.dns_budget_s)
+        signatures = verify_signatures(raw, self.resolver, budget)
+        spf = check_spf(session, self.resolver, budget) if session is not None and session.client_ip else None
+        dmarc = None
+        if from_domain and (signatures or spf is not None):
+            # Unsigned and without a session, DMARC cannot pass: no DNS for it.
+            passes = [s.domain for s in signatures if s.result == "pass"]
+            spf_pass = spf[0] if spf is not None and spf[1] == "pass" else None
+            dmarc = evaluate(from_domain, passes, spf_pass, self.resolver, budget)
+        arc, sealer = self._arc(raw, headers, budget)
+        return AuthResult(from_domain, signatures, spf, dmarc, arc, sealer, "spamd")
+
+    def _arc(self, raw: bytes, headers: Sequence[tuple[str, str]], budget: Budget) -> tuple[str, str]:
+        """The ARC chain's result, and its newest sealer if that one is trusted (only checked with trusted sealers)."""
+        if not self.config.trusted_arc_sealers or not any(name == "arc-seal" for name, _ in headers):
+            return "none", ""
+
+        def lookup(name: bytes, timeout: float = 5) -> bytes | None:
+            records = self.resolver.txt(name.decode("ascii", "replace"), budget)
+            return records[0] if records else None
+
+        try:
+            chain, results, _reason = dkim.ARC(raw, logger=_QUIET, minkey=1024).verify(dnsfunc=lookup)
+        except DnsTemporaryError:
+            return "temperror", ""
+        except Exception:  # dkimpy's parser on a hostile chain: it vouches for nothing
+            return "fail", ""
+        if chain != dkim.CV_Pass or not results:
+            return "fail" if chain == dkim.CV_Fail else "none", ""
+        newest = max(results, key=lambda r: r.get("instance", 0))
+        sealer = normalized(newest.get("as-domain", b"").decode("ascii", "replace"))
+        trusted = {normalized(s) for s in self.config.trusted_arc_sealers}
+        return "pass", sealer if sealer in trusted else ""
+
+
+def from_trusted_headers(trusted: list[AuthenticationResults], from_domain: str) -> AuthResult:
+    """The results our MTA's verifiers recorded, as they are."""
+    signatures: list[SignatureResult] = []
+    spf, dmarc, arc = None, None, "none"
+    for header in trusted:
+        for result in header.results:
+            if result.method == "dkim":
+                domain = result.get("header.d") or result.get("header.i").rpartition("@")[2]
+                signatures.append(SignatureResult(normalized(domain), result.get("header.s"), result.result))
+            elif result.method == "spf" and spf is None:
+                mailfrom = result.get("smtp.mailfrom")
+                spf = (
+                    normalized(mailfrom.rpartition("@")[2] or result.get("smtp.helo")),
+                    result.result,
+                )
+            elif result.method == "dmarc" and dmarc is None:
+                dmarc = DmarcResult(
+                    normalized(result.get("header.from")),
+                    result.result,
+                    result.get("policy.dmarc"),
+                )
+            elif result.method == "arc" and arc == "none":
+                arc = result.result
+    source = "authserv-id " + trusted[0].authserv_id
+    return AuthResult(from_domain, tuple(signatures), spf, dmarc, arc, "", source)

@@ -1,0 +1,120 @@
+"""Test keys, signed mail and a DNS zone that publishes the keys and DMARC records, for sender authentication tests.
+
+The keys are made once per session (openssl for RSA, PyNaCl for Ed25519) and
+published by tests.dns_helpers' loopback server: never the internet's DNS.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import dkim
+import nacl.encoding
+import nacl.signing
+import pytest
+
+from spamd.config import AuthConfig
+from spamd.mail.auth.dns import CachingResolver
+from spamd.mail.auth.verify import Authenticator
+from tests.dns_helpers import ZoneServer
+
+
+@dataclass(frozen=True)
+class SigningKey:
+    domain: str
+    selector: str
+    private: bytes
+    algorithm: bytes
+    dns_value: str  # the TXT record at SELECTOR._domainkey.DOMAIN
+
+    def sign(self, message: bytes, length: bool = False, headers: list[bytes] | None = None) -> bytes:
+        """`message` with this key's DKIM-Signature on top."""
+        signature = dkim.sign(
+            message, self.selector.encode(), self.domain.encode(), self.private,
+            signature_algorithm=self.algorithm, length=length,
+            include_headers=headers or [b"from", b"to", b"subject", b"date", b"list-id"],
+        )  # fmt: skip
+        return signature + message
+
+
+def rsa_key(directory: Path, domain: str, selector: str) -> SigningKey:
+    pem = directory / f"{selector}.{domain}.pem"
+    subprocess.run(["openssl", "genrsa", "-out", str(pem), "1024"], check=True, capture_output=True)
+    der = subprocess.run(
+        ["openssl", "rsa", "-in", str(pem), "-pubout", "-outform", "DER"],
+        check=True,
+        capture_output=True,
+    ).stdout
+    public = base64.b64encode(der).decode()
+    return SigningKey(domain, selector, pem.read_bytes(), b"rsa-sha256", f"v=DKIM1; k=rsa; p={public}")
+
+
+def ed25519_key(domain: str, selector: str) -> SigningKey:
+    key = nacl.signing.SigningKey.generate()
+    private = key.encode(encoder=nacl.encoding.Base64Encoder)
+    public = key.verify_key.encode(encoder=nacl.encoding.Base64Encoder).decode()
+    return SigningKey(domain, selector, private, b"ed25519-sha256", f"v=DKIM1; k=ed25519; p={public}")
+
+
+@dataclass(frozen=True)
+class SigningKeys:
+    shop: SigningKey  # RSA, published at sel1._domainkey.shop.example
+    shop_ed25519: SigningKey  # Ed25519, ed1._domainkey.shop.example
+    other: SigningKey  # RSA of another domain, other.example
+    lists: SigningKey  # RSA of a list's domain, lists.example
+    unpublished: SigningKey  # RSA signing as shop.example sel2, whose DNS holds another key
+    revoked: SigningKey  # RSA signing as shop.example old1, whose DNS record has an empty p=
+
+
+@pytest.fixture(scope="session")
+def test_keys(tmp_path_factory: pytest.TempPathFactory) -> SigningKeys:
+    directory = tmp_path_factory.mktemp("dkim-keys")
+    return SigningKeys(
+        shop=rsa_key(directory, "shop.example", "sel1"),
+        shop_ed25519=ed25519_key("shop.example", "ed1"),
+        other=rsa_key(directory, "other.example", "sel1"),
+        lists=rsa_key(directory, "lists.example", "sel1"),
+        unpublished=rsa_key(directory, "shop.example", "sel2"),
+        revoked=rsa_key(directory, "shop.example", "old1"),
+    )
+
+
+def publish(zone: ZoneServer, keys: SigningKeys) -> None:
+    """The keys and DMARC records the tests expect (sel2's record holds other.example's key: a wrong key)."""
+    for key in (keys.shop, keys.shop_ed25519, keys.other, keys.lists):
+        zone.txt(f"{key.selector}._domainkey.{key.domain}", key.dns_value)
+    zone.txt("sel2._domainkey.shop.example", keys.other.dns_value)
+    zone.txt("old1._domainkey.shop.example", "v=DKIM1; k=rsa; p=")
+    zone.txt("_dmarc.shop.example", "v=DMARC1; p=reject; adkim=r")
+    zone.txt("_dmarc.other.example", "v=DMARC1; p=none")
+
+
+@pytest.fixture
+def auth_zone(zone_server: ZoneServer, test_keys: SigningKeys) -> Iterator[ZoneServer]:
+    publish(zone_server, test_keys)
+    yield zone_server
+
+
+def authenticator(zone: ZoneServer | str, **settings: object) -> Authenticator:
+    """An Authenticator that asks only our loopback server (a ZoneServer, or an address)."""
+    address = zone if isinstance(zone, str) else zone.address
+    config = AuthConfig(nameservers=(address,), **settings)  # type: ignore[arg-type]
+    return Authenticator(config, CachingResolver(config.nameservers))
+
+
+def mail(
+    sender: str = "Deals <deals@shop.example>",
+    subject: str = "Your order has shipped",
+    body: str = "Hello,\r\n\r\nyour parcel is on its way.\r\n",
+    extra: str = "",
+) -> bytes:
+    return (
+        f"From: {sender}\r\nTo: alice@home.example\r\nSubject: {subject}\r\n"
+        f"Date: Thu, 26 Nov 2026 10:00:00 +0000\r\nMessage-ID: <{hashlib.sha1((sender + subject + body + extra).encode()).hexdigest()[:16]}@shop.example>\r\n"
+        f"{extra}\r\n{body}"
+    ).encode()

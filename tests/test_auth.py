@@ -1,0 +1,283 @@
+"""Sender authentication against our own DNS server on loopback: DKIM, DMARC, trusted Authentication-Results, the budget."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from spamd.config import AuthConfig, Config, ParserConfig
+from spamd.engine.engine import Engine
+from spamd.mail.auth.dns import Budget, CachingResolver, DnsTemporaryError
+from spamd.mail.auth.verify import Authenticator, AuthResult
+from spamd.mail.message import parse_message
+from spamd.model.bayes import Verdict
+from spamd.people.senders import from_address
+from tests.auth_helpers import SigningKeys, authenticator, mail
+from tests.cli_helpers import run_spamctl
+from tests.dns_helpers import ZoneServer
+
+
+def verify(auth: Authenticator, raw: bytes) -> AuthResult:
+    parsed = parse_message(raw, ParserConfig())
+    return auth.verify(raw, parsed.headers, from_address(parsed.header("from")))
+
+
+def dkim_results(result: AuthResult) -> list[tuple[str, str]]:
+    return [(s.domain, s.result) for s in result.dkim]
+
+
+# ---------------------------------------------------------------- DKIM
+
+
+def test_a_signed_message_passes_and_authenticates_its_from_domain(
+    auth_zone: ZoneServer, test_keys: SigningKeys
+) -> None:
+    result = verify(authenticator(auth_zone), test_keys.shop.sign(mail()))
+    assert dkim_results(result) == [("shop.example", "pass")]
+    assert result.dmarc is not None and (result.dmarc.result, result.dmarc.policy) == (
+        "pass",
+        "reject",
+    )
+    assert result.from_authenticated() == "dmarc"
+
+
+def test_ed25519_signature_passes(auth_zone: ZoneServer, test_keys: SigningKeys) -> None:
+    result = verify(authenticator(auth_zone), test_keys.shop_ed25519.sign(mail()))
+    assert dkim_results(result) == [("shop.example", "pass")]
+    assert result.from_authenticated() == "dmarc"
+
+
+def test_a_changed_body_fails(auth_zone: ZoneServer, test_keys: SigningKeys) -> None:
+    signed = test_keys.shop.sign(mail())
+    result = verify(
+        authenticator(auth_zone),
+        signed.replace(b"on its way", b"held at customs, pay here"),
+    )
+    assert dkim_results(result) == [("shop.example", "fail")]
+    assert result.dmarc is not None and result.dmarc.result == "fail"
+    assert result.from_authenticated() == ""
+    assert result.dmarc_rejects()
+
+
+def test_a_changed_signed_header_fails(auth_zone: ZoneServer, test_keys: SigningKeys) -> None:
+    signed = test_keys.shop.sign(mail())
+    result = verify(
+        authenticator(auth_zone),
+        signed.replace(b"Subject: Your order", b"Subject: URGENT your order"),
+    )
+    assert dkim_results(result) == [("shop.example", "fail")]
+    assert result.from_authenticated() == ""
+
+
+def test_a_length_limited_signature_does_not_vouch_for_appended_content(
+    auth_zone: ZoneServer, test_keys: SigningKeys
+) -> None:
+    signed = test_keys.shop.sign(mail(), length=True)
+    auth = authenticator(auth_zone)
+    assert dkim_results(verify(auth, signed)) == [("shop.example", "pass")]
+    appended = verify(auth, signed + b"\r\nClick http://phish.example/login to keep your account.\r\n")
+    assert dkim_results(appended) == [("shop.example", "policy")]
+    assert appended.from_authenticated() == ""
+
+
+def test_a_wrong_key_fails(auth_zone: ZoneServer, test_keys: SigningKeys) -> None:
+    result = verify(authenticator(auth_zone), test_keys.unpublished.sign(mail()))
+    assert dkim_results(result) == [("shop.example", "fail")]
+    assert result.from_authenticated() == ""
+
+
+def test_a_revoked_key_fails(auth_zone: ZoneServer, test_keys: SigningKeys) -> None:
+    result = verify(authenticator(auth_zone), test_keys.revoked.sign(mail()))
+    assert dkim_results(result) == [("shop.example", "fail")]
+    assert result.from_authenticated() == ""
+
+
+def test_two_signatures_are_each_verified(auth_zone: ZoneServer, test_keys: SigningKeys) -> None:
+    twice = test_keys.other.sign(test_keys.shop.sign(mail()))
+    result = verify(authenticator(auth_zone), twice)
+    assert sorted(dkim_results(result)) == [
+        ("other.example", "pass"),
+        ("shop.example", "pass"),
+    ]
+    assert result.from_authenticated() == "dmarc"
+
+
+def test_a_valid_signature_of_another_domain_does_not_authenticate_a_forged_from(
+    auth_zone: ZoneServer, test_keys: SigningKeys
+) -> None:
+    result = verify(authenticator(auth_zone), test_keys.other.sign(mail()))
+    assert dkim_results(result) == [("other.example", "pass")]
+    assert result.dmarc is not None and result.dmarc.result == "fail"
+    assert result.from_authenticated() == ""
+
+
+def test_a_subdomain_signature_aligns_relaxed(auth_zone: ZoneServer, test_keys: SigningKeys) -> None:
+    result = verify(
+        authenticator(auth_zone),
+        test_keys.shop.sign(mail(sender="news@mail.shop.example")),
+    )
+    assert result.dmarc is not None and (result.dmarc.result, result.dmarc.policy) == (
+        "pass",
+        "reject",
+    )
+    assert result.from_authenticated() == "dmarc"
+
+
+def test_an_unsigned_message_authenticates_nothing_and_asks_no_dns(auth_zone: ZoneServer) -> None:
+    result = verify(authenticator(auth_zone), mail())
+    assert result.dkim == () and result.from_authenticated() == "" and result.header() == ""
+    assert auth_zone.queries == 0
+
+
+def test_a_list_is_authenticated_by_its_own_domains_signature(auth_zone: ZoneServer, test_keys: SigningKeys) -> None:
+    posted = mail(
+        sender="someone@elsewhere.example",
+        extra="List-Id: Gardening <garden.lists.example>\r\n",
+    )
+    result = verify(authenticator(auth_zone), test_keys.lists.sign(posted))
+    assert result.list_authenticated("garden.lists.example") == "dkim:lists.example"
+    assert result.list_authenticated("garden.other.example") == ""
+    assert result.from_authenticated() == ""
+
+
+def test_off_authenticates_nothing_and_asks_no_dns(auth_zone: ZoneServer, test_keys: SigningKeys) -> None:
+    result = verify(authenticator(auth_zone, enabled=False), test_keys.shop.sign(mail()))
+    assert result.from_authenticated() == "" and auth_zone.queries == 0
+
+
+# ---------------------------------------------------------------- trusted Authentication-Results
+
+
+TRUSTED = (
+    "Authentication-Results: mx.home.example; dkim=pass header.d=shop.example; dmarc=pass header.from=shop.example\r\n"
+)
+RECEIVED = "Received: from relay.far.example by mx.home.example with ESMTP; Thu, 26 Nov 2026 10:00:01 +0000\r\n"
+
+
+def test_results_our_mta_added_are_used_as_they_are(zone_server: ZoneServer) -> None:
+    raw = (TRUSTED + RECEIVED).encode() + mail()
+    result = verify(authenticator(zone_server, trusted_authserv_ids=("mx.home.example",)), raw)
+    assert result.source == "authserv-id mx.home.example"
+    assert result.from_authenticated() == "dmarc"
+    assert zone_server.queries == 0  # nothing left to look up
+
+
+def test_results_below_the_trusted_hop_are_a_forgery(zone_server: ZoneServer) -> None:
+    raw = (RECEIVED + TRUSTED).encode() + mail()  # brought in from outside, under our MTA's Received
+    result = verify(authenticator(zone_server, trusted_authserv_ids=("mx.home.example",)), raw)
+    assert result.source == "spamd" and result.from_authenticated() == ""
+
+
+def test_results_of_another_authserv_id_are_not_trusted(
+    zone_server: ZoneServer,
+) -> None:
+    raw = (TRUSTED.replace("mx.home.example", "mx.attacker.example") + RECEIVED).encode() + mail()
+    result = verify(authenticator(zone_server, trusted_authserv_ids=("mx.home.example",)), raw)
+    assert result.source == "spamd" and result.from_authenticated() == ""
+
+
+def test_trusted_results_that_failed_authenticate_nothing(
+    zone_server: ZoneServer,
+) -> None:
+    raw = (TRUSTED.replace("=pass", "=fail") + RECEIVED).encode() + mail()
+    result = verify(authenticator(zone_server, trusted_authserv_ids=("mx.home.example",)), raw)
+    assert result.source == "authserv-id mx.home.example" and result.from_authenticated() == ""
+
+
+# ---------------------------------------------------------------- DNS: budget, cache, temporary errors
+
+
+def test_a_server_that_never_answers_costs_the_budget_and_authenticates_nothing(
+    silent_nameserver: str, test_keys: SigningKeys
+) -> None:
+    auth = authenticator(silent_nameserver, dns_budget_s=0.3)
+    result = verify(auth, test_keys.shop.sign(mail()))
+    assert dkim_results(result) == [("shop.example", "temperror")]
+    assert result.dmarc is not None and result.dmarc.result == "temperror"
+    assert result.from_authenticated() == "" and not result.dmarc_rejects()
+    asked = auth.resolver.queries
+    again = verify(auth, test_keys.shop.sign(mail(subject="another")))
+    # The key that timed out is not asked again; only the policy, which the first message had no time left for.
+    assert dkim_results(again) == [("shop.example", "temperror")] and auth.resolver.queries == asked + 1
+
+
+def test_servfail_is_a_temporary_error_not_a_failure(auth_zone: ZoneServer, test_keys: SigningKeys) -> None:
+    auth_zone.servfail.add("sel1._domainkey.shop.example")
+    result = verify(authenticator(auth_zone), test_keys.shop.sign(mail()))
+    assert dkim_results(result) == [("shop.example", "temperror")]
+    assert result.dmarc is not None and result.dmarc.result == "fail"  # the policy exists; nothing passed
+    assert result.from_authenticated() == ""
+
+
+def test_answers_are_cached_for_their_ttl_negative_ones_too(
+    zone_server: ZoneServer,
+) -> None:
+    now = [1000.0]
+    resolver = CachingResolver((zone_server.address,), clock=lambda: now[0])
+    zone_server.txt("k._domainkey.shop.example", "v=DKIM1; p=abc")
+    budget = Budget(5.0)
+    assert resolver.txt("k._domainkey.shop.example", budget) == (b"v=DKIM1; p=abc",)
+    assert resolver.txt("nothing.shop.example", budget) is None
+    asked = zone_server.queries
+    zone_server.clear("k._domainkey.shop.example")
+    zone_server.txt("nothing.shop.example", "now there is")
+    assert resolver.txt("k._domainkey.shop.example", budget) == (b"v=DKIM1; p=abc",)
+    assert resolver.txt("nothing.shop.example", budget) is None
+    assert zone_server.queries == asked
+    now[0] += 61  # past the SOA's negative TTL (60 s), not the answer's (300 s)
+    assert resolver.txt("nothing.shop.example", budget) == (b"now there is",)
+    assert resolver.txt("k._domainkey.shop.example", budget) == (b"v=DKIM1; p=abc",)
+    now[0] += 300
+    assert resolver.txt("k._domainkey.shop.example", budget) is None
+
+
+def test_a_spent_budget_asks_nothing() -> None:
+    resolver = CachingResolver(("127.0.0.1:9",))
+    with pytest.raises(DnsTemporaryError):
+        resolver.txt("x.shop.example", Budget(0.0))
+    assert resolver.queries == 0
+
+
+@pytest.mark.parametrize(("action", "verdict"), [("score", Verdict.UNSURE), ("spam", Verdict.SPAM)])
+def test_a_dmarc_reject_failure_is_reported_and_filed_as_configured(
+    tmp_path: Path, auth_zone: ZoneServer, test_keys: SigningKeys, action: str, verdict: Verdict
+) -> None:
+    auth = AuthConfig(nameservers=(auth_zone.address,), dmarc_reject_action=action)
+    engine = Engine.open(Config(data_dir=tmp_path, auth=auth), durable=False)
+    try:
+        forged = test_keys.shop.sign(mail()).replace(b"on its way", b"held at customs, pay here")
+        classified = engine.classify(forged)
+        assert classified.analyzed.dmarc_reject
+        assert (
+            "dmarc=fail header.from=shop.example policy.published-domain-policy=reject"
+            in classified.analyzed.auth_report
+        )
+        assert classified.score.verdict is verdict  # an untrained model: unsure unless the action files it
+        assert not engine.classify(test_keys.shop.sign(mail())).analyzed.dmarc_reject
+    finally:
+        engine.close()
+
+
+# ---------------------------------------------------------------- evaluation
+
+
+def test_spamctl_eval_asks_dns_only_with_dns(auth_zone: ZoneServer, test_keys: SigningKeys, tmp_path: Path) -> None:
+    """A corpus's records of years ago are gone: eval verifies from what the message carries unless --dns."""
+    data = tmp_path / "data"
+    data.mkdir()
+    lines = []
+    for n in range(4):
+        raw = test_keys.shop.sign(mail(subject=f"Order {n}", body=f"Hello,\r\n\r\nparcel {n} is on its way.\r\n"))
+        (data / f"m{n}").write_bytes(raw)
+        lines.append(f"{'ham' if n % 2 else 'spam'} data/m{n}\n")
+    (tmp_path / "index").write_text("".join(lines))
+    config = tmp_path / "spamd.toml"
+    config.write_text(f'[auth]\nnameservers = ["{auth_zone.address}"]\n')
+
+    offline = run_spamctl("--config", config, "eval", "--json", "--jobs", "1", tmp_path / "index")
+    assert offline.returncode == 0, offline.stderr
+    assert auth_zone.queries == 0
+    online = run_spamctl("--config", config, "eval", "--json", "--jobs", "1", "--dns", tmp_path / "index")
+    assert online.returncode == 0, online.stderr
+    assert auth_zone.queries > 0  # the shop's key and DMARC record, at least
