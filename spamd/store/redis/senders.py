@@ -144,7 +144,9 @@ class RedisSenders:
         temporary error, and the retry counts the move once)."""
         if user is None or not self.moves:
             return False
+        self.state.check_replicas_connected("counting a move")
         moved = self._run(self._move, "counting a move", user, key, int(label == Label.SPAM), tuple(senders)) == 1
+        self.state.confirm_replicated("counting a move", user)  # a retry (moved == False) waits too
         self.changes += moved
         return moved
 
