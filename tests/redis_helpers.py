@@ -151,11 +151,13 @@ class RedisClusterServers:
 
     Each node has the persistence of RedisServer (AOF, appendfsync always) in its own
     directory; `node_for(key)` is the master holding a key's slot, to kill and restart.
+    `replicas=1`: a replica for each master too (six nodes); a master killed fails over to it.
     """
 
-    def __init__(self, directory: Path, masters: int = 3):
+    def __init__(self, directory: Path, masters: int = 3, replicas: int = 0):
         needs_redis()
-        self.nodes = [RedisServer(directory / f"node{i}", cluster=True) for i in range(masters)]
+        self.masters, self.replicas = masters, replicas
+        self.nodes = [RedisServer(directory / f"node{i}", cluster=True) for i in range(masters * (1 + replicas))]
 
     @property
     def url(self) -> str:
@@ -167,7 +169,7 @@ class RedisClusterServers:
                 node.start()
             addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
             created = subprocess.run(
-                [REDIS_CLI, "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
+                [REDIS_CLI, "--cluster", "create", *addresses, "--cluster-replicas", str(self.replicas), "--cluster-yes"],
                 capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
             )  # fmt: skip
             assert created.returncode == 0, created.stdout + created.stderr
@@ -181,19 +183,31 @@ class RedisClusterServers:
         """Until every running node says cluster_state:ok (bounded)."""
         wait_until_sync(lambda: all("cluster_state:ok" in n.info("cluster") for n in self.nodes if n.proc), timeout)
 
+    def wait_replicas_linked(self, timeout: float = 90) -> None:
+        """Until every running replica is linked to its master (it could take over)."""
+
+        def linked() -> bool:
+            roles = [n.info("replication") for n in self.nodes if n.proc]
+            replicas = [role for role in roles if "role:slave" in role]
+            return len(replicas) >= self.replicas * self.masters and all("master_link_status:up" in r for r in replicas)
+
+        wait_until_sync(linked, timeout, interval=0.2)
+
     def node_for(self, key: str) -> RedisServer:
-        slot = int(subprocess.run([REDIS_CLI, "-p", str(self.nodes[0].port), "CLUSTER", "KEYSLOT", key],
-                                  capture_output=True, text=True, timeout=10, check=True).stdout)  # fmt: skip
+        """The master of `key`'s slot, as the first running node says (after a failover: once it knows)."""
         for node in self.nodes:
             if node.proc is None:
                 continue
-            shards = subprocess.run([REDIS_CLI, "-p", str(node.port), "CLUSTER", "SLOTS"],
-                                    capture_output=True, text=True, timeout=10, check=True).stdout.split()  # fmt: skip
-            # CLUSTER SLOTS, as redis-cli prints it: start, end, host, port, id, per range.
-            for i in range(0, len(shards) - 3, 5):
-                if int(shards[i]) <= slot <= int(shards[i + 1]):
-                    return next(n for n in self.nodes if n.port == int(shards[i + 3]))
-        raise AssertionError(f"no node holds slot {slot} of {key!r}")
+            client = node.client()
+            try:
+                slot = int(client.execute_command("CLUSTER", "KEYSLOT", key))
+                # CLUSTER SLOTS: per range [start, end, [master host, port, id, ...], [replica ...]...]
+                for start, end, primary, *_ in client.execute_command("CLUSTER SLOTS"):
+                    if int(start) <= slot <= int(end):
+                        return next(n for n in self.nodes if n.port == int(primary[1]))
+            finally:
+                client.close()
+        raise AssertionError(f"no node holds the slot of {key!r}")
 
     def flush(self) -> None:
         for node in self.nodes:

@@ -12,6 +12,7 @@ import shutil
 import smtplib
 import tempfile
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,7 +34,7 @@ from tests.daemon_helpers import (
     wait_until_sync,
     write_config,
 )
-from tests.redis_helpers import RedisSentinels, RedisServer
+from tests.redis_helpers import RedisClusterServers, RedisSentinels, RedisServer
 
 
 class Daemon:
@@ -150,6 +151,98 @@ def test_replica_down_makes_trainings_temporary_errors_until_it_is_back_then_the
         primary.stop()
 
 
+class Load:
+    """SMTP clients and a stream of trainings through the daemons, each training retried until acknowledged.
+
+    `answers`: Message-ID -> SMTP code; `acknowledged`: each training once, after the
+    first "learned" or (a retry's) "skipped_repeat". Anything but a temporary error fails.
+    """
+
+    def __init__(self, daemons: list[Daemon]):
+        self.daemons = daemons
+        self.answers: dict[str, int] = {}
+        self.acknowledged: list[bytes] = []
+        self.temporary = Counter[str]()  # temporary refusals of trainings, by their start
+        self.stop = threading.Event()
+        self.workers = [threading.Thread(target=self.send_mail), threading.Thread(target=self.train)]
+
+    def __enter__(self) -> Load:
+        for worker in self.workers:
+            worker.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for worker in self.workers:
+            worker.join(180)
+        assert not any(worker.is_alive() for worker in self.workers)
+
+    def send_mail(self) -> None:
+        n = 0
+        while not self.stop.is_set():
+            raw = make_message(Label.SPAM if n % 2 else Label.HAM, n, seed=32)
+            mid = f"<{Label.SPAM if n % 2 else Label.HAM}-{n}-32@example.org>"
+            try:
+                with smtplib.SMTP("127.0.0.1", self.daemons[n % len(self.daemons)].port, timeout=60) as client:
+                    client.sendmail("s@example.org", ["user@example.com"], crlf(raw))
+                self.answers[mid] = 250
+            except smtplib.SMTPDataError as e:
+                self.answers[mid] = e.smtp_code
+            n += 1
+            self.stop.wait(0.005)
+
+    def train(self) -> None:
+        n = 0
+        while not self.stop.is_set():
+            raw = make_message(Label.SPAM, n, seed=33)
+            # The same message until acknowledged, as an MTA or a Maildir move retries (also
+            # after `stop`: the set-up is whole again by then, and none is left half-known).
+            for _ in range(10_000):
+                reply = self.daemons[n % len(self.daemons)].request("train", label="spam", messages=[raw])
+                if reply.get("outcomes") in (["learned"], ["skipped_repeat"]):
+                    self.acknowledged.append(raw)
+                    break
+                assert reply.get("temporary"), reply  # never anything but a temporary error
+                self.temporary[str(reply.get("error"))[:30]] += 1
+                time.sleep(0.05)
+            n += 1
+            self.stop.wait(0.01)
+
+    def progress(self, mail: int, trainings: int) -> None:
+        """Until this many more 250s and acknowledged trainings than now (the daemons serve)."""
+        ok, learned = Counter(self.answers.values())[250], len(self.acknowledged)
+        wait_until_sync(
+            lambda: Counter(self.answers.values())[250] >= ok + mail and len(self.acknowledged) >= learned + trainings,
+            timeout=180,
+            interval=0.1,
+        )
+
+    def check(self, seeds_spam: int, seeds_ham: int) -> None:
+        """Every 250 delivered once, nothing refused delivered, only 451s; the model holds each training once."""
+        delivered = Counter[str]()
+        for d in self.daemons:
+            for path in d.delivered():
+                delivered[email.message_from_bytes(path.read_bytes())["Message-ID"]] += 1
+        assert {mid for mid, n in delivered.items() if n > 1} == set()
+        assert {mid for mid, code in self.answers.items() if code == 250} == set(delivered)
+        assert set(self.answers.values()) <= {250, 451}
+        # Exactly once: the model holds the seeds and every acknowledged training, no more, no less.
+        stats = self.daemons[0].request("stats")
+        expected = (seeds_spam + len(self.acknowledged), seeds_ham)
+        assert (stats["trained_spam"], stats["trained_ham"]) == expected, (stats, self.temporary)
+        again = self.daemons[-1].request("train", label="spam", messages=self.acknowledged)
+        assert again["outcomes"] == ["skipped_repeat"] * len(self.acknowledged)
+
+
+def seed(daemon: Daemon) -> None:
+    """Five spam and one ham, so that scoring does work (an empty model short-cuts)."""
+    spam = [make_message(Label.SPAM, i, seed=31) for i in range(5)]
+    assert daemon.request("train", label="spam", messages=spam)["outcomes"] == ["learned"] * 5
+    assert daemon.request("train", label="ham", messages=[make_message(Label.HAM, 0, seed=31)])["outcomes"] == [
+        "learned"
+    ]
+
+
 def test_sentinel_failovers_under_load_lose_no_acknowledged_training_and_no_accepted_mail(root, tmp_path):
     """Two daemons on a Sentinel-watched primary with one replica, replicas_acked = 1; SMTP clients and trainings
     run while the primary is SIGKILLed three times (the killed one back as the new primary's replica each time).
@@ -162,89 +255,46 @@ def test_sentinel_failovers_under_load_lose_no_acknowledged_training_and_no_acce
     daemons: list[Daemon] = []
     try:
         daemons = [Daemon(root, group.url, f"n{i}") for i in range(2)]
-        seeds = [make_message(Label.SPAM, i, seed=31) for i in range(5)]
-        assert daemons[0].request("train", label="spam", messages=seeds)["outcomes"] == ["learned"] * 5
-        assert daemons[1].request("train", label="ham", messages=[make_message(Label.HAM, 0, seed=31)])["outcomes"] == [
-            "learned"
-        ]
-
-        answers: dict[str, int] = {}  # Message-ID -> SMTP code
-        acknowledged: list[bytes] = []  # each training, once acknowledged (learned, or a retry's repeat)
-        temporary = Counter[str]()  # temporary refusals of trainings, by their start
-        stop = threading.Event()
-
-        def send_mail() -> None:
-            n = 0
-            while not stop.is_set():
-                raw = make_message(Label.SPAM if n % 2 else Label.HAM, n, seed=32)
-                mid = f"<{Label.SPAM if n % 2 else Label.HAM}-{n}-32@example.org>"
-                try:
-                    with smtplib.SMTP("127.0.0.1", daemons[n % 2].port, timeout=60) as client:
-                        client.sendmail("s@example.org", ["user@example.com"], crlf(raw))
-                    answers[mid] = 250
-                except smtplib.SMTPDataError as e:
-                    answers[mid] = e.smtp_code
-                n += 1
-                stop.wait(0.005)
-
-        def train() -> None:
-            n = 0
-            while not stop.is_set():
-                raw = make_message(Label.SPAM, n, seed=33)
-                # The same message until acknowledged, as an MTA or a Maildir move retries (also
-                # after `stop`: the group is whole again by then, and none is left half-known).
-                for _ in range(10_000):
-                    reply = daemons[n % 2].request("train", label="spam", messages=[raw])
-                    if reply.get("outcomes") in (["learned"], ["skipped_repeat"]):
-                        acknowledged.append(raw)
-                        break
-                    assert reply.get("temporary"), reply  # never anything but a temporary error
-                    temporary[str(reply.get("error"))[:30]] += 1
-                    stop.wait(0.05)
-                n += 1
-                stop.wait(0.01)
-
-        def progress(mail: int, trainings: int) -> None:
-            """Until this many more 250s and acknowledged trainings than now (the daemons serve)."""
-            ok, learned = Counter(answers.values())[250], len(acknowledged)
-            wait_until_sync(
-                lambda: Counter(answers.values())[250] >= ok + mail and len(acknowledged) >= learned + trainings,
-                timeout=120,
-                interval=0.1,
-            )
-
-        workers = [threading.Thread(target=send_mail), threading.Thread(target=train)]
-        for worker in workers:
-            worker.start()
-        try:
-            progress(10, 5)
+        seed(daemons[0])
+        with Load(daemons) as load:
+            load.progress(10, 5)
             for _ in range(3):
                 group.kill_primary()
-                progress(10, 0)  # the new primary serves mail, no restart (trainings wait for a replica)
+                load.progress(10, 0)  # the new primary serves mail, no restart (trainings wait for a replica)
                 group.restore()
-                progress(5, 5)
-        finally:
-            stop.set()
-            for worker in workers:
-                worker.join(120)
-        assert not any(worker.is_alive() for worker in workers)
-
+                load.progress(5, 5)
         failovers = [event for d in daemons for event in d.process.events("redis_failover")]
         assert failovers and all(event["without_primary_s"] >= 0 for event in failovers)
-        delivered = Counter[str]()
-        for d in daemons:
-            for path in d.delivered():
-                delivered[email.message_from_bytes(path.read_bytes())["Message-ID"]] += 1
-        assert {mid for mid, n in delivered.items() if n > 1} == set()
-        assert {mid for mid, code in answers.items() if code == 250} == set(delivered)
-        assert set(answers.values()) <= {250, 451}
-        # Exactly once: the model holds the seeds and every acknowledged training, no more, no less.
-        stats = daemons[0].request("stats")
-        assert (stats["trained_spam"], stats["trained_ham"]) == (5 + len(acknowledged), 1), (stats, temporary)
-        assert daemons[1].request("train", label="spam", messages=acknowledged)["outcomes"] == ["skipped_repeat"] * len(
-            acknowledged
-        )
+        load.check(5, 1)
     finally:
         for d in daemons:
             d.stop()
         group.stop()
+
+
+def test_cluster_master_failovers_under_load_lose_no_acknowledged_training(root, tmp_path):
+    """A cluster of three masters with a replica each, replicas_acked = 1: the master holding the model's slot
+    SIGKILLed twice under SMTP and trainings, its replica promoted by the cluster (MOVED, CLUSTERDOWN meanwhile:
+    temporary errors); the killed node back as a replica each time. The same guarantees as under Sentinel."""
+    servers = RedisClusterServers(tmp_path / "cluster", replicas=1).start()
+    daemon = None
+    try:
+        servers.wait_replicas_linked()
+        daemon = Daemon(root, servers.url, "n0")
+        seed(daemon)
+        with Load([daemon]) as load:
+            load.progress(10, 5)
+            for _ in range(2):
+                master = servers.node_for("{spamd:}totals")
+                master.kill()
+                wait_until_sync(lambda master=master: servers.node_for("{spamd:}totals") is not master, 120, 0.5)
+                load.progress(10, 0)  # the promoted replica serves, no restart
+                master.start()  # rejoins as the new master's replica (its nodes.conf)
+                servers.wait_ok(120)
+                servers.wait_replicas_linked()
+                load.progress(5, 5)
+        load.check(5, 1)
+    finally:
+        if daemon is not None:
+            daemon.stop()
+        servers.stop()

@@ -84,7 +84,9 @@ def connect(r: RedisConfig, where: str) -> Any:
     """
     # With replicas_acked, a reply may wait replica_timeout_s for WAIT besides Redis's own time.
     reply_timeout = r.timeout_s + (r.replica_timeout_s if r.replicas_acked else 0.0)
-    common = dict(socket_timeout=reply_timeout, socket_connect_timeout=r.timeout_s, health_check_interval=0)
+    common: dict[str, Any] = dict(
+        socket_timeout=reply_timeout, socket_connect_timeout=r.timeout_s, health_check_interval=0
+    )
     if is_sentinel(r.url):
         return connect_sentinel(r, common)
     if not is_cluster(r.url):

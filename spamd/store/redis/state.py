@@ -7,6 +7,7 @@ Knows the keys and the scripts' calling conventions, not the Engine's interfaces
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import time
 from collections.abc import Callable
@@ -185,8 +186,9 @@ class RedisState:
         if self.cluster and user_name is not None:
             marks.append(self.config.redis.prefix + user_hash_tag(user_name) + ":" + REPLICATED_MARK)
         for mark in marks:
-            acked = self.call(f"{what} (waiting for replicas)", lambda mark=mark: self._wait(mark, wanted),
-                              where=self.node_of(mark))  # fmt: skip
+            acked = self.call(
+                f"{what} (waiting for replicas)", functools.partial(self._wait, mark, wanted), where=self.node_of(mark)
+            )
             if acked < wanted:
                 if not self.replicas_short:
                     log.error("redis_replicas_behind", url=self.url, replicas_acked=acked, wanted=wanted,
