@@ -10,12 +10,14 @@ import dataclasses
 import random
 
 import pytest
+import redis
 
 from spamd.config import UsersConfig
 from spamd.engine.engine import Engine
 from spamd.errors import StoreUnavailableError
 from spamd.model.bayes import Label, Verdict
-from spamd.store.redis.senders import sender_keys_of
+from spamd.store.redis.connect import Script
+from spamd.store.redis.senders import DELIVER_LUA, MOVE_LUA, recency_now, sender_keys_of
 from tests import core_helpers as h
 from tests.daemon_helpers import list_digest, make_message, wait_until_sync
 from tests.redis_helpers import (
@@ -159,3 +161,28 @@ def test_cluster_senders_node_down_fails_that_users_scoring_only_and_the_retried
         if engine is not None:
             engine.close()
         servers.stop()
+
+
+def test_a_users_sender_state_stays_within_its_caps_and_expires(redis_plain_url):
+    """The scripts' bounds at a small size: past the caps the least recent senders (with all their counts) and
+    filed messages go, and every key carries the expiry; a move of a message still held counts once."""
+    client = redis.Redis.from_url(redis_plain_url)
+    deliver, move = Script(client, DELIVER_LUA), Script(client, MOVE_LUA)
+    keys = sender_keys_of("spamd:", "carol")
+    senders_cap, filed_cap, ttl = 5, 8, 1000
+    try:
+        for n in range(30):  # 30 messages from 30 senders, each filed in Junk, then each moved out
+            args = [f"m{n}".encode(), 1, recency_now(), senders_cap, filed_cap, ttl, 1000 + n]
+            assert deliver(keys=keys, args=args) == 1
+            assert move(keys=keys, args=[f"m{n}".encode(), 0, *args[2:]]) == 1
+            assert move(keys=keys, args=[f"m{n}".encode(), 0, *args[2:]]) == 0  # a retry: once
+            assert client.zcard(keys[1]) <= senders_cap and client.zcard(keys[2]) <= filed_cap
+        fields = client.hgetall(keys[0])
+        held = {int(field.split(b":")[0]) for field in fields}
+        assert held == set(range(1025, 1030))  # the five most recent senders, nothing left of the others
+        assert all(fields[f"{sender}:{kind}".encode()] == b"1" for sender in held for kind in "dfo")
+        assert {bytes(m) for m in client.zrange(keys[2], 0, -1)} == {f"m{n}".encode() for n in range(22, 30)}
+        assert all(int(score) % 2 == 0 for _, score in client.zrange(keys[2], 0, -1, withscores=True))  # not in Junk
+        assert all(0 < client.ttl(key) <= ttl for key in keys)  # refreshed by each change, gone `ttl` after the last
+    finally:
+        client.close()
