@@ -258,8 +258,8 @@ class UsersConfig:
     # token (about 3 a message): measured in spamd/people/users.py.
     backoff: float = 15.0
     # Score each user's mail as theirs: by where their mail from the message's senders
-    # ends up (sender_moves), and with their token layer if token_moves. The layers
-    # are kept either way (every training names its user). On by default, because
+    # ends up (sender_moves), and with their token layer if token_moves (the layers
+    # are built only then). On by default, because
     # people teach by correcting and disagree: measured in docs/users.md.
     score_per_user: bool = True
     # Join the user's token layer to the shared model's per token (backoff). Off by
