@@ -17,7 +17,7 @@ from spamd.engine.engine import Engine
 from spamd.errors import StoreUnavailableError
 from spamd.model.bayes import Label, Verdict
 from spamd.store.redis.connect import Script
-from spamd.store.redis.senders import DELIVER_LUA, MOVE_LUA, recency_now, sender_keys_of
+from spamd.store.redis.senders import DELIVER_LUA, MOVE_LUA, sender_keys_of
 from tests import core_helpers as h
 from tests.daemon_helpers import list_digest, make_message, wait_until_sync
 from tests.redis_helpers import (
@@ -172,7 +172,7 @@ def test_a_users_sender_state_stays_within_its_caps_and_expires(redis_plain_url)
     senders_cap, filed_cap, ttl = 5, 8, 1000
     try:
         for n in range(30):  # 30 messages from 30 senders, each filed in Junk, then each moved out
-            args = [f"m{n}".encode(), 1, recency_now(), senders_cap, filed_cap, ttl, 1000 + n]
+            args = [f"m{n}".encode(), 1, str(1_800_000_000 + n), senders_cap, filed_cap, ttl, 1000 + n]  # a second each
             assert deliver(keys=keys, args=args) == 1
             assert move(keys=keys, args=[f"m{n}".encode(), 0, *args[2:]]) == 1
             assert move(keys=keys, args=[f"m{n}".encode(), 0, *args[2:]]) == 0  # a retry: once
