@@ -19,11 +19,13 @@ to 0.9 ms of kernel CPU per delivery and ran 20-30% slower.
     python scripts/bench_smtp.py --web off --web on --rounds 3     # the web console idle beside SMTP, or not
     python scripts/bench_smtp.py --users 20 --rounds 3            # 20 users' Maildirs, each scored with their layer
     python scripts/bench_smtp.py --users 0 --users 20 --rounds 3  # the shared model alone or per-user layers, interleaved
+    python scripts/bench_smtp.py --replicas-acked 0 --replicas-acked 1 --autolearn --rounds 3   # Redis with a replica
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -34,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -130,6 +133,26 @@ def client(port: int, messages: list[bytes], latencies: list[float], errors: lis
         smtp.close()
 
 
+@contextlib.contextmanager
+def replicated_redis(work: Path, acked: int | None) -> Iterator[str]:
+    """A redis-server primary and one linked replica for one round (tests/redis_helpers.py); the [redis] section."""
+    if acked is None:
+        yield ""
+        return
+    sys.path.insert(0, str(ROOT))
+    from tests.daemon_helpers import wait_until_sync
+    from tests.redis_helpers import RedisServer
+
+    primary = RedisServer(work / "redis-primary").start()
+    replica = RedisServer(work / "redis-replica").start(replica_of=primary.port)
+    try:
+        wait_until_sync(lambda: "master_link_status:up" in replica.info("replication"), timeout=60)
+        yield f'[redis]\nurl = "{primary.url}"\nreplicas_acked = {acked}\n'
+    finally:
+        replica.stop()
+        primary.stop()
+
+
 def percentile(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
@@ -166,6 +189,12 @@ def main() -> int:
         help="run the daemon from this checkout (default: this one); given twice or more, the runs alternate "
              "between them: an A/B of two commits in the same run (git worktree add /tmp/old HEAD~1)",
     )  # fmt: skip
+    parser.add_argument(
+        "--replicas-acked", type=int, action="append",
+        help="the model in Redis: a redis-server primary and one replica on loopback (AOF, appendfsync always), "
+             "[redis] replicas_acked this; given twice, the runs alternate between them",
+    )  # fmt: skip
+    parser.add_argument("--autolearn", action="store_true", help="[maildir] autolearn on: mail trains the model")
     parser.add_argument("--rounds", type=int, default=1, help="runs of each setting, interleaved")
     parser.add_argument(
         "--settle", type=float, default=420, help="longest wait (s) for file creation at rest before a round"
@@ -183,20 +212,24 @@ def main() -> int:
         replay = replay[: args.limit]
     trees = [tree.resolve() for tree in args.tree or [ROOT]]
     settings = [
-        (tree, processes, web, users)
+        (tree, processes, web, users, acked)
         for tree in trees for processes in args.processes or [None] for web in args.web or ["off"] for users in args.users or [0]
+        for acked in args.replicas_acked or [None]
     ]  # fmt: skip
-    results: dict[tuple[Path, int | None, str, int], list[tuple[float, float]]] = {setting: [] for setting in settings}
+    results: dict[tuple[Path, int | None, str, int, int | None], list[tuple[float, float]]] = {s: [] for s in settings}
     failed = False
     work_root = Path(tempfile.mkdtemp(prefix="spamd-bench-"))
     try:
         for _ in range(args.rounds):
-            for tree, processes, web, users in settings:
+            for tree, processes, web, users, acked in settings:
                 cost = wait_for_resting_file_system(work_root, args.settle, args.resting_us)
                 print(f"file creation {cost:.0f} us before the round")
                 work = Path(tempfile.mkdtemp(dir=work_root))
-                rate, p99, ok = run_once(args, rows, replay, processes, tree, work, web == "on", users)
-                results[tree, processes, web, users].append((rate, p99))
+                with replicated_redis(work, acked) as redis_section:
+                    rate, p99, ok = run_once(
+                        args, rows, replay, processes, tree, work, web == "on", users, redis_section
+                    )
+                results[tree, processes, web, users, acked].append((rate, p99))
                 failed |= not ok
     finally:
         if args.keep:
@@ -204,10 +237,11 @@ def main() -> int:
         else:
             shutil.rmtree(work_root, ignore_errors=True)
     if args.rounds > 1 or len(settings) > 1:
-        for (tree, processes, web, users), runs in results.items():
+        for (tree, processes, web, users, acked), runs in results.items():
             name = f"{tree.name} " if len(trees) > 1 else ""
             rates = [rate for rate, _ in runs]
-            print(f"{name}processes {'default' if processes is None else processes}, web console {web}, users {users}: "
+            redis = "" if acked is None else f", Redis replicas_acked {acked}"
+            print(f"{name}processes {'default' if processes is None else processes}, web console {web}, users {users}{redis}: "
                   f"{' '.join(f'{r:.0f}' for r in rates)} msgs/s, median {statistics.median(rates):.0f}; "
                   f"p99 {' '.join(f'{p99:.1f}' for _, p99 in runs)} ms")  # fmt: skip
     return 1 if failed else 0
@@ -222,6 +256,7 @@ def run_once(
     work: Path,
     web: bool = False,
     users: int = 0,
+    redis_section: str = "",
 ) -> tuple[float, float, bool]:
     """One fresh spamd, pretrained, replayed to by the clients: (msgs/s, p99 latency in ms, every message delivered)."""
     config_file = work / "spamd.toml"
@@ -240,8 +275,9 @@ def run_once(
         root_line = f'root = "{root}"\n'
         users_section = "[users]\nscore_per_user = true\n"
         recipients = [f"u{k}@example.com" for k in range(users)]
-    config_file.write_text(f'[log]\nformat = "json"\n[maildir]\nfsync = {fsync}\n{root_line}[smtp]\nmax_recipients = 10\n'
-                           f'{parser_section}{web_section}{users_section}')  # fmt: skip
+    autolearn = "autolearn = true\n" if args.autolearn else ""
+    config_file.write_text(f'[log]\nformat = "json"\n[maildir]\nfsync = {fsync}\n{autolearn}{root_line}[smtp]\nmax_recipients = 10\n'
+                           f'{parser_section}{web_section}{users_section}{redis_section}')  # fmt: skip
     data_dir = work / "data"
     t = time.perf_counter()
     pretrain(data_dir, config_file, rows[: args.train], users)

@@ -121,7 +121,7 @@ def layer_overhead_bytes(engine: Engine) -> int:
 
 
 def config_for(state: Path) -> Config:
-    return dataclasses.replace(Config(users=UsersConfig()), data_dir=state)
+    return dataclasses.replace(Config(users=UsersConfig(token_moves=True)), data_dir=state)  # layers built
 
 
 def open_in_fresh_process(state: Path) -> dict[str, float]:

@@ -1,4 +1,4 @@
-"""A real redis-server for tests: loopback, a free port, its own directory, AOF on; a real Redis Cluster of three.
+"""A real redis-server for tests: loopback, a free port, its own directory, AOF on; a Redis Cluster; Sentinel.
 
 Loaded as a plugin by tests/conftest.py, so a test names its fixtures as parameters. Skips with a reason
 when /usr/bin/redis-server is absent, but fails in CI, which installs it (.ci/run):
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 REDIS_CLI = shutil.which("redis-cli") or "/usr/bin/redis-cli"
+REDIS_SENTINEL = shutil.which("redis-sentinel") or "/usr/bin/redis-sentinel"
 
 
 def redis_state(engine: Engine) -> RedisState:
@@ -46,9 +47,9 @@ def redis_users(engine: Engine) -> RedisUsers:
     return engine.users
 
 
-def needs_redis() -> None:
-    """Skip without redis-server and redis-cli, but fail in CI, which installs them."""
-    missing = [path for path in (REDIS_SERVER, REDIS_CLI) if not Path(path).exists()]
+def needs_redis(*more: str) -> None:
+    """Skip without redis-server and redis-cli (and `more`), but fail in CI, which installs them."""
+    missing = [path for path in (REDIS_SERVER, REDIS_CLI, *more) if not Path(path).exists()]
     if missing:
         if os.environ.get("CI"):
             pytest.fail(
@@ -94,13 +95,15 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self) -> RedisServer:
+    def start(self, replica_of: int | None = None) -> RedisServer:
+        """Start (again) on the same port and directory; `replica_of`: as a replica of the server on that port."""
         self.proc = subprocess.Popen(
             [
                 REDIS_SERVER, "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.directory),
                 "--save", "", "--appendonly", "yes", "--appendfsync", self.appendfsync,
                 "--protected-mode", "yes", "--logfile", str(self.directory / "redis.log"),
                 *([*CLUSTER_NODE_OPTIONS, "--cluster-port", str(self.bus_port)] if self.cluster else []),
+                *(["--replicaof", "127.0.0.1", str(replica_of)] if replica_of else []),
             ],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
@@ -167,11 +170,13 @@ class RedisClusterServers:
 
     Each node has the persistence of RedisServer (AOF, appendfsync always) in its own
     directory; `node_for(key)` is the master holding a key's slot, to kill and restart.
+    `replicas=1`: a replica for each master too (six nodes); a master killed fails over to it.
     """
 
-    def __init__(self, directory: Path, masters: int = 3):
+    def __init__(self, directory: Path, masters: int = 3, replicas: int = 0):
         needs_redis()
-        self.nodes = [RedisServer(directory / f"node{i}", cluster=True) for i in range(masters)]
+        self.masters, self.replicas = masters, replicas
+        self.nodes = [RedisServer(directory / f"node{i}", cluster=True) for i in range(masters * (1 + replicas))]
 
     @property
     def url(self) -> str:
@@ -183,7 +188,7 @@ class RedisClusterServers:
                 node.start()
             addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
             created = subprocess.run(
-                [REDIS_CLI, "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
+                [REDIS_CLI, "--cluster", "create", *addresses, "--cluster-replicas", str(self.replicas), "--cluster-yes"],
                 capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
             )  # fmt: skip
             assert created.returncode == 0, created.stdout + created.stderr
@@ -197,19 +202,31 @@ class RedisClusterServers:
         """Until every running node says cluster_state:ok (bounded)."""
         wait_until_sync(lambda: all("cluster_state:ok" in n.info("cluster") for n in self.nodes if n.proc), timeout)
 
+    def wait_replicas_linked(self, timeout: float = 90) -> None:
+        """Until every running replica is linked to its master (it could take over)."""
+
+        def linked() -> bool:
+            roles = [n.info("replication") for n in self.nodes if n.proc]
+            replicas = [role for role in roles if "role:slave" in role]
+            return len(replicas) >= self.replicas * self.masters and all("master_link_status:up" in r for r in replicas)
+
+        wait_until_sync(linked, timeout, interval=0.2)
+
     def node_for(self, key: str) -> RedisServer:
-        slot = int(subprocess.run([REDIS_CLI, "-p", str(self.nodes[0].port), "CLUSTER", "KEYSLOT", key],
-                                  capture_output=True, text=True, timeout=10, check=True).stdout)  # fmt: skip
+        """The master of `key`'s slot, as the first running node says (after a failover: once it knows)."""
         for node in self.nodes:
             if node.proc is None:
                 continue
-            shards = subprocess.run([REDIS_CLI, "-p", str(node.port), "CLUSTER", "SLOTS"],
-                                    capture_output=True, text=True, timeout=10, check=True).stdout.split()  # fmt: skip
-            # CLUSTER SLOTS, as redis-cli prints it: start, end, host, port, id, per range.
-            for i in range(0, len(shards) - 3, 5):
-                if int(shards[i]) <= slot <= int(shards[i + 1]):
-                    return next(n for n in self.nodes if n.port == int(shards[i + 3]))
-        raise AssertionError(f"no node holds slot {slot} of {key!r}")
+            client = node.client()
+            try:
+                slot = int(client.execute_command("CLUSTER", "KEYSLOT", key))
+                # CLUSTER SLOTS: per range [start, end, [master host, port, id, ...], [replica ...]...]
+                for start, end, primary, *_ in client.execute_command("CLUSTER SLOTS"):
+                    if int(start) <= slot <= int(end):
+                        return next(n for n in self.nodes if n.port == int(primary[1]))
+            finally:
+                client.close()
+        raise AssertionError(f"no node holds the slot of {key!r}")
 
     def flush(self) -> None:
         for node in self.nodes:
@@ -279,3 +296,126 @@ def wait_for_port_free(port: int, timeout: float = 10.0) -> None:
                 return False
 
     wait_until_sync(free, timeout)
+
+
+class RedisSentinels:
+    """A primary, one replica and three redis-sentinel processes on loopback, all watching one master name.
+
+    Sentinel promotes the replica 2 s after the primary stops answering (quorum 2 of 3);
+    `kill_primary` SIGKILLs the primary and waits, bounded, for the promotion; `restore`
+    starts the killed server again as the new primary's replica, so the kill can repeat.
+    """
+
+    MASTER_NAME = "spamd"
+
+    def __init__(self, directory: Path):
+        needs_redis(REDIS_SENTINEL)
+        self.directory = directory
+        self.servers = [RedisServer(directory / "redis-a"), RedisServer(directory / "redis-b")]
+        self.sentinel_ports = [free_port() for _ in range(3)]
+        self.sentinels: list[subprocess.Popen[bytes]] = []
+        self.down: RedisServer | None = None  # killed, not yet restored
+
+    @property
+    def url(self) -> str:
+        return "redis+sentinel://" + ",".join(f"127.0.0.1:{p}" for p in self.sentinel_ports) + f"/{self.MASTER_NAME}"
+
+    def start(self) -> RedisSentinels:
+        try:
+            primary, replica = self.servers
+            primary.start()
+            replica.start(replica_of=primary.port)
+            self.wait_replica_linked(replica)
+            for i, port in enumerate(self.sentinel_ports):
+                directory = self.directory / f"sentinel{i}"
+                directory.mkdir(parents=True, exist_ok=True)
+                conf = directory / "sentinel.conf"  # Sentinel rewrites its own file: one each
+                conf.write_text(
+                    f"port {port}\nbind 127.0.0.1\ndir {directory}\nlogfile {directory / 'sentinel.log'}\n"
+                    f"sentinel monitor {self.MASTER_NAME} 127.0.0.1 {primary.port} 2\n"
+                    f"sentinel down-after-milliseconds {self.MASTER_NAME} 2000\n"
+                    f"sentinel failover-timeout {self.MASTER_NAME} 10000\n"
+                    f"sentinel parallel-syncs {self.MASTER_NAME} 1\n"
+                )
+                self.sentinels.append(subprocess.Popen([REDIS_SENTINEL, str(conf)], stdin=subprocess.DEVNULL,
+                                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))  # fmt: skip
+            # Every sentinel knows the replica and the two other sentinels: a failover can happen.
+            wait_until_sync(lambda: all(self.sentinel_sees_all(port) for port in self.sentinel_ports), timeout=60)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def sentinel(self, port: int, *command: str) -> str:
+        done = subprocess.run([REDIS_CLI, "-h", "127.0.0.1", "-p", str(port), *command],
+                              capture_output=True, text=True, timeout=10)  # fmt: skip
+        return done.stdout
+
+    def sentinel_sees_all(self, port: int) -> bool:
+        """This sentinel knows the two others and holds a live replica of the primary it names (one it could promote)."""
+        fields = self.sentinel(port, "SENTINEL", "MASTER", self.MASTER_NAME).split()
+        info = dict(zip(fields[::2], fields[1::2], strict=False))
+        if info.get("num-other-sentinels") != "2":
+            return False
+        # SENTINEL REPLICAS as redis-cli prints it: "name", value, "ip", value, ... per replica.
+        fields = self.sentinel(port, "SENTINEL", "REPLICAS", self.MASTER_NAME).split()
+        starts = [i for i, field in enumerate(fields) if field == "name"] + [len(fields)]
+        replicas = [
+            dict(zip(fields[a:b:2], fields[a + 1 : b : 2], strict=False))
+            for a, b in zip(starts, starts[1:], strict=False)
+        ]
+        return any(r.get("flags") == "slave" and r.get("master-link-status") == "ok" for r in replicas)
+
+    def primary_port(self) -> int | None:
+        """The primary's port as a majority of the sentinels say (None while they disagree)."""
+        said = [self.sentinel(port, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.MASTER_NAME).split()
+                for port in self.sentinel_ports]  # fmt: skip
+        ports = [int(s[1]) for s in said if len(s) == 2]
+        best = max(set(ports), key=ports.count, default=None)
+        return best if best is not None and ports.count(best) >= 2 else None
+
+    def primary(self) -> RedisServer:
+        port = self.primary_port()
+        return next(server for server in self.servers if server.port == port)
+
+    def wait_replica_linked(self, replica: RedisServer, timeout: float = 60) -> None:
+        wait_until_sync(lambda: "master_link_status:up" in replica.info("replication"), timeout)
+
+    def kill_primary(self, timeout: float = 90) -> tuple[RedisServer, RedisServer]:
+        """SIGKILL the primary; return (killed, promoted) once the sentinels name the other and it says role:master."""
+        killed = self.primary()
+        killed.kill()
+        self.down = killed
+        promoted = next(server for server in self.servers if server is not killed)
+        wait_until_sync(
+            lambda: self.primary_port() == promoted.port and "role:master" in promoted.info("replication"),
+            timeout,
+        )
+        return killed, promoted
+
+    def kill_replica(self) -> RedisServer:
+        replica = next(server for server in self.servers if server is not self.primary())
+        replica.kill()
+        self.down = replica
+        return replica
+
+    def restore(self, timeout: float = 90) -> None:
+        """The killed server back, as the primary's replica, linked and caught up."""
+        assert self.down is not None
+        server, self.down = self.down, None
+        server.start(replica_of=self.primary().port)
+        self.wait_replica_linked(server, timeout)
+        wait_until_sync(lambda: all(self.sentinel_sees_all(port) for port in self.sentinel_ports), timeout)
+
+    def stop(self) -> None:
+        for proc in self.sentinels:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(10)
+        self.sentinels = []
+        for server in self.servers:
+            server.stop()

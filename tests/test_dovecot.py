@@ -339,6 +339,8 @@ def test_imapsieve_trains_spamd_from_moves_in_a_maildir_it_does_not_watch(sieve_
         pytest.skip("no Python interpreter can run spamd as the mail user here")
     # spamd as the mail user (one virtual-mail uid): Dovecot's pipe runs as that user too.
     spamd = Spamd(spamd_top, [spamd_top / "data" / "Maildir"], mail_user=True)
+    with spamd.config.open("a") as config:  # token layers, so that `spamctl users` shows whose moves trained
+        config.write("[users]\ntoken_moves = true\n")
     install_learn_script(sieve_dovecot.top / "bin", spamd)
     spamd.start()
     try:

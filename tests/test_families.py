@@ -146,7 +146,7 @@ def test_weights_scale_each_familys_log_odds_and_count_in_the_denominator():
 
 def test_a_users_overrides_weigh_as_their_familys_log_odds():
     classifier, model = trained(WEIGHTED)
-    users = UserLayers(UsersConfig())
+    users = UserLayers(UsersConfig(token_moves=True))
     # The user calls the shared model's spam ham: her evidence overrides it token by token.
     for seq, raw in enumerate(SPAM, 1):
         users.apply("alice", classifier.analyze(raw).features, Label.HAM, None, seq, WEIGHTED.stored_counts)
@@ -369,7 +369,7 @@ def test_a_users_layer_stores_counts_as_the_shared_model_does():
     """The layer's counts are compared with the shared model's (everyone else's = shared - hers): the same stored_counts."""
     config = ModelConfig(hash_bits=12, stored_counts="binary", osb=True)
     classifier = Classifier(Config(model=config), None)  # type: ignore[arg-type]
-    trainer = Trainer(MultinomialNB(config), Ledger(100), None, users=UserLayers(UsersConfig()))
+    trainer = Trainer(MultinomialNB(config), Ledger(100), None, users=UserLayers(UsersConfig(token_moves=True)))
     analyzed = classifier.analyze(b"Subject: cash cash cash\n\nfree free money money money\n")
     trainer.train(analyzed, Label.SPAM, "test", user_name="alice")
     layer = trainer.users.layers["alice"]

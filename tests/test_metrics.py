@@ -256,7 +256,7 @@ def test_hostile_http_clients_do_not_stall_the_loop_or_keep_scrapes_out(tmp_path
 @needs_spamc
 def test_spamc_checks_and_tells_are_counted_by_way_in_and_judged(tmp_path):
     """Debian's spamc: two CHECKs, then a TELL that contradicts each verdict (a person's, by its source)."""
-    daemon = start_spamd(tmp_path, "allow_tell = true\n")
+    daemon = start_spamd(tmp_path, "allow_tell = true\n[users]\ntoken_moves = true\n")  # layers built
     try:
         before, _ = parse(scrape_text(daemon.metrics_port))
         ham_looking, spam_looking = make_message(Label.HAM, 600), make_message(Label.SPAM, 600)

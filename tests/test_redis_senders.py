@@ -10,12 +10,14 @@ import dataclasses
 import random
 
 import pytest
+import redis
 
 from spamd.config import UsersConfig
 from spamd.engine.engine import Engine
 from spamd.errors import StoreUnavailableError
 from spamd.model.bayes import Label, Verdict
-from spamd.store.redis.senders import sender_keys_of
+from spamd.store.redis.connect import Script
+from spamd.store.redis.senders import DELIVER_LUA, MOVE_LUA, sender_keys_of
 from tests import core_helpers as h
 from tests.daemon_helpers import list_digest, make_message, wait_until_sync
 from tests.redis_helpers import (
@@ -160,3 +162,30 @@ def test_cluster_senders_node_down_fails_that_users_scoring_only_and_the_retried
         if engine is not None:
             engine.close()
         servers.stop()
+
+
+def test_a_users_sender_state_stays_within_its_caps_and_expires(redis_plain_url):
+    """The scripts' bounds at a small size: past the caps the least recent senders (with all their counts) and
+    filed messages go, and every key carries the expiry; a move of a message still held counts once."""
+    client = redis.Redis.from_url(redis_plain_url)
+    deliver, move = Script(client, DELIVER_LUA), Script(client, MOVE_LUA)
+    keys = sender_keys_of("spamd:", "carol")
+    senders_cap, filed_cap, ttl = 5, 8, 1000
+    try:
+        for n in range(30):  # 30 messages from 30 senders, each filed in Junk, then each moved out
+            args = [f"m{n}".encode(), 1, str(1_800_000_000 + n), senders_cap, filed_cap, ttl, 1000 + n]  # a second each
+            assert deliver(keys=keys, args=args) == 1
+            assert move(keys=keys, args=[f"m{n}".encode(), 0, *args[2:]]) == 1
+            assert move(keys=keys, args=[f"m{n}".encode(), 0, *args[2:]]) == 0  # a retry: once
+            assert client.zcard(keys[1]) <= senders_cap and client.zcard(keys[2]) <= filed_cap
+        fields: dict[bytes, bytes] = client.hgetall(keys[0])  # type: ignore[assignment]  # redis-py's union of sync and async replies
+        held = {int(field.split(b":")[0]) for field in fields}
+        assert held == set(range(1025, 1030))  # the five most recent senders, nothing left of the others
+        assert all(fields[f"{sender}:{kind}".encode()] == b"1" for sender in held for kind in "dfo")
+        filed: list[bytes] = client.zrange(keys[2], 0, -1)  # type: ignore[assignment]  # as above
+        assert set(filed) == {f"m{n}".encode() for n in range(22, 30)}
+        scored: list[tuple[bytes, float]] = client.zrange(keys[2], 0, -1, withscores=True)  # type: ignore[assignment]
+        assert all(int(score) % 2 == 0 for _, score in scored)  # not in Junk
+        assert all(0 < client.ttl(key) <= ttl for key in keys)  # refreshed by each change, gone `ttl` after the last
+    finally:
+        client.close()

@@ -283,7 +283,7 @@ def test_cluster_user_node_down_fails_that_users_requests_only_and_the_retried_t
         acknowledged.append((message(8), Label.SPAM, other))
         assert shared.classify(probe, user_name=other).score is not None and before is not None
         (tmp_path / "m7").write_bytes(message(7))
-        (tmp_path / "ctl.toml").write_text("[model]\nhash_bits = 12\n")
+        (tmp_path / "ctl.toml").write_text("[model]\nhash_bits = 12\n[users]\ntoken_moves = true\n")
         refused = c.run_spamctl("--config", tmp_path / "ctl.toml", "--data-dir", tmp_path / "ctl", "--redis", servers.url,
                                 "--json", "train", "--spam", "--user", victim, tmp_path / "m7")  # fmt: skip
         assert refused.returncode == 75, refused.stdout + refused.stderr  # EX_TEMPFAIL

@@ -41,7 +41,7 @@ def analyzed(seed: int) -> Analyzed:
 
 
 def trainer() -> Trainer:
-    return Trainer(MultinomialNB(MODEL), Ledger(10_000), None, users=UserLayers(UsersConfig()))
+    return Trainer(MultinomialNB(MODEL), Ledger(10_000), None, users=UserLayers(UsersConfig(token_moves=True)))
 
 
 USERS = st.sampled_from([None, "alice", "bob"])
@@ -148,7 +148,7 @@ def test_user_names_are_checked_and_recipients_name_one_user_or_none():
 
 
 def test_layers_survive_snapshot_restart_and_journal_replay_and_old_records_load(tmp_path):
-    config = dataclasses.replace(Config(model=MODEL), data_dir=tmp_path)
+    config = dataclasses.replace(Config(model=MODEL, users=UsersConfig(token_moves=True)), data_dir=tmp_path)
     engine = Engine.open(config, durable=False)
     for i in range(6):
         engine.trainer.train(analyzed(i), Label(i % 2), "test", user_name="alice")
@@ -177,7 +177,12 @@ def test_layers_survive_snapshot_restart_and_journal_replay_and_old_records_load
 
 
 def test_layers_are_bounded_by_tokens_and_users():
-    t = Trainer(MultinomialNB(MODEL), Ledger(10_000), None, users=UserLayers(UsersConfig(max_tokens=20, max_users=2)))
+    t = Trainer(
+        MultinomialNB(MODEL),
+        Ledger(10_000),
+        None,
+        users=UserLayers(UsersConfig(max_tokens=20, max_users=2, token_moves=True)),
+    )
     for i in range(5):
         t.train(analyzed(i), Label.SPAM, "test", user_name="alice")
     alice = t.users.get("alice")
@@ -195,14 +200,18 @@ def test_eval_reads_a_user_as_the_third_field(tmp_path):
     assert entries[0].path == tmp_path / "m1"
 
 
-def test_layers_score_only_when_score_per_user_is_on_and_are_kept_either_way(tmp_path):
-    """On (the default, with the token layer joined): a user's moves count for them. Off: their mail scores as the shared model's, but the training still builds the layer."""
-    off = dataclasses.replace(Config(model=MODEL, users=UsersConfig(score_per_user=False)), data_dir=tmp_path / "off")
+def test_layers_score_only_when_score_per_user_is_on_and_are_built_only_with_token_moves(tmp_path):
+    """On (the default, with the token layer joined): a user's moves count for them. Off: their mail scores as the
+    shared model's (the layer is built, token_moves on). Without token_moves no layer is built at all."""
+    off = dataclasses.replace(
+        Config(model=MODEL, users=UsersConfig(score_per_user=False, token_moves=True)), data_dir=tmp_path / "off"
+    )
     on = dataclasses.replace(Config(model=MODEL, users=UsersConfig(token_moves=True)), data_dir=tmp_path / "on")
+    unbuilt = dataclasses.replace(Config(model=MODEL, users=UsersConfig()), data_dir=tmp_path / "unbuilt")
     assert on.users.score_per_user
     probe = h.numbered_message(0, "weekly offer from the shop")
     scores = {}
-    for name, config in (("off", off), ("on", on)):
+    for name, config in (("off", off), ("on", on), ("unbuilt", unbuilt)):
         engine = Engine.open(config, durable=False)
         try:
             for i in range(1, 13):
@@ -213,13 +222,14 @@ def test_layers_score_only_when_score_per_user_is_on_and_are_kept_either_way(tmp
                 engine.train(
                     h.numbered_message(200 + i, "minutes of the meeting"), Label.HAM, "test", user_name="alice"
                 )
-            assert (
-                h.local_users(engine).for_scoring("alice", config.model)[0] is not None
-            )  # the layer is there either way
+            built = h.local_users(engine).for_scoring("alice", config.model)[0] is not None
+            assert built == config.users.token_moves, name
+            assert len(engine.users) == int(built)
             scores[name] = (engine.classify(probe, user_name="alice").score, engine.classify(probe).score)
         finally:
             engine.close()
     assert scores["off"][0] == scores["off"][1]  # off: alice scores as everyone
+    assert scores["unbuilt"][0] == scores["unbuilt"][1]  # no layer: the shared model's
     assert scores["on"][0].log_odds > scores["on"][1].log_odds  # on: her moves count for her
 
 

@@ -1,4 +1,4 @@
-"""Addresses in the configuration taken apart: HOST:PORT listeners and Redis Cluster URLs, with clear errors.
+"""Addresses in the configuration taken apart: HOST:PORT listeners, Redis Cluster and Sentinel URLs, with clear errors.
 
 Pure functions of strings; the config's validation and the store's connection both use them.
 """
@@ -11,6 +11,7 @@ from urllib.parse import unquote
 from spamd.errors import ConfigError
 
 CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
+SENTINEL_SCHEMES = ("redis+sentinel://", "rediss+sentinel://")
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,48 @@ def parse_cluster_url(url: str) -> ClusterURL:
         username=unquote(username) if username else None,
         password=unquote(password) if colon and password else None,
         tls=scheme == "rediss+cluster",
+    )
+
+
+@dataclass(frozen=True)
+class SentinelURL:
+    """A `redis+sentinel://` URL taken apart: the sentinels to ask, the primary's name, its credentials, TLS."""
+
+    sentinels: tuple[tuple[str, int], ...]
+    master_name: str
+    username: str | None
+    password: str | None
+    tls: bool
+
+
+def parse_sentinel_url(url: str) -> SentinelURL:
+    """`redis+sentinel://[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT...]/MASTERNAME` -> SentinelURL, or ConfigError.
+
+    The credentials are the primary's (and its replicas'); the sentinels are asked
+    without any. Database 0 only, as on a cluster: one name says where the model is.
+    """
+    scheme, _, rest = url.partition("://")
+    credentials, at, location = rest.rpartition("@")
+    if not at:
+        credentials, location = "", rest
+    where = f"redis.url {redact_url(url)!r}"
+    if "?" in location or "#" in location:
+        raise ConfigError(f"{where}: no query options are understood here; use [redis] timeout_s")
+    location, slash, master_name = location.partition("/")
+    if not slash or not master_name or "/" in master_name:
+        raise ConfigError(f"{where}: expected HOST:PORT[,HOST:PORT...]/MASTERNAME (the name in `sentinel monitor`)")
+    sentinels = []
+    for part in location.split(","):
+        if not part:
+            raise ConfigError(f"{where}: expected HOST:PORT[,HOST:PORT...] after {scheme}://")
+        sentinels.append(parse_host_port(part, where))
+    username, colon, password = credentials.partition(":")
+    return SentinelURL(
+        sentinels=tuple(sentinels),
+        master_name=unquote(master_name),
+        username=unquote(username) if username else None,
+        password=unquote(password) if colon and password else None,
+        tls=scheme == "rediss+sentinel",
     )
 
 

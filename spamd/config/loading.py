@@ -14,7 +14,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from spamd.config.addresses import CLUSTER_SCHEMES, parse_cluster_url, parse_host_port, parse_nameserver
+from spamd.config.addresses import (
+    CLUSTER_SCHEMES,
+    SENTINEL_SCHEMES,
+    parse_cluster_url,
+    parse_host_port,
+    parse_nameserver,
+    parse_sentinel_url,
+)
 from spamd.config.sections import MAX_NGRAM_CHARS, STORED_COUNTS, Config, metrics_address, web_address
 from spamd.errors import ConfigError
 
@@ -147,11 +154,16 @@ def _validate(config: Config, source: str) -> None:
         if not folder.startswith(".") or "/" in folder or folder in (".", ".."):
             problems.append(f"maildir folder {folder!r} must be a Maildir++ name like '.Junk'")
     r = config.redis
-    if r.url and not r.url.startswith(("redis://", "rediss://", "unix://", *CLUSTER_SCHEMES)):
+    if r.url and not r.url.startswith(("redis://", "rediss://", "unix://", *CLUSTER_SCHEMES, *SENTINEL_SCHEMES)):
         problems.append(
-            f"redis.url must start with redis://, rediss://, unix:// or (a Redis Cluster) redis+cluster://, "
-            f"rediss+cluster://, got {r.url!r}"
+            f"redis.url must start with redis://, rediss://, unix://, (a Redis Cluster) redis+cluster://, "
+            f"rediss+cluster://, or (Redis Sentinel) redis+sentinel://, rediss+sentinel://, got {r.url!r}"
         )
+    elif r.url.startswith(SENTINEL_SCHEMES):
+        try:
+            parse_sentinel_url(r.url)
+        except ConfigError as e:
+            problems.append(str(e))
     elif r.url.startswith(CLUSTER_SCHEMES):
         try:
             parse_cluster_url(r.url)
@@ -164,6 +176,8 @@ def _validate(config: Config, source: str) -> None:
             )
     if not r.prefix or r.timeout_s <= 0 or r.events_max < 1:
         problems.append("redis.prefix must be set, redis.timeout_s > 0 and redis.events_max >= 1")
+    if not 0 <= r.replicas_acked <= 16 or r.replica_timeout_s <= 0:
+        problems.append("redis.replicas_acked must be between 0 and 16 and redis.replica_timeout_s > 0")
     if config.metrics.listen:
         try:
             metrics_address(config)

@@ -258,8 +258,8 @@ class UsersConfig:
     # token (about 3 a message): measured in spamd/people/users.py.
     backoff: float = 15.0
     # Score each user's mail as theirs: by where their mail from the message's senders
-    # ends up (sender_moves), and with their token layer if token_moves. The layers
-    # are kept either way (every training names its user). On by default, because
+    # ends up (sender_moves), and with their token layer if token_moves (the layers
+    # are built only then). On by default, because
     # people teach by correcting and disagree: measured in docs/users.md.
     score_per_user: bool = True
     # Join the user's token layer to the shared model's per token (backoff). Off by
@@ -315,6 +315,7 @@ class RedisConfig:
 
     # redis://[:password@]HOST:PORT/DB (or rediss://, unix://); a Redis Cluster:
     # redis+cluster://[:password@]HOST:PORT[,HOST:PORT...] (rediss+cluster:// for TLS);
+    # a primary under Redis Sentinel: redis+sentinel://[:password@]HOST:PORT[,HOST:PORT...]/MASTERNAME;
     # "" keeps the embedded store.
     url: str = ""
     # Every key spamd writes starts with this, so one Redis can hold several models
@@ -324,6 +325,12 @@ class RedisConfig:
     timeout_s: float = 2.0
     # Training events kept in the Redis stream <prefix>events (approximately: trimmed with ~).
     events_max: int = 100_000
+    # A training, a move and a move's sender count are acknowledged only once this many
+    # replicas have it (Redis WAIT); 0: once the primary has it (replication is asynchronous).
+    replicas_acked: int = 0
+    # How long to wait for those replicas; then the request fails as a temporary error
+    # (451, exit 75, a Maildir move retried) and its retry applies it once (the ledger).
+    replica_timeout_s: float = 2.0
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Reaching Redis: the client for a plain Redis or a Redis Cluster, the model's key names, what counts as "down".
+"""Reaching Redis: the client for a plain Redis, a primary under Sentinel or a Redis Cluster, the key names, "down".
 
 Plain Redis keeps the key names it always had (`<prefix>ham`); on a cluster every key
 of the shared model carries one hash tag, the prefix in braces (`{spamd:}ham`), so each
@@ -25,9 +25,10 @@ from redis.exceptions import (
     TryAgainError,
 )
 from redis.retry import Retry
+from redis.sentinel import Sentinel
 
 from spamd.config import RedisConfig
-from spamd.config.addresses import CLUSTER_SCHEMES, parse_cluster_url
+from spamd.config.addresses import CLUSTER_SCHEMES, SENTINEL_SCHEMES, parse_cluster_url, parse_sentinel_url
 from spamd.errors import StoreError, StoreUnavailableError
 
 # The model's keys, in the order the training script takes them (KEYS[1..8]).
@@ -48,6 +49,10 @@ NOT_UNAVAILABLE: tuple[type[BaseException], ...] = (CrossSlotTransactionError, I
 
 def is_cluster(url: str) -> bool:
     return url.startswith(CLUSTER_SCHEMES)
+
+
+def is_sentinel(url: str) -> bool:
+    return url.startswith(SENTINEL_SCHEMES)
 
 
 def model_keys(prefix: str, cluster: bool) -> list[str]:
@@ -77,12 +82,16 @@ def connect(r: RedisConfig, where: str) -> Any:
     default; a refused connection, as from a stopped node on a live host, at once).
     A training retried either way is a repeat to the script's ledger check, never double.
     """
+    # With replicas_acked, a reply may wait replica_timeout_s for WAIT besides Redis's own time.
+    reply_timeout = r.timeout_s + (r.replica_timeout_s if r.replicas_acked else 0.0)
+    common: dict[str, Any] = dict(
+        socket_timeout=reply_timeout, socket_connect_timeout=r.timeout_s, health_check_interval=0
+    )
+    if is_sentinel(r.url):
+        return connect_sentinel(r, common)
     if not is_cluster(r.url):
         try:
-            return redis.Redis.from_url(
-                r.url, retry=Retry(NoBackoff(), 1), retry_on_timeout=False,
-                socket_timeout=r.timeout_s, socket_connect_timeout=r.timeout_s, health_check_interval=0,
-            )  # fmt: skip
+            return redis.Redis.from_url(r.url, retry=Retry(NoBackoff(), 1), retry_on_timeout=False, **common)
         except ValueError as e:
             raise StoreError(f"[redis] url {where!r}: {e}") from None
     parts = parse_cluster_url(r.url)
@@ -94,12 +103,31 @@ def connect(r: RedisConfig, where: str) -> Any:
             retry=Retry(NoBackoff(), 1),
             # spamd needs the one slot of its hash tag, not all 16384.
             require_full_coverage=False,
-            socket_timeout=r.timeout_s, socket_connect_timeout=r.timeout_s, health_check_interval=0,
+            **common,
         )  # fmt: skip
     except NOT_UNAVAILABLE:
         raise
     except UNAVAILABLE as e:
         raise StoreUnavailableError(f"Redis Cluster at {where} is unreachable ({type(e).__name__}: {e})") from None
+
+
+def connect_sentinel(r: RedisConfig, common: dict[str, Any]) -> Any:
+    """The primary Sentinel names, as a redis.Redis whose every new connection asks the sentinels where it is now.
+
+    After a failover the first request on the old address fails (a broken connection,
+    or READONLY from the old primary come back as a replica: redis-py turns that into a
+    ConnectionError), the pool is reset, and the next connection goes to the new primary;
+    nothing here caches the address. The sentinels are asked without the primary's password.
+    """
+    parts = parse_sentinel_url(r.url)
+    sentinels = Sentinel(
+        list(parts.sentinels),
+        sentinel_kwargs={"socket_timeout": r.timeout_s, "socket_connect_timeout": r.timeout_s},
+    )
+    return sentinels.master_for(
+        parts.master_name, username=parts.username, password=parts.password, ssl=parts.tls,
+        retry=Retry(NoBackoff(), 1), retry_on_timeout=False, **common,
+    )  # fmt: skip
 
 
 class Script:

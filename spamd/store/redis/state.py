@@ -6,6 +6,8 @@ Knows the keys and the scripts' calling conventions, not the Engine's interfaces
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import time
 from collections.abc import Callable
@@ -15,6 +17,7 @@ from typing import Any, TypeVar
 import numpy as np
 import redis
 import structlog
+from redis.exceptions import ClusterError, MovedError
 
 from spamd.config import Config, ModelConfig
 from spamd.config.addresses import redact_url
@@ -23,7 +26,16 @@ from spamd.learning.classifier import Analyzed
 from spamd.model.bayes import Label, MultinomialNB
 from spamd.model.families import count_settings
 from spamd.store.records import Ledger
-from spamd.store.redis.connect import NOT_UNAVAILABLE, UNAVAILABLE, Script, connect, is_cluster, model_keys
+from spamd.store.redis.connect import (
+    NOT_UNAVAILABLE,
+    UNAVAILABLE,
+    Script,
+    connect,
+    is_cluster,
+    is_sentinel,
+    model_keys,
+    user_hash_tag,
+)
 from spamd.store.redis.scripts import CLAIM_LUA, SCORE_LUA, TRAIN_LUA
 from spamd.store.snapshot import check_count_settings
 
@@ -37,6 +49,12 @@ BACKOFF_FIRST_S = 0.1
 BACKOFF_MAX_S = 5.0
 
 _TOTAL_FIELDS = ("tokens:0", "tokens:1", "docs:0", "docs:1", "distinct")
+
+# The key WAIT's marker write touches (one per slot that needs confirming): SET with a
+# short expiry, so it costs nothing at rest; the write makes the connection's WAIT
+# cover everything the node holds up to now, whichever connection wrote it.
+REPLICATED_MARK = "replicated"
+REPLICATED_MARK_TTL_MS = 60_000
 
 # A ledger value at or above this is an untraining whose user's layer is not yet told
 # (spamd.store.redis.scripts TRAIN_LUA): the message is not held.
@@ -82,7 +100,9 @@ class RedisState:
         r = config.redis
         self.url = redact_url(r.url)
         self.cluster = is_cluster(r.url)
+        self.sentinel = is_sentinel(r.url)
         self.keys = model_keys(r.prefix, self.cluster)
+        self.mark = (f"{{{r.prefix}}}" if self.cluster else r.prefix) + REPLICATED_MARK
         self.ham, self.spam, self.totals, self.ledger, self.order, self.events, self.outcomes, self.users = self.keys
         self.client = connect(r, self.url)
         self._train = Script(self.client, TRAIN_LUA)
@@ -92,6 +112,8 @@ class RedisState:
         # everything), or on a cluster the node of a user's slot, so that one node down
         # stops only the users it holds.
         self._backoffs: dict[str, _Backoff] = {}
+        self.primary: tuple[str, int] | None = None  # under Sentinel: where the primary was last reached
+        self.replicas_short = False  # the last WAIT found fewer than [redis] replicas_acked replicas
 
     # ---------------------------------------------------------- connection
 
@@ -119,6 +141,8 @@ class RedisState:
             ) from None
         except redis.ResponseError as e:
             raise StoreError(f"Redis at {place} refused {what}: {e}") from None
+        if self.sentinel:
+            self._note_primary(backoff)
         if backoff is not None:
             del self._backoffs[where]
             log.info(
@@ -129,6 +153,92 @@ class RedisState:
                 failures=backoff.failures,
             )
         return result
+
+    def _note_primary(self, backoff: _Backoff | None) -> None:
+        """Log `redis_failover` when Sentinel's primary is another than before, with how long this daemon had none.
+
+        "Without a primary" runs from this daemon's first request that failed to its first
+        that succeeded on the new one (0 when no request came in between).
+        """
+        address = self.client.connection_pool.master_address
+        if address is None or address == self.primary:
+            return
+        if self.primary is not None:
+            log.warning(
+                "redis_failover", url=self.url, old_primary=f"{self.primary[0]}:{self.primary[1]}",
+                new_primary=f"{address[0]}:{address[1]}",
+                without_primary_s=round(time.monotonic() - backoff.down_since, 2) if backoff is not None else 0.0,
+            )  # fmt: skip
+        self.primary = address
+
+    def confirm_replicated(self, what: str, user_name: str | None = None) -> None:
+        """Return once `[redis] replicas_acked` replicas hold all written so far; else StoreUnavailableError.
+
+        On plain Redis and Sentinel one node holds everything, so one WAIT covers the
+        model's and the user's keys; on a cluster the user's slot is confirmed on its own
+        node too. A shortfall is not an outage: no backoff (scoring goes on), only this
+        request fails, and its retry (a repeat to the ledgers) waits again.
+        """
+        wanted = self.config.redis.replicas_acked
+        if not wanted:
+            return
+        marks = [self.mark]
+        if self.cluster and user_name is not None:
+            marks.append(self.config.redis.prefix + user_hash_tag(user_name) + ":" + REPLICATED_MARK)
+        for mark in marks:
+            acked = self.call(
+                f"{what} (waiting for replicas)", functools.partial(self._wait, mark, wanted), where=self.node_of(mark)
+            )
+            if acked < wanted:
+                if not self.replicas_short:
+                    log.error("redis_replicas_behind", url=self.url, replicas_acked=acked, wanted=wanted,
+                              action="answering temporary failures for trainings")  # fmt: skip
+                self.replicas_short = True
+                raise StoreUnavailableError(
+                    f"Redis at {self.url}: {acked} of {wanted} replicas confirmed within "
+                    f"{self.config.redis.replica_timeout_s} s; {what} not acknowledged, retry it"
+                )
+        if self.replicas_short:
+            log.info("redis_replicas_caught_up", url=self.url, wanted=wanted)
+            self.replicas_short = False
+
+    def check_replicas_connected(self, what: str) -> None:
+        """After a WAIT came short: refuse at once, before writing, while fewer replicas than wanted are connected.
+
+        Spares every training the replica_timeout_s wait (the daemon's loop waits with it)
+        while a replica is down; one INFO per training, only in that state.
+        """
+        if not self.replicas_short:
+            return
+        wanted = self.config.redis.replicas_acked
+
+        def connected() -> int:
+            if self.cluster:
+                info = self.client.info("replication", target_nodes=self.client.get_node_from_key(self.mark))
+            else:
+                info = self.client.info("replication")
+            return int(info.get("connected_slaves", 0))
+
+        have = self.call(f"{what} (counting replicas)", connected, where=self.node_of(self.mark))
+        if have < wanted:
+            raise StoreUnavailableError(
+                f"Redis at {self.url}: {have} of {wanted} replicas connected; {what} not done, retry it"
+            )
+
+    def _wait(self, mark: str, wanted: int) -> int:
+        """SET the mark and WAIT on one connection (WAIT counts the replicas that hold that connection's last write)."""
+        client = self.client
+        if self.cluster:
+            client = self.client.get_redis_connection(self.client.get_node_from_key(mark))
+        pipe = client.pipeline(transaction=False)
+        pipe.set(mark, 1, px=REPLICATED_MARK_TTL_MS)
+        pipe.execute_command("WAIT", wanted, int(self.config.redis.replica_timeout_s * 1000))
+        try:
+            return int(pipe.execute()[1])
+        except MovedError as e:  # the slot failed over: read the map again; the retry goes to its new master
+            with contextlib.suppress(*UNAVAILABLE):
+                self.client.nodes_manager.initialize()
+            raise ClusterError(f"slot moved: {e}") from None
 
     def node_of(self, key: str) -> str:
         """Where a key's calls back off: "model" on plain Redis, else the node that holds its slot (or the key itself)."""

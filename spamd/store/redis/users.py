@@ -91,6 +91,10 @@ class RedisUsers:
         self._forget(shared.expired)
         if not shared.apply:
             return
+        if not self.config.token_moves:
+            # A layer that does not score is not built. The change stays pending, not acknowledged:
+            # a daemon with token_moves on (a mixed set-up, or this one after a restart) applies it.
+            return
         stored = MultinomialNB.stored_counts(analyzed.features.counts, self.state.config.model.stored_counts)
         args = [
             analyzed.key, "" if label is None else int(label), -1 if shared.previous is None else int(shared.previous),

@@ -143,11 +143,14 @@ class RedisTrainer:
         """The shared script, then with a user their layer's (spamd.store.redis.users: the order and why)."""
         if user_name is not None:
             check_user_name(user_name)  # it names Redis keys
+        self.state.check_replicas_connected("training")
         key = user_ledger_key(user_name, analyzed.key)
         shared = self.state.train(op, analyzed, label, user, source, key, user_name)
         if shared.seq:
             self.seq = shared.seq
         if user_name is not None:
             self.users.finish(user_name, analyzed, label, key, shared)  # StoreUnavailableError: not acknowledged
+        # Even a repeat waits: it may be the retry of one whose wait failed.
+        self.state.confirm_replicated("training", user_name)
         self.events[(source, shared.outcome)] += 1
         return Outcome(shared.outcome)

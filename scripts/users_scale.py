@@ -1,0 +1,99 @@
+"""What many users' sender state costs in Redis: bytes per user with N rescued senders each, and its bounds.
+
+Starts a redis-server on loopback (tests/redis_helpers.py) and, for --users users, runs
+the real move script (spamd.store.redis.senders.MOVE_LUA) --moves times for each of
+--senders senders per user: messages from that sender moved out of Junk, so each
+sender is "rescued" ([users] sender_moves = 3 by default). The scripts are sent in
+pipelines of --batch (the daemon sends one per move; the state is the same). Then it
+reports Redis's used_memory before and after (per user), MEMORY USAGE of a sample of
+users' keys, their TTL, and that no user holds more than the caps.
+
+Only the sender state: not the token layers (their cost is scripts/users_cost.py's),
+not the embedded store.
+
+    .venv/bin/python scripts/users_scale.py                          # 100,000 users x 20 senders
+    .venv/bin/python scripts/users_scale.py --users 5000 --senders 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from spamd.store.redis.senders import (  # noqa: E402
+    KEEP_S,
+    MOVE_LUA,
+    PLACED_PER_USER,
+    SENDERS_PER_USER,
+    recency_now,
+    sender_keys_of,
+)
+from tests.redis_helpers import RedisServer  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--users", type=int, default=100_000)
+    parser.add_argument("--senders", type=int, default=20, help="rescued senders per user")
+    parser.add_argument("--moves", type=int, default=3, help="messages moved out of Junk per sender")
+    parser.add_argument("--batch", type=int, default=2000)
+    parser.add_argument("--sample", type=int, default=200, help="users whose keys MEMORY USAGE reads")
+    args = parser.parse_args()
+    prefix = "spamd:"
+    server = RedisServer(Path(tempfile.mkdtemp(prefix="spamd-users-scale-")), appendfsync="no").start()
+    client = server.client()
+    try:
+        sha = client.script_load(MOVE_LUA)
+        before = int(client.info("memory")["used_memory"])
+        started = time.perf_counter()
+        pipe = client.pipeline(transaction=False)
+        queued = 0
+        for u in range(args.users):
+            keys = sender_keys_of(prefix, f"user{u}@example.com")
+            for s in range(args.senders):
+                sender = int.from_bytes(hashlib.blake2b(f"{u}:{s}".encode(), digest_size=8).digest(), "big") >> 1
+                for m in range(args.moves):
+                    key = hashlib.blake2b(f"{u}:{s}:{m}".encode(), digest_size=16).digest()
+                    pipe.evalsha(sha, len(keys), *keys, key, 0, recency_now(), SENDERS_PER_USER, PLACED_PER_USER,
+                                 KEEP_S, sender)  # fmt: skip
+                    queued += 1
+                    if queued == args.batch:
+                        pipe.execute()
+                        queued = 0
+        pipe.execute()
+        built = time.perf_counter() - started
+        after = int(client.info("memory")["used_memory"])
+        sample = range(0, args.users, max(1, args.users // args.sample))
+        per_user, ttls, senders_held, placed_held = [], [], [], []
+        for u in sample:
+            keys = sender_keys_of(prefix, f"user{u}@example.com")
+            per_user.append(sum(int(client.memory_usage(k) or 0) for k in keys))
+            ttls.append(min(int(client.ttl(k)) for k in keys))
+            senders_held.append(int(client.zcard(keys[1])))
+            placed_held.append(int(client.zcard(keys[2])))
+        moves = args.users * args.senders * args.moves
+        print(f"{args.users} users x {args.senders} senders x {args.moves} moves: {moves} move scripts in "
+              f"{built:.1f} s ({moves / built:.0f}/s, pipelined)")  # fmt: skip
+        print(
+            f"used_memory {before / 2**20:.1f} -> {after / 2**20:.1f} MiB: {(after - before) / args.users:.0f} bytes a user"
+        )
+        print(f"MEMORY USAGE of a user's keys ({len(per_user)} users): median {statistics.median(per_user):.0f} "
+              f"bytes, max {max(per_user)}")  # fmt: skip
+        print(f"senders held per user max {max(senders_held)} (cap {SENDERS_PER_USER}), messages held max "
+              f"{max(placed_held)} (cap {PLACED_PER_USER}); TTL min {min(ttls)} s (expiry {KEEP_S} s after the last move)")  # fmt: skip
+    finally:
+        client.close()
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
