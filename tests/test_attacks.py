@@ -92,9 +92,7 @@ def texts(raw: bytes) -> list[tuple[str, str]]:
 
 def subject(raw: bytes) -> str:
     msg = email.message_from_bytes(raw, policy=email.policy.compat32)
-    return str(
-        email.header.make_header(email.header.decode_header(str(msg["subject"])))
-    )
+    return str(email.header.make_header(email.header.decode_header(str(msg["subject"]))))
 
 
 @pytest.mark.parametrize("attack", list(ATTACKS))
@@ -111,19 +109,12 @@ def test_attack_changes_only_spam_keeps_mime_valid_and_is_deterministic(
             assert texts(after), attack  # still mail with readable text
             assert subject(after).strip()
     assert list(attacked(STREAM, attack, seed=7)) == out
-    if attack not in (
-        "encodings",
-    ):  # the encodings' random choices can coincide for two seeds
+    if attack not in ("encodings",):  # the encodings' random choices can coincide for two seeds
         assert list(attacked(STREAM, attack, seed=8)) != out
 
 
 def spam_texts(attack: str) -> list[str]:
-    return [
-        text
-        for label, raw in attacked(STREAM, attack, seed=3)
-        if label == "spam"
-        for _, text in texts(raw)
-    ]
+    return [text for label, raw in attacked(STREAM, attack, seed=3) if label == "spam" for _, text in texts(raw)]
 
 
 def test_zero_width_puts_an_invisible_character_in_every_word() -> None:
@@ -132,9 +123,7 @@ def test_zero_width_puts_an_invisible_character_in_every_word() -> None:
             r"[A-Za-z\u200b-\u200d\u2060\ufeff]{4,}",
             re.sub(r"<style>.*?</style>|<[^>]*>", " ", text, flags=re.DOTALL),
         )
-        assert words and all(any(c in word for c in ZERO_WIDTH) for word in words), (
-            words
-        )
+        assert words and all(any(c in word for c in ZERO_WIDTH) for word in words), words
     assert set(subject(list(attacked(STREAM, "zero-width", 3))[1][1])) & set(ZERO_WIDTH)
 
 
@@ -142,23 +131,17 @@ def test_homoglyphs_use_cyrillic_and_greek() -> None:
     joined = "".join(spam_texts("homoglyphs"))
     assert set(joined) & set(CYRILLIC_LOOKALIKES.values())
     assert set(joined) & set(GREEK_LOOKALIKES.values())
-    assert (
-        "casino" in joined or "bonus" in joined or "cheap" in joined
-    )  # about half the words are left alone
+    assert "casino" in joined or "bonus" in joined or "cheap" in joined  # about half the words are left alone
 
 
 def test_split_words_use_tags_comments_soft_hyphens_and_references() -> None:
     out = dict(enumerate(attacked(STREAM, "split-words", seed=3)))
-    html_raw = email.message_from_bytes(
-        out[3][1], policy=email.policy.default
-    ).get_content()
+    html_raw = email.message_from_bytes(out[3][1], policy=email.policy.default).get_content()
     assert re.search(r"[a-z]<(b|i|span|font)></\1>[a-z]", html_raw)
     assert re.search(r"[a-z]<!-- \w+ -->[a-z]", html_raw)
     assert "&shy;" in html_raw and re.search(r"&#x?[0-9a-f]+;", html_raw)
     assert "<style>p {color: red}</style>" in html_raw  # styles and tags are not text
-    plain = email.message_from_bytes(
-        out[1][1], policy=email.policy.default
-    ).get_content()
+    plain = email.message_from_bytes(out[1][1], policy=email.policy.default).get_content()
     assert "\u00ad" in plain
 
 
@@ -171,14 +154,10 @@ def test_hidden_words_hide_a_block_of_the_streams_ham_words_in_html(
         found = texts(raw)
         assert all(ctype == "text/html" for ctype, _ in found)
         style = HIDING[hiding].split('"')[1]
-        block = re.search(
-            rf'<div style="{re.escape(style)}">([^<]*)</div>', found[-1][1]
-        )
+        block = re.search(rf'<div style="{re.escape(style)}">([^<]*)</div>', found[-1][1])
         assert block is not None
         words = block.group(1).split()
-        assert len(words) == 150 and set(words) <= set(
-            re.findall(r"[a-z]+", HAM.lower().decode()) + ["carol"]
-        )
+        assert len(words) == 150 and set(words) <= set(re.findall(r"[a-z]+", HAM.lower().decode()) + ["carol"])
 
 
 def test_good_words_blocks_have_their_size_in_plain_sight() -> None:
@@ -192,21 +171,11 @@ def test_good_words_blocks_have_their_size_in_plain_sight() -> None:
 
 
 def test_attachment_and_image_leave_little_text_in_the_body() -> None:
-    attached = email.message_from_bytes(
-        list(attacked(STREAM, "attachment", 3))[1][1], policy=email.policy.default
-    )
+    attached = email.message_from_bytes(list(attacked(STREAM, "attachment", 3))[1][1], policy=email.policy.default)
     parts = list(attached.iter_parts())
-    assert (
-        parts[0].get_content_type() == "text/plain"
-        and len(parts[0].get_content().split()) <= 8
-    )
-    assert (
-        parts[1].get_content_disposition() == "attachment"
-        and "viagra" in parts[1].get_content()
-    )
-    image = email.message_from_bytes(
-        list(attacked(STREAM, "image", 3))[1][1], policy=email.policy.default
-    )
+    assert parts[0].get_content_type() == "text/plain" and len(parts[0].get_content().split()) <= 8
+    assert parts[1].get_content_disposition() == "attachment" and "viagra" in parts[1].get_content()
+    image = email.message_from_bytes(list(attacked(STREAM, "image", 3))[1][1], policy=email.policy.default)
     kinds = [p.get_content_type() for p in image.iter_parts()]
     assert kinds == ["text/html", "image/png"]
     assert "prescription" not in next(image.iter_parts()).get_content()
@@ -233,9 +202,7 @@ def test_all_at_once_combines_the_attacks() -> None:
     markup = texts(raw)[0][1]
     assert 'style="display:none"' in markup
     assert set(markup) & set(ZERO_WIDTH)
-    assert set(markup) & (
-        set(CYRILLIC_LOOKALIKES.values()) | set(GREEK_LOOKALIKES.values())
-    )
+    assert set(markup) & (set(CYRILLIC_LOOKALIKES.values()) | set(GREEK_LOOKALIKES.values()))
 
 
 def test_write_attacked_writes_an_index_of_the_same_labels(tmp_path: Path) -> None:
@@ -249,9 +216,7 @@ def test_write_attacked_writes_an_index_of_the_same_labels(tmp_path: Path) -> No
     (tmp_path / "index").write_text("".join(lines))
     index = write_attacked(tmp_path / "index", "zero-width", tmp_path / "out", seed=5)
     entries = read_index(index)
-    assert [str(e.label) for e in entries] == [
-        label for label, _ in STREAM
-    ]  # the empty file is no message
+    assert [str(e.label) for e in entries] == [label for label, _ in STREAM]  # the empty file is no message
     assert entries[0].path.read_bytes() == HAM
     assert entries[1].path.read_bytes() == list(attacked(STREAM, "zero-width", 5))[1][1]
     with pytest.raises(KeyError, match="unknown attack"):

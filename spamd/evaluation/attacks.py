@@ -94,11 +94,7 @@ def _on_html_text(markup: str, change: Callable[[str], str]) -> str:
             out.append(piece)
         else:
             # Leave character references whole: change only the runs between them.
-            out.append(
-                re.sub(
-                    r"[^&;]+(?=&|$)|(?<=;)[^&]+", lambda m: change(m.group(0)), piece
-                )
-            )
+            out.append(re.sub(r"[^&;]+(?=&|$)|(?<=;)[^&]+", lambda m: change(m.group(0)), piece))
     return "".join(out)
 
 
@@ -144,11 +140,7 @@ def split_html_words(markup: str, rng: random.Random) -> str:
         at = rng.randrange(1, len(word))
         kind = rng.randrange(4)
         if kind == 0:
-            return (
-                word[:at]
-                + rng.choice(("<b></b>", "<span></span>", "<i></i>", "<font></font>"))
-                + word[at:]
-            )
+            return word[:at] + rng.choice(("<b></b>", "<span></span>", "<i></i>", "<font></font>")) + word[at:]
         if kind == 1:
             return word[:at] + f"<!-- {rng.choice(COMMON_WORDS)} -->" + word[at:]
         if kind == 2:
@@ -156,9 +148,7 @@ def split_html_words(markup: str, rng: random.Random) -> str:
         ref = f"&#{ord(word[at])};" if rng.random() < 0.5 else f"&#x{ord(word[at]):x};"
         return word[:at] + ref + word[at + 1 :]
 
-    return _on_html_text(
-        markup, lambda text: _LETTERS_RE.sub(split, html.escape(text, quote=False))
-    )
+    return _on_html_text(markup, lambda text: _LETTERS_RE.sub(split, html.escape(text, quote=False)))
 
 
 # Ways a block of HTML is kept from the reader (all render nothing, or nothing legible).
@@ -178,9 +168,7 @@ class Context:
     recent_ham_words: deque[str] = field(default_factory=lambda: deque(maxlen=5000))
 
     def saw_ham(self, raw: bytes) -> None:
-        self.recent_ham_words.extend(
-            w.lower() for w in _WORD_RE.findall(visible_text(raw)) if len(w) <= 12
-        )
+        self.recent_ham_words.extend(w.lower() for w in _WORD_RE.findall(visible_text(raw)) if len(w) <= 12)
 
     def good_words(self, rng: random.Random, n: int, source: str) -> list[str]:
         pool: tuple[str, ...] | deque[str] = COMMON_WORDS
@@ -224,9 +212,7 @@ def part_text(part: Message) -> str:
         return data.decode("latin-1")
 
 
-def set_part_text(
-    part: Message, text: str, encoding: str | None = None, charset: str | None = None
-) -> None:
+def set_part_text(part: Message, text: str, encoding: str | None = None, charset: str | None = None) -> None:
     """Replace a leaf part's text, keeping its charset (UTF-8 when the text needs it) and transfer encoding.
 
     `encoding` ('base64', 'quoted-printable', '8bit') and `charset` override them.
@@ -238,11 +224,7 @@ def set_part_text(
         except (UnicodeEncodeError, LookupError):
             charset = "utf-8"
     data = text.encode(charset, "replace")
-    cte = (
-        (encoding or str(part.get("content-transfer-encoding", "")) or "7bit")
-        .strip()
-        .lower()
-    )
+    cte = (encoding or str(part.get("content-transfer-encoding", "")) or "7bit").strip().lower()
     if cte == "base64":
         body = base64.encodebytes(data).decode("ascii")
     elif cte == "quoted-printable":
@@ -256,9 +238,7 @@ def set_part_text(
     part.set_payload(body)
 
 
-def _change_text(
-    raw: bytes, plain: Callable[[str], str], markup: Callable[[str], str]
-) -> bytes:
+def _change_text(raw: bytes, plain: Callable[[str], str], markup: Callable[[str], str]) -> bytes:
     """Every readable text part changed (`plain` for text/plain, `markup` for HTML); no text part: unchanged."""
     try:
         msg = _parse(raw)
@@ -282,9 +262,7 @@ def _change_subject(raw: bytes, change: Callable[[str], str]) -> bytes:
         msg = _parse(raw)
         if "subject" not in msg:
             return raw
-        value = str(
-            email.header.make_header(email.header.decode_header(str(msg["subject"])))
-        )
+        value = str(email.header.make_header(email.header.decode_header(str(msg["subject"]))))
         new = change(value)
         if new == value:
             return raw
@@ -302,9 +280,7 @@ def _as_html(part: Message) -> str:
     text = part_text(part)
     if part.get_content_type() == "text/html":
         return text
-    paragraphs = "".join(
-        f"<p>{html.escape(line)}</p>\n" for line in text.splitlines() if line.strip()
-    )
+    paragraphs = "".join(f"<p>{html.escape(line)}</p>\n" for line in text.splitlines() if line.strip())
     return f"<html><body>\n{paragraphs}</body></html>\n"
 
 
@@ -341,9 +317,7 @@ def homoglyphs(raw: bytes, rng: random.Random, context: Context) -> bytes:
 
 def split_words(raw: bytes, rng: random.Random, context: Context) -> bytes:
     """Words split: in HTML by empty tags, comments, `&shy;` and character references; in plain text by soft hyphens."""
-    return _change_text(
-        raw, lambda t: soft_hyphen_words(t, rng), lambda m: split_html_words(m, rng)
-    )
+    return _change_text(raw, lambda t: soft_hyphen_words(t, rng), lambda m: split_html_words(m, rng))
 
 
 def good_words(n: int, source: str) -> Callable[[bytes, random.Random, Context], bytes]:
@@ -362,15 +336,11 @@ def good_words(n: int, source: str) -> Callable[[bytes, random.Random, Context],
     return attack
 
 
-def hidden_words(
-    hiding: str, n: int = 150, source: str = "ham"
-) -> Callable[[bytes, random.Random, Context], bytes]:
+def hidden_words(hiding: str, n: int = 150, source: str = "ham") -> Callable[[bytes, random.Random, Context], bytes]:
     """A block of `n` good words hidden from the reader by `hiding` (HIDING); plain-text spam becomes HTML."""
 
     def attack(raw: bytes, rng: random.Random, context: Context) -> bytes:
-        block = HIDING[hiding].format(
-            html.escape(" ".join(context.good_words(rng, n, source)))
-        )
+        block = HIDING[hiding].format(html.escape(" ".join(context.good_words(rng, n, source))))
         try:
             msg = _parse(raw)
             parts = text_parts(msg)
@@ -435,10 +405,7 @@ def in_attachment(raw: bytes, rng: random.Random, context: Context) -> bytes:
             return raw
         note = Message()
         note["Content-Type"] = "text/plain; charset=us-ascii"
-        note.set_payload(
-            " ".join(words[:6]).encode("ascii", "replace").decode("ascii")
-            + "\n\nsee attached\n"
-        )
+        note.set_payload(" ".join(words[:6]).encode("ascii", "replace").decode("ascii") + "\n\nsee attached\n")
         page = "<html><body><p>" + html.escape(" ".join(words)) + "</p></body></html>\n"
         name = f"{rng.choice(COMMON_WORDS)}{rng.randrange(100)}.html"
         out.attach(note)
@@ -490,9 +457,7 @@ def _encoded_words(value: str, rng: random.Random) -> str:
     words = value.split()
     out = []
     for start in range(0, len(words), 2):
-        chunk = " ".join(words[start : start + 2]) + (
-            " " if start + 2 < len(words) else ""
-        )
+        chunk = " ".join(words[start : start + 2]) + (" " if start + 2 < len(words) else "")
         for charset in rng.sample(_CHARSETS, len(_CHARSETS)):
             try:
                 data = chunk.encode(charset)
@@ -504,10 +469,7 @@ def _encoded_words(value: str, rng: random.Random) -> str:
         if rng.random() < 0.5:
             out.append(f"=?{charset}?B?{base64.b64encode(data).decode('ascii')}?=")
         else:
-            q = "".join(
-                chr(b) if chr(b).isalnum() else "_" if b == 32 else f"={b:02X}"
-                for b in data
-            )
+            q = "".join(chr(b) if chr(b).isalnum() else "_" if b == 32 else f"={b:02X}" for b in data)
             out.append(f"=?{charset}?Q?{q}?=")
     return " ".join(out)
 
@@ -523,23 +485,15 @@ def encodings(raw: bytes, rng: random.Random, context: Context) -> bytes:
                 text.encode(charset)
             except UnicodeEncodeError:
                 charset = "utf-8"
-            set_part_text(
-                part, text, rng.choice(("base64", "quoted-printable")), charset
-            )
+            set_part_text(part, text, rng.choice(("base64", "quoted-printable")), charset)
         if "subject" in msg:
-            value = str(
-                email.header.make_header(
-                    email.header.decode_header(str(msg["subject"]))
-                )
-            )
+            value = str(email.header.make_header(email.header.decode_header(str(msg["subject"]))))
             if value.strip():
                 msg.replace_header("subject", _encoded_words(value, rng))
         sender = str(msg.get("from", ""))
         m = re.match(r'\s*"?([^"<]+?)"?\s*(<[^>]+>)\s*$', sender)
         if m and m.group(1).isascii():
-            msg.replace_header(
-                "from", f"{_encoded_words(m.group(1), rng)} {m.group(2)}"
-            )
+            msg.replace_header("from", f"{_encoded_words(m.group(1), rng)} {m.group(2)}")
         return _flatten(msg)
     except BROKEN_MAIL:
         return raw
@@ -576,9 +530,7 @@ ATTACKS: dict[str, Attack] = {
 }
 
 
-def attacked(
-    messages: Iterable[tuple[str, bytes]], attack: str, seed: int = 1
-) -> Iterator[tuple[str, bytes]]:
+def attacked(messages: Iterable[tuple[str, bytes]], attack: str, seed: int = 1) -> Iterator[tuple[str, bytes]]:
     """(label, bytes) in stream order -> the same with each spam attacked; ham unchanged, byte for byte.
 
     A spam's random choices depend on the seed and its place in the stream only,
@@ -613,12 +565,7 @@ def write_attacked(index: Path, attack: str, out_dir: Path, seed: int = 1) -> Pa
     if target_index.exists():
         return target_index
     (target / "data").mkdir(parents=True, exist_ok=True)
-    readable = (
-        (str(e.label), raw)
-        for e in read_index(index)
-        for raw in [read_mail(e.path)[0]]
-        if raw is not None
-    )
+    readable = ((str(e.label), raw) for e in read_index(index) for raw in [read_mail(e.path)[0]] if raw is not None)
     lines = []
     for number, (label, raw) in enumerate(attacked(readable, attack, seed)):
         name = f"data/{number:06d}"

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from spamd.errors import SpamdError
-from spamd.evaluation.feedback import SETTLED, Event, Feedback, Protocol
+from spamd.evaluation.feedback import PERSON, SETTLED, Event, Feedback, Protocol
 from spamd.mail.message import looks_like_message, read_message_file
 from spamd.model.bayes import Label, Verdict
 from spamd.model.families import is_weighted
@@ -142,6 +142,8 @@ class Report:
     # them those that changed the model (learned or corrected, not a repeat or declined).
     trained: dict[str, int] = field(default_factory=dict)
     changed: dict[str, int] = field(default_factory=dict)
+    # Where the spam went: filed spam, Unsure, filed ham (percent of the spam scored).
+    spam_filed_pct: dict[str, float] = field(default_factory=dict)
     # Per user named in the index: messages, (1-ROCA)%, hm%, sm% of that user's mail alone.
     users: dict[str, dict[str, float]] = field(default_factory=dict)
 
@@ -211,6 +213,7 @@ def run_online(
     trained: Counter[tuple[str, str]] = Counter()
     waiting: dict[int, Prepared] = {}  # message number -> analyzed, while an event for it is pending
     skipped = history = 0
+    first, learned_first = feedback.protocol.train_first, 0
 
     def apply(events: list[Event]) -> None:
         for event in events:
@@ -233,6 +236,16 @@ def run_online(
                 if feedback.protocol.settled:
                     outcome = learn(prepared, entry.label, SETTLED, False)
                     trained[(SETTLED, getattr(outcome, "value", str(outcome)))] += 1
+                progress(1)
+                continue
+            if first:
+                if learned_first < first:  # first contact: learned with its label, not scored
+                    learned_first += 1
+                    outcome = learn(prepared, entry.label, PERSON, True)
+                    trained[(PERSON, getattr(outcome, "value", str(outcome)))] += 1
+                else:  # then scored, and nothing more learned
+                    value, judged_spam, unsure = score(prepared)
+                    results.append(Result(entry.name, entry.label, value, judged_spam, unsure, entry.user))
                 progress(1)
                 continue
             number = len(results)
@@ -399,7 +412,22 @@ def summarize(
         trained=_by_source(trained or Counter(), lambda outcome: True),
         changed=_by_source(trained or Counter(), lambda outcome: outcome in ("learned", "corrected")),
         users=_by_user(results),
+        spam_filed_pct=_spam_filed(results),
     )
+
+
+def _spam_filed(results: list[Result]) -> dict[str, float]:
+    """Shares of the spam filed spam, Unsure and ham, in percent (what reaches Junk, a second look, the inbox)."""
+    spam = [r for r in results if r.gold == Label.SPAM]
+    if not spam:
+        return {}
+    unsure = sum(r.unsure for r in spam)
+    filed_spam = sum(r.judged_spam and not r.unsure for r in spam)
+    return {
+        "spam": 100.0 * filed_spam / len(spam),
+        "unsure": 100.0 * unsure / len(spam),
+        "ham": 100.0 * (len(spam) - filed_spam - unsure) / len(spam),
+    }
 
 
 def _by_user(results: list[Result]) -> dict[str, dict[str, float]]:
@@ -530,6 +558,10 @@ def format_report(report: Report, index: Path, protocol: Protocol | None = None)
         ("lam%", f"{report.lam_pct:.3f}"),
         ("hm% / sm% at threshold", f"{report.hm_pct:.2f} / {report.sm_pct:.2f}"),
         ("unsure", f"{report.unsure_pct:.2f}%"),
+        (
+            "spam filed spam / unsure / ham",
+            " / ".join(f"{report.spam_filed_pct.get(k, math.nan):.1f}%" for k in ("spam", "unsure", "ham")),
+        ),
         ("throughput", f"{report.msgs_per_s:,.0f} msgs/s ({report.seconds:.1f} s)"),
     ]
     if protocol is not None:
