@@ -221,3 +221,10 @@ def test_write_attacked_writes_an_index_of_the_same_labels(tmp_path: Path) -> No
     assert entries[1].path.read_bytes() == list(attacked(STREAM, "zero-width", 5))[1][1]
     with pytest.raises(KeyError, match="unknown attack"):
         write_attacked(tmp_path / "index", "nonsense", tmp_path / "out")
+
+
+def test_spam_before_start_is_left_alone_for_first_contact() -> None:
+    out = list(attacked(STREAM, "zero-width", seed=3, start=2))
+    assert out[:2] == STREAM[:2]
+    assert out[3] != STREAM[3] and out[4] != STREAM[4]
+    assert out[3:] == list(attacked(STREAM, "zero-width", seed=3))[3:]

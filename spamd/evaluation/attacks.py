@@ -530,44 +530,45 @@ ATTACKS: dict[str, Attack] = {
 }
 
 
-def attacked(messages: Iterable[tuple[str, bytes]], attack: str, seed: int = 1) -> Iterator[tuple[str, bytes]]:
+def attacked(
+    messages: Iterable[tuple[str, bytes]], attack: str, seed: int = 1, start: int = 0
+) -> Iterator[tuple[str, bytes]]:
     """(label, bytes) in stream order -> the same with each spam attacked; ham unchanged, byte for byte.
 
     A spam's random choices depend on the seed and its place in the stream only,
     so the same seed gives the same bytes. Good words from ham come from the ham
-    seen before each spam (the spammer's guess at the recipient's mail).
+    seen before each spam (the spammer's guess at the recipient's mail). Spam
+    before message number `start` is left alone: the mail a model was trained on
+    before the campaign (first contact, `spamctl eval --train-first`).
     """
     if attack not in ATTACKS:
         raise KeyError(f"unknown attack {attack!r}; known: {', '.join(ATTACKS)}")
     change = ATTACKS[attack]
     context = Context()
     for number, (label, raw) in enumerate(messages):
-        if label == "spam":
-            yield (
-                label,
-                change(raw, random.Random(f"{seed}:{attack}:{number}"), context),
-            )
+        if label == "spam" and number >= start:
+            yield label, change(raw, random.Random(f"{seed}:{attack}:{number}"), context)
         else:
             context.saw_ham(raw)
             yield label, raw
 
 
-def write_attacked(index: Path, attack: str, out_dir: Path, seed: int = 1) -> Path:
-    """Write `index` with its spam attacked into `out_dir/<attack>-seed<seed>/`; returns the new index.
+def write_attacked(index: Path, attack: str, out_dir: Path, seed: int = 1, start: int = 0) -> Path:
+    """Write `index` with its spam attacked into `out_dir/<attack>-seed<seed>[-from<start>]/`; returns the new index.
 
     Entries `read_mail` refuses are left out (as `write_variant` does); reuses a
     complete earlier run (its index is written last).
     """
     if attack not in ATTACKS:
         raise KeyError(f"unknown attack {attack!r}; known: {', '.join(ATTACKS)}")
-    target = out_dir / f"{attack}-seed{seed}"
+    target = out_dir / (f"{attack}-seed{seed}" + (f"-from{start}" if start else ""))
     target_index = target / "index"
     if target_index.exists():
         return target_index
     (target / "data").mkdir(parents=True, exist_ok=True)
     readable = ((str(e.label), raw) for e in read_index(index) for raw in [read_mail(e.path)[0]] if raw is not None)
     lines = []
-    for number, (label, raw) in enumerate(attacked(readable, attack, seed)):
+    for number, (label, raw) in enumerate(attacked(readable, attack, seed, start)):
         name = f"data/{number:06d}"
         (target / name).write_bytes(raw)
         lines.append(f"{label} {name}\n")

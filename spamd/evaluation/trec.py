@@ -142,8 +142,9 @@ class Report:
     # them those that changed the model (learned or corrected, not a repeat or declined).
     trained: dict[str, int] = field(default_factory=dict)
     changed: dict[str, int] = field(default_factory=dict)
-    # Where the spam went: filed spam, Unsure, filed ham (percent of the spam scored).
+    # Where the spam and the ham went: filed spam, Unsure, filed ham (percent of each scored).
     spam_filed_pct: dict[str, float] = field(default_factory=dict)
+    ham_filed_pct: dict[str, float] = field(default_factory=dict)
     # Per user named in the index: messages, (1-ROCA)%, hm%, sm% of that user's mail alone.
     users: dict[str, dict[str, float]] = field(default_factory=dict)
 
@@ -412,21 +413,22 @@ def summarize(
         trained=_by_source(trained or Counter(), lambda outcome: True),
         changed=_by_source(trained or Counter(), lambda outcome: outcome in ("learned", "corrected")),
         users=_by_user(results),
-        spam_filed_pct=_spam_filed(results),
+        spam_filed_pct=_filed(results, Label.SPAM),
+        ham_filed_pct=_filed(results, Label.HAM),
     )
 
 
-def _spam_filed(results: list[Result]) -> dict[str, float]:
-    """Shares of the spam filed spam, Unsure and ham, in percent (what reaches Junk, a second look, the inbox)."""
-    spam = [r for r in results if r.gold == Label.SPAM]
-    if not spam:
+def _filed(results: list[Result], gold: Label) -> dict[str, float]:
+    """Shares of the `gold` mail filed spam, Unsure and ham, in percent (Junk, a second look, the inbox)."""
+    mine = [r for r in results if r.gold == gold]
+    if not mine:
         return {}
-    unsure = sum(r.unsure for r in spam)
-    filed_spam = sum(r.judged_spam and not r.unsure for r in spam)
+    unsure = sum(r.unsure for r in mine)
+    filed_spam = sum(r.judged_spam and not r.unsure for r in mine)
     return {
-        "spam": 100.0 * filed_spam / len(spam),
-        "unsure": 100.0 * unsure / len(spam),
-        "ham": 100.0 * (len(spam) - filed_spam - unsure) / len(spam),
+        "spam": 100.0 * filed_spam / len(mine),
+        "unsure": 100.0 * unsure / len(mine),
+        "ham": 100.0 * (len(mine) - filed_spam - unsure) / len(mine),
     }
 
 
