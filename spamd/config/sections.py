@@ -31,6 +31,14 @@ class ParserConfig:
     # Processes that parse and tokenize for the daemon beside its event loop
     # (spamd/engine/analyzers.py): -1 for one per core but the loop's, 0 for none.
     processes: int = -1
+    # Text of HTML elements hidden by inline CSS (display:none, visibility:hidden, font-size:0,
+    # opacity:0, off screen, colour of its background) becomes `hidden:` tokens, not words
+    # (spamd/mail/hidden.py). Measured in docs/accuracy.md ("First contact").
+    hidden_text: bool = True
+    # Text as a reader sees it before words are found: NFKC, invisible characters dropped,
+    # Cyrillic/Greek look-alikes mapped to Latin, words split by inline tags joined; each
+    # disguise an `obfuscated:` token (spamd/mail/normalize.py). Measured in docs/accuracy.md.
+    normalize: bool = True
 
 
 STORED_COUNTS = ("log", "binary", "log2")  # model.stored_counts
@@ -71,6 +79,10 @@ class ModelConfig:
     # -> 0.0533 -> 0.0533, trec 0.0150 -> 0.0149 -> 0.0148, sa header-poor 0.1246 ->
     # 0.1248 -> 0.1252 (hm% 8.3 -> 8.7 -> 9.3).
     neutral_tokens: float = 5.0
+    # The score's mean runs over only this many of the message's tokens, those whose
+    # (weighted) log-odds are farthest from 0; 0: over all of them. A block of ordinary
+    # words appended to spam cannot then dilute it (spamd.model.bayes.decisive_sum).
+    decisive_tokens: int = 0
     # Verdict from the spam probability: below ham_threshold is ham, at or above
     # spam_threshold is spam, between is unsure (delivered to INBOX, marked Unsure).
     # People sort Unsure mail, and it is nearly all a filter trained on their corrections

@@ -1,0 +1,84 @@
+"""Text as a reader sees it: compatibility forms folded, invisible characters dropped, look-alike letters mapped.
+
+Spam that fights a word-counting filter writes its words so that they look the
+same to a person and differ to the filter: a zero-width space or soft hyphen
+inside a word, Cyrillic or Greek letters that look Latin, fullwidth or
+mathematical letters. `normalize` undoes that before words are found, and says
+which tricks it undid (the fact that a word was disguised is itself evidence:
+the tokenizer's `obfuscated:` tokens).
+
+The look-alikes are a compact table of the Cyrillic and Greek letters that
+Unicode's confusables (TR39) give a Latin skeleton of one letter, applied only
+to words that mix them with Latin letters, or, in text that is mostly Latin, to
+words made of nothing else: a Russian or Greek text keeps its own letters.
+It does not handle other scripts' look-alikes or multi-letter skeletons ("rn" for "m").
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+# Format and filler characters a reader does not see (Unicode general category Cf
+# and the Hangul/Mongolian fillers), dropped wherever they are.
+INVISIBLE = frozenset(
+    "\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b\u180c\u180d\u180e\u200b\u200c\u200d\u200e\u200f"
+    "\u202a\u202b\u202c\u202d\u202e\u2060\u2061\u2062\u2063\u2064\u2066\u2067\u2068\u2069\u206a\u206b"
+    "\u206c\u206d\u206e\u206f\u3164\ufe00\ufe01\ufe02\ufe03\ufe04\ufe05\ufe06\ufe07\ufe08\ufe09\ufe0a"
+    "\ufe0b\ufe0c\ufe0d\ufe0e\ufe0f\ufeff\uffa0"
+)
+_DROP_INVISIBLE = {ord(c): None for c in INVISIBLE}
+_INVISIBLE_IN_WORD_RE = re.compile("(?<=\\w)[" + "".join(sorted(INVISIBLE)) + "]+(?=\\w)")
+
+# Cyrillic and Greek letters whose TR39 skeleton is one Latin letter (both cases).
+CONFUSABLES = str.maketrans(
+    {
+        **dict(zip("аеорсухіјѕԁһԛԝӏүɑ", "aeopcyxijsdhqwlya")),
+        **dict(zip("АВЕКМНОРСТХУІЈЅԌԜ", "ABEKMHOPCTXYIJSGW")),
+        **dict(zip("αοιυνκρτχγεζ", "aoiuvkptxyez")),
+        **dict(zip("ΑΒΕΖΗΙΚΜΝΟΡΤΥΧ", "ABEZHIKMNOPTYX")),
+    }
+)
+_CONFUSABLE_CHARS = frozenset(chr(c) for c in CONFUSABLES)
+_LATIN_RE = re.compile(r"[A-Za-z]")
+_OTHER_SCRIPT_RE = re.compile(r"[\u0370-\u03ff\u0400-\u052f]")
+# A word with at least one Cyrillic or Greek letter (and possibly Latin ones).
+_MIXED_WORD_RE = re.compile(r"[^\W\d_]*[\u0370-\u03ff\u0400-\u052f][^\W\d_]*")
+
+
+def normalize(text: str) -> tuple[str, list[str]]:
+    """`text` folded (NFKC), without invisible characters, look-alike letters mapped; and the tricks found.
+
+    The tricks are "invisible" (an invisible character inside a word), "compatibility"
+    (letters NFKC changed, as fullwidth or mathematical ones) and "mixed-script" (a word
+    whose look-alike letters were mapped). ASCII text is returned as it is, at once.
+    """
+    if text.isascii():
+        return text, []
+    tricks: list[str] = []
+    if _INVISIBLE_IN_WORD_RE.search(text):
+        tricks.append("invisible")
+    text = text.translate(_DROP_INVISIBLE)
+    if not unicodedata.is_normalized("NFKC", text):
+        # Only a letter's compatibility form is a disguise ("ＦＲＥＥ"); "…" or "½" are typography.
+        if any(c.isalpha() and unicodedata.normalize("NFKC", c) != c for c in set(text)):
+            tricks.append("compatibility")
+        text = unicodedata.normalize("NFKC", text)
+    if _OTHER_SCRIPT_RE.search(text):
+        mostly_latin = len(_LATIN_RE.findall(text)) > len(_OTHER_SCRIPT_RE.findall(text))
+        mapped = False
+
+        def skeleton(m: re.Match[str]) -> str:
+            nonlocal mapped
+            word = m.group(0)
+            if not (_LATIN_RE.search(word) or mostly_latin) or not set(word) & _CONFUSABLE_CHARS:
+                return word
+            if any(not ("a" <= c.lower() <= "z") and c not in _CONFUSABLE_CHARS for c in word):
+                return word  # a letter with no Latin look-alike: a word of its own script
+            mapped = True
+            return word.translate(CONFUSABLES)
+
+        text = _MIXED_WORD_RE.sub(skeleton, text)
+        if mapped:
+            tricks.append("mixed-script")
+    return text, tricks
