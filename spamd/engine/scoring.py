@@ -20,7 +20,7 @@ import structlog
 from spamd.engine.analyzers import AnalysisProcesses, AnalysisUnavailable
 from spamd.engine.engine import Classified, Engine
 from spamd.learning.outcomes import Outcome
-from spamd.mail.message import split_head_body, with_own_headers
+from spamd.mail.message import parse_message, split_head_body, strip_own_headers, with_own_headers
 from spamd.model.bayes import Contribution, Label, Score, Verdict
 
 log = structlog.get_logger()
@@ -99,6 +99,26 @@ def explanation(engine: Engine, raw: bytes, limit: int, user_name: str | None = 
         "probability": score.probability,
         "toward_spam": side([c for c in rows if c.weight > 0]),
         "toward_ham": side([c for c in rows if c.weight < 0]),
+        **disguises(engine, raw, len(rows)),
+    }
+
+
+# Characters of hidden text `spamctl explain` shows.
+HIDDEN_TEXT_SHOWN = 300
+
+
+def disguises(engine: Engine, raw: bytes, tokens: int) -> dict[str, object]:
+    """What the message hid from its reader (text hidden by CSS, disguised words) and, with [model]
+    decisive_tokens, how many of its tokens the score counted: what explain shows beside the tokens."""
+    message = parse_message(strip_own_headers(raw), engine.config.parser)
+    hidden = " ".join(" ".join(text.split()) for text in message.hidden)
+    decisive = engine.config.model.decisive_tokens
+    return {
+        "hidden_text": _safe_text(hidden[:HIDDEN_TEXT_SHOWN] + ("..." if len(hidden) > HIDDEN_TEXT_SHOWN else "")),
+        "hidden_by": sorted(set(message.hidden_kinds)),
+        "obfuscations": sorted(set(message.obfuscations)),
+        "tokens_counted": min(tokens, decisive) if decisive else tokens,
+        "tokens": tokens,
     }
 
 
