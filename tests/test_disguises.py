@@ -8,13 +8,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spamd.config import ParserConfig
-from spamd.mail.hidden import cut_hidden, hiding_kind
+from spamd.mail.hidden import cut_hidden, cut_word_salad, hiding_kind
 from spamd.mail.message import parse_message
 from spamd.mail.normalize import normalize
 from spamd.mail.tokenize import MAX_HIDDEN_WORDS, tokenize
 
 ON = ParserConfig()
-OFF = dataclasses.replace(ON, hidden_text=False, normalize=False)
+OFF = dataclasses.replace(ON, hidden_text=False, normalize=False, word_salad=False)
 
 
 def html_message(body: str, subject: str = "Offer") -> bytes:
@@ -29,7 +29,7 @@ def body_words(raw: bytes, limits: ParserConfig = ON) -> list[str]:
 
 
 def disguise(raw: bytes, limits: ParserConfig = ON) -> list[str]:
-    return [t for t in tokenize(parse_message(raw, limits)) if t.startswith(("hidden:", "obfuscated:"))]
+    return [t for t in tokenize(parse_message(raw, limits)) if t.startswith(("hidden:", "obfuscated:", "salad:"))]
 
 
 def test_a_hidden_good_word_block_gives_hidden_tokens_not_words() -> None:
@@ -121,3 +121,16 @@ def test_any_unicode_text_normalizes_to_text_without_invisible_characters(text: 
 @given(st.text(alphabet=st.sampled_from("<>/=\"' :;-adinoplsyetvhbfuzxc0123456789#\u200b\u0430"), max_size=400))
 def test_any_markup_gives_tokens(markup: str) -> None:
     tokenize(parse_message(html_message(markup), ON))
+
+
+def test_a_visible_block_of_good_words_is_word_salad_and_sentences_are_not() -> None:
+    block = " ".join(["meeting", "agenda", "budget", "minutes", "draft"] * 10)
+    raw = (
+        "From: shop@deals.example\nSubject: Offer\n\nBuy cheap pills now!\n\n" + block + "\n\nRegards, the shop\n"
+    ).encode()
+    assert body_words(raw) == ["buy", "cheap", "pills", "now!", "regards", "the", "shop"]
+    assert disguise(raw) == ["salad:words:6"]
+    assert len(body_words(raw, OFF)) == 57
+    prose = " ".join(["The meeting is on Monday, and the budget review follows it."] * 8)
+    assert disguise(f"From: a@b.example\nSubject: x\n\n{prose}\n".encode()) == []
+    assert cut_word_salad("short text") == ("short text", 0)

@@ -39,6 +39,9 @@ class ParserConfig:
     # Cyrillic/Greek look-alikes mapped to Latin, words split by inline tags joined; each
     # disguise an `obfuscated:` token (spamd/mail/normalize.py). Measured in docs/accuracy.md.
     normalize: bool = True
+    # Runs of 40+ lower-case words with no punctuation (word salad, a visible block of good
+    # words) left out of the text: one `salad:words:` token instead. Measured in docs/accuracy.md.
+    word_salad: bool = True
 
 
 STORED_COUNTS = ("log", "binary", "log2")  # model.stored_counts

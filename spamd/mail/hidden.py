@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import re
 
-# Cheap tests before any regex runs: a style that hides needs one of these words.
-_HINTS = ("none", "hidden", "font-size", "opacity", "-9", "background")
 _STYLED_TAG_RE = re.compile(r"""<([a-z][a-z0-9]{0,15})\b[^<>]*?\bstyle\s*=\s*("[^"<>]*"|'[^'<>]*'|[^\s<>]+)[^<>]*>""")
 _HIDING_RE = re.compile(
     r"display\s*:\s*none|visibility\s*:\s*hidden|"
@@ -76,7 +74,9 @@ def cut_hidden(markup: str, lower: str) -> tuple[str, str, list[str], list[str]]
 
     `lower` is `markup` lower-cased, of the same length (html_to_text makes it so).
     """
-    if "style" not in lower or not any(hint in lower for hint in _HINTS):
+    # One pass for the hiding styles but the colour (most HTML mail has none): then the
+    # styled tags only if one is there, or if a colour may be its background's.
+    if "style" not in lower or not (_HIDING_RE.search(lower) or ("background" in lower and "color" in lower)):
         return markup, lower, [], []
     keep, keep_lower, hidden, kinds = [], [], [], []
     pos = 0
@@ -99,3 +99,27 @@ def cut_hidden(markup: str, lower: str) -> tuple[str, str, list[str], list[str]]
     keep.append(markup[pos:])
     keep_lower.append(lower[pos:])
     return " ".join(keep), " ".join(keep_lower), hidden, kinds
+
+
+# Word salad: SALAD_WORDS or more lower-case words in a row with nothing but spaces and
+# line breaks between them, no capital, digit or punctuation: no sentence runs that long
+# (a block of good words appended to spam, or the random words of a relayed spam).
+SALAD_WORDS = 40
+_SALAD_RE = re.compile(rf"(?<![^\s])(?:[a-z]{{2,20}}+\s++){{{SALAD_WORDS},}}+")
+
+
+def cut_word_salad(text: str) -> tuple[str, int]:
+    """`text` without its runs of word salad, and how many words they held (0: none, the text itself)."""
+    if len(text) < 3 * SALAD_WORDS:
+        return text, 0
+    words = 0
+    pieces = []
+    pos = 0
+    for m in _SALAD_RE.finditer(text):
+        pieces.append(text[pos : m.start()])
+        words += len(m.group(0).split())
+        pos = m.end()
+    if not words:
+        return text, 0
+    pieces.append(text[pos:])
+    return " ".join(pieces), words

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from email.header import decode_header
 
 from spamd.config import ParserConfig
-from spamd.mail.hidden import cut_hidden
+from spamd.mail.hidden import cut_hidden, cut_word_salad
 from spamd.mail.normalize import normalize
 
 # Headers spamd writes itself. They are stripped before the message is keyed or
@@ -66,6 +66,8 @@ class ParsedMessage:
     hidden_kinds: list[str] = field(default_factory=list)
     # Disguises undone in the text ([parser] normalize): "split", "invisible", "mixed-script", "compatibility".
     obfuscations: list[str] = field(default_factory=list)
+    # Words in runs of word salad left out of the text ([parser] word_salad).
+    salad_words: int = 0
 
     # The first value of each header, by lower-cased name (what `header` answers from).
     first: dict[str, str] = field(default_factory=dict)
@@ -356,11 +358,10 @@ def _short_decimal_ref(match: re.Match[str]) -> str:
 # A word split by inline tags or a short comment between two of its letters, as in
 # "vi<b></b>agra" or "vi<!-- x -->agra": joined when [parser] normalize is on. Block
 # tags (p, div, td, br) still separate words, as a reader sees them.
-_INLINE_SPLIT_RE = re.compile(
-    r"(?<=\w)(?:</?(?:b|i|u|s|em|strong|span|font|small|big|sub|sup|tt|abbr|wbr|a|mark|ins|del)\b[^<>]{0,200}>"
-    r"|<!--[^<>]{0,200}?-->)++(?=\w)",
-    re.IGNORECASE,
-)
+# The pattern starts with "<" and looks behind only then, so that the engine skips along
+# to the next "<": starting with the look-behind it tried every position of the markup.
+_INLINE_TAG = r"(?:/?(?:b|i|u|s|em|strong|span|font|small|big|sub|sup|tt|abbr|wbr|a|mark|ins|del)\b[^<>]{0,200}>|!--[^<>]{0,200}?-->)"
+_INLINE_SPLIT_RE = re.compile(rf"<(?<=\w<){_INLINE_TAG}(?:<{_INLINE_TAG})*+(?=\w)", re.IGNORECASE)
 
 
 def html_to_text(
@@ -443,11 +444,11 @@ def parse_message(raw: bytes, limits: ParserConfig) -> ParsedMessage:
         parsed.defects.append("nul-bytes")
     head, body = split_head_body(raw)
     parsed.headers, eight_bit = _header_fields(head)
-    if limits.normalize:
-        _normalize_subject(parsed)
     if eight_bit:
         parsed.defects.append("8bit-header")
     top_fields = dict(reversed(parsed.headers))  # the first value of each name wins
+    if limits.normalize and not top_fields.get("subject", "").isascii():
+        top_fields = _normalize_subject(parsed)
     parsed.first = top_fields
     try:
         _walk(parsed, top_fields, body, limits)
@@ -457,13 +458,15 @@ def parse_message(raw: bytes, limits: ParserConfig) -> ParsedMessage:
     return parsed
 
 
-def _normalize_subject(parsed: ParsedMessage) -> None:
-    """The Subject as a reader sees it (spamd.mail.normalize), its disguises recorded as the text's are."""
+def _normalize_subject(parsed: ParsedMessage) -> dict[str, str]:
+    """The Subject as a reader sees it (spamd.mail.normalize), its disguises recorded as the text's are;
+    returns the first value of each header anew."""
     for number, (name, value) in enumerate(parsed.headers):
         if name == "subject" and not value.isascii():
             value, tricks = normalize(value)
             parsed.headers[number] = (name, value)
             parsed.obfuscations.extend(tricks)
+    return dict(reversed(parsed.headers))
 
 
 def _walk(parsed: ParsedMessage, top_fields: dict[str, str], body: bytes, limits: ParserConfig) -> None:
@@ -526,6 +529,9 @@ def _walk(parsed: ParsedMessage, top_fields: dict[str, str], body: bytes, limits
         if limits.normalize:
             text, tricks = normalize(text)
             parsed.obfuscations.extend(tricks)
+        if limits.word_salad:
+            text, salad = cut_word_salad(text)
+            parsed.salad_words += salad
         parsed.texts.append(text)
 
 

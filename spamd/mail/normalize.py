@@ -27,8 +27,11 @@ INVISIBLE = frozenset(
     "\u206c\u206d\u206e\u206f\u3164\ufe00\ufe01\ufe02\ufe03\ufe04\ufe05\ufe06\ufe07\ufe08\ufe09\ufe0a"
     "\ufe0b\ufe0c\ufe0d\ufe0e\ufe0f\ufeff\uffa0"
 )
-_DROP_INVISIBLE = {ord(c): None for c in INVISIBLE}
-_INVISIBLE_IN_WORD_RE = re.compile("(?<=\\w)[" + "".join(sorted(INVISIBLE)) + "]+(?=\\w)")
+_INVISIBLE_CLASS = "[" + "".join(sorted(INVISIBLE)) + "]"
+_INVISIBLE_RE = re.compile(_INVISIBLE_CLASS + "+")
+# The same inside a word; the pattern starts with the class, not with a look-behind, so
+# that the engine skips along to the next invisible character.
+_INVISIBLE_IN_WORD_RE = re.compile(_INVISIBLE_CLASS + f"(?<=\\w{_INVISIBLE_CLASS}){_INVISIBLE_CLASS}*+(?=\\w)")
 
 # Cyrillic and Greek letters whose TR39 skeleton is one Latin letter (both cases).
 CONFUSABLES = str.maketrans(
@@ -55,16 +58,21 @@ def normalize(text: str) -> tuple[str, list[str]]:
     """
     if text.isascii():
         return text, []
+    # The set of the text's characters answers each question below without another pass
+    # over the text (most non-ASCII mail is so for a no-break space or an accent only).
+    chars = set(text)
     tricks: list[str] = []
-    if _INVISIBLE_IN_WORD_RE.search(text):
-        tricks.append("invisible")
-    text = text.translate(_DROP_INVISIBLE)
+    if not INVISIBLE.isdisjoint(chars):
+        if _INVISIBLE_IN_WORD_RE.search(text):
+            tricks.append("invisible")
+        text = _INVISIBLE_RE.sub("", text)
     if not unicodedata.is_normalized("NFKC", text):
         # Only a letter's compatibility form is a disguise ("ＦＲＥＥ"); "…" or "½" are typography.
-        if any(c.isalpha() and unicodedata.normalize("NFKC", c) != c for c in set(text)):
+        if any(c > "\x7f" and c.isalpha() and unicodedata.normalize("NFKC", c) != c for c in chars):
             tricks.append("compatibility")
         text = unicodedata.normalize("NFKC", text)
-    if _OTHER_SCRIPT_RE.search(text):
+        chars = set(text)
+    if any("\u0370" <= c <= "\u052f" for c in chars):
         mostly_latin = len(_LATIN_RE.findall(text)) > len(_OTHER_SCRIPT_RE.findall(text))
         mapped = False
 

@@ -332,9 +332,10 @@ def disguise_tokens(msg: ParsedMessage) -> list[str]:
 
     `hidden:<how>` per way of hiding, `hidden:words:<log2 count>`, and the first
     MAX_HIDDEN_WORDS distinct hidden words as `hidden:<word>`; `obfuscated:<trick>`
-    per disguise undone (spamd.mail.normalize). None for a message with neither.
+    per disguise undone (spamd.mail.normalize); `salad:words:<log2 count>` for word salad
+    left out of the text (its words count for nothing). None for a message with none of these.
     """
-    if not (msg.hidden_kinds or msg.obfuscations):
+    if not (msg.hidden_kinds or msg.obfuscations or msg.salad_words):
         return []
     tokens = [f"hidden:{kind}" for kind in dict.fromkeys(msg.hidden_kinds)]
     if msg.hidden:
@@ -342,6 +343,8 @@ def disguise_tokens(msg: ParsedMessage) -> list[str]:
         tokens.append(f"hidden:words:{len(hidden_words).bit_length()}")
         tokens += ["hidden:" + w for w in list(dict.fromkeys(hidden_words))[:MAX_HIDDEN_WORDS]]
     tokens += [f"obfuscated:{trick}" for trick in dict.fromkeys(msg.obfuscations)]
+    if msg.salad_words:
+        tokens.append(f"salad:words:{msg.salad_words.bit_length()}")
     return tokens
 
 
