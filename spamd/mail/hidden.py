@@ -105,7 +105,11 @@ def cut_hidden(markup: str, lower: str) -> tuple[str, str, list[str], list[str]]
 # line breaks between them, no capital, digit or punctuation: no sentence runs that long
 # (a block of good words appended to spam, or the random words of a relayed spam).
 SALAD_WORDS = 40
-_SALAD_RE = re.compile(rf"(?<![^\s])(?:[a-z]{{2,20}}+\s++){{{SALAD_WORDS},}}+")
+# A run of lower-case letters and white space after any other character, long enough to
+# hold SALAD_WORDS words of two letters. The pattern starts with that other character, so
+# the engine skips along to the next one: 16 us a message over trec07p-dev's first 2,000
+# texts, where a pattern of words that could start after any space took 78.
+_RUN_RE = re.compile(rf"[^a-z\s]([a-z\s]{{{3 * SALAD_WORDS},}}+)")
 
 
 def cut_word_salad(text: str) -> tuple[str, int]:
@@ -115,11 +119,15 @@ def cut_word_salad(text: str) -> tuple[str, int]:
     words = 0
     pieces = []
     pos = 0
-    for m in _SALAD_RE.finditer(text):
-        pieces.append(text[pos : m.start()])
-        words += len(m.group(0).split())
-        pos = m.end()
+    marked = "\0" + text  # a character before the first run, for the pattern to start at
+    for m in _RUN_RE.finditer(marked):
+        found = len(m.group(1).split())
+        if found < SALAD_WORDS:
+            continue
+        pieces.append(marked[pos + 1 : m.start(1)] if pos == 0 else marked[pos : m.start(1)])
+        words += found
+        pos = m.end(1)
     if not words:
         return text, 0
-    pieces.append(text[pos:])
+    pieces.append(marked[pos:])
     return " ".join(pieces), words
