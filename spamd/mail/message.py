@@ -25,7 +25,7 @@ from email.header import decode_header
 
 from spamd.config import ParserConfig
 from spamd.mail.hidden import cut_hidden, cut_word_salad
-from spamd.mail.normalize import normalize
+from spamd.mail.normalize import join_split_words, normalize
 
 # Headers spamd writes itself. They are stripped before the message is keyed or
 # tokenized, so the filter never learns its own verdict and a scored copy of a
@@ -355,15 +355,6 @@ def _short_decimal_ref(match: re.Match[str]) -> str:
     return "&#" + (digits if len(digits) <= 7 else "99999999")
 
 
-# A word split by inline tags or a short comment between two of its letters, as in
-# "vi<b></b>agra" or "vi<!-- x -->agra": joined when [parser] normalize is on. Block
-# tags (p, div, td, br) still separate words, as a reader sees them.
-# The pattern starts with "<" and looks behind only then, so that the engine skips along
-# to the next "<": starting with the look-behind it tried every position of the markup.
-_INLINE_TAG = r"(?:/?(?:b|i|u|s|em|strong|span|font|small|big|sub|sup|tt|abbr|wbr|a|mark|ins|del)\b[^<>]{0,200}>|!--[^<>]{0,200}?-->)"
-_INLINE_SPLIT_RE = re.compile(rf"<(?<=\w<){_INLINE_TAG}(?:<{_INLINE_TAG})*+(?=\w)", re.IGNORECASE)
-
-
 def html_to_text(
     markup: str, into: ParsedMessage | None = None, limits: ParserConfig | None = None
 ) -> tuple[str, list[str]]:
@@ -381,7 +372,7 @@ def html_to_text(
     urls = _URL_ATTR_RE.findall(lower)
     if limits is not None and into is not None:
         if limits.normalize and "<" in markup:
-            markup, joined = _INLINE_SPLIT_RE.subn("", markup)
+            markup, joined = join_split_words(markup)
             if joined:
                 into.obfuscations.append("split")
                 lower = (markup.replace("\u0130", "I") if "\u0130" in markup else markup).lower()

@@ -90,3 +90,17 @@ def normalize(text: str) -> tuple[str, list[str]]:
         if mapped:
             tricks.append("mixed-script")
     return text, tricks
+
+
+# A word split by inline tags or a short comment between two of its letters, as in
+# "vi<b></b>agra" or "vi<!-- x -->agra": joined (by html_to_text, with [parser] normalize). Block
+# tags (p, div, td, br) still separate words, as a reader sees them.
+# The pattern starts with "<" and looks behind only then, so that the engine skips along
+# to the next "<": starting with the look-behind it tried every position of the markup.
+_INLINE_TAG = r"(?:/?(?:b|i|u|s|em|strong|span|font|small|big|sub|sup|tt|abbr|wbr|a|mark|ins|del)\b[^<>]{0,200}>|!--[^<>]{0,200}?-->)"
+_INLINE_SPLIT_RE = re.compile(rf"<(?<=\w<){_INLINE_TAG}(?:<{_INLINE_TAG})*+(?=\w)", re.IGNORECASE)
+
+
+def join_split_words(markup: str) -> tuple[str, int]:
+    """HTML with the inline tags and comments inside words taken out, and how many places were joined."""
+    return _INLINE_SPLIT_RE.subn("", markup)
