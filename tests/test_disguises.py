@@ -134,3 +134,10 @@ def test_a_visible_block_of_good_words_is_word_salad_and_sentences_are_not() -> 
     prose = " ".join(["The meeting is on Monday, and the budget review follows it."] * 8)
     assert disguise(f"From: a@b.example\nSubject: x\n\n{prose}\n".encode()) == []
     assert cut_word_salad("short text") == ("short text", 0)
+
+
+def test_a_long_run_of_latin_letters_beside_a_cyrillic_one_is_normalized_in_one_pass() -> None:
+    # A pattern for "letters around a Cyrillic one" once backtracked through such a run from each of its positions.
+    text = "a" * 200_000 + " \u0436 " + "b\u0430" * 50_000
+    folded, tricks = normalize(text)
+    assert folded == "a" * 200_000 + " \u0436 " + "ba" * 50_000 and tricks == ["mixed-script"]

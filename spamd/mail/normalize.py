@@ -43,10 +43,8 @@ CONFUSABLES = str.maketrans(
     }
 )
 _CONFUSABLE_CHARS = frozenset(chr(c) for c in CONFUSABLES)
-_LATIN_RE = re.compile(r"[A-Za-z]")
-_OTHER_SCRIPT_RE = re.compile(r"[\u0370-\u03ff\u0400-\u052f]")
-# A word with at least one Cyrillic or Greek letter (and possibly Latin ones).
-_MIXED_WORD_RE = re.compile(r"[^\W\d_]*[\u0370-\u03ff\u0400-\u052f][^\W\d_]*")
+_LATIN_RUN_RE = re.compile(r"[A-Za-z]+")
+_OTHER_SCRIPT_RUN_RE = re.compile(r"[\u0370-\u03ff\u0400-\u052f]+")
 
 
 def normalize(text: str) -> tuple[str, list[str]]:
@@ -73,20 +71,9 @@ def normalize(text: str) -> tuple[str, list[str]]:
         text = unicodedata.normalize("NFKC", text)
         chars = set(text)
     if any("\u0370" <= c <= "\u052f" for c in chars):
-        mostly_latin = len(_LATIN_RE.findall(text)) > len(_OTHER_SCRIPT_RE.findall(text))
-        mapped = False
-
-        def skeleton(m: re.Match[str]) -> str:
-            nonlocal mapped
-            word = m.group(0)
-            if not (_LATIN_RE.search(word) or mostly_latin) or not set(word) & _CONFUSABLE_CHARS:
-                return word
-            if any(not ("a" <= c.lower() <= "z") and c not in _CONFUSABLE_CHARS for c in word):
-                return word  # a letter with no Latin look-alike: a word of its own script
-            mapped = True
-            return word.translate(CONFUSABLES)
-
-        text = _MIXED_WORD_RE.sub(skeleton, text)
+        latin = sum(map(len, _LATIN_RUN_RE.findall(text)))
+        other = sum(map(len, _OTHER_SCRIPT_RUN_RE.findall(text)))
+        text, mapped = _map_lookalikes(text, latin > other)
         if mapped:
             tricks.append("mixed-script")
     return text, tricks
@@ -104,3 +91,39 @@ _INLINE_SPLIT_RE = re.compile(rf"<(?<=\w<){_INLINE_TAG}(?:<{_INLINE_TAG})*+(?=\w
 def join_split_words(markup: str) -> tuple[str, int]:
     """HTML with the inline tags and comments inside words taken out, and how many places were joined."""
     return _INLINE_SPLIT_RE.subn("", markup)
+
+
+def _skeleton(word: str, mostly_latin: bool) -> str:
+    """A word with Cyrillic or Greek letters, its look-alikes mapped to Latin where that is a disguise."""
+    if not (_LATIN_RUN_RE.search(word) or mostly_latin) or _CONFUSABLE_CHARS.isdisjoint(word):
+        return word
+    if any(not ("a" <= c.lower() <= "z") and c not in _CONFUSABLE_CHARS for c in word):
+        return word  # a letter with no Latin look-alike: a word of its own script
+    return word.translate(CONFUSABLES)
+
+
+def _map_lookalikes(text: str, mostly_latin: bool) -> tuple[str, bool]:
+    """Each word holding Cyrillic or Greek letters through `_skeleton`; whether any changed.
+
+    Words are found from their Cyrillic or Greek letters outwards, each character looked
+    at once: a pattern for "letters around a Cyrillic one" backtracked through every
+    long run of Latin letters from each of its positions (quadratic in the run).
+    """
+    pieces: list[str] = []
+    pos = 0
+    mapped = False
+    for m in _OTHER_SCRIPT_RUN_RE.finditer(text):
+        if m.start() < pos:
+            continue  # inside the word just mapped
+        start, end = m.start(), m.end()
+        while start > pos and text[start - 1].isalpha():
+            start -= 1
+        while end < len(text) and text[end].isalpha():
+            end += 1
+        word = text[start:end]
+        new = _skeleton(word, mostly_latin)
+        mapped = mapped or new != word
+        pieces += [text[pos:start], new]
+        pos = end
+    pieces.append(text[pos:])
+    return "".join(pieces), mapped
