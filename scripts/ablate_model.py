@@ -110,6 +110,10 @@ CANDIDATES = [
     Candidate("margin1.5", {"train_margin": 1.5}),
     Candidate("margin3", {"train_margin": 3.0}),
     Candidate("margin4", {"train_margin": 4.0}),
+    # The score over the most decisive tokens only ([model] decisive_tokens; docs/accuracy.md "First contact").
+    Candidate("decisive30", {"decisive_tokens": 30}),
+    Candidate("decisive75", {"decisive_tokens": 75}),
+    Candidate("decisive150", {"decisive_tokens": 150}),
 ]
 _BY_NAME = {c.name: c for c in CANDIDATES}
 _CONFIG = Config()

@@ -121,6 +121,26 @@ def test_train_mbox_and_single_files_then_classify_and_explain(home: Path) -> No
     assert table.returncode == 0 and "toward spam" in table.stdout and "contribution" in table.stdout
 
 
+def test_explain_shows_hidden_text_disguised_words_and_the_tokens_counted(home: Path) -> None:
+    box = write_mbox(home / "ham.mbox", HAM)
+    assert ctl(home, "train", "--ham", box).returncode == 0
+    assert ctl(home, "train", "--spam", write_mbox(home / "spam.mbox", SPAM)).returncode == 0
+    probe = (
+        b"From: x@y.example\nSubject: free cash\nMIME-Version: 1.0\nContent-Type: text/html; charset=utf-8\n\n"
+        b"<p>click fr<b></b>ee m\xd0\xbeney</p><div style='display:none'>meeting agenda minutes</div>\n"
+    )
+    explained = ctl(home, "explain", "-", "--json", input=probe).json()
+    assert explained["hidden_by"] == ["display-none"] and explained["hidden_text"] == "meeting agenda minutes"
+    assert explained["obfuscations"] == ["mixed-script", "split"]
+    assert explained["tokens_counted"] == explained["tokens"] > 0
+    table = ctl(home, "explain", "-", input=probe).stdout
+    assert "hidden from the reader by display-none" in table and "meeting agenda minutes" in table
+    assert "disguised words undone: mixed-script, split" in table and "most decisive" not in table
+    (home / "decisive.toml").write_text("[model]\nhash_bits = 16\ndecisive_tokens = 3\n")
+    capped = run_spamctl("--config", home / "decisive.toml", "--data-dir", home / "data", "explain", "-", input=probe)
+    assert "score over the 3 most decisive of" in capped.stdout, capped.stderr
+
+
 def test_a_single_file_with_an_mbox_from_line_is_one_message_keyed_as_the_daemon_keys_it(home: Path) -> None:
     trec_style = b"From nobody@example  Fri Apr 13 14:36:03 2007\n" + SPAM[0]
     (home / "inmail.1").write_bytes(trec_style)

@@ -266,3 +266,27 @@ def test_batched_evaluation_scores_each_message_with_the_model_of_the_messages_b
     finally:
         engine.close()
     assert [r.score for r in batched] == expected
+
+
+def test_spamctl_eval_train_first_learns_the_head_then_scores_the_rest_without_learning(small_corpus, tmp_path):
+    # The tail repeats one spam four times: online learning would change its score, first contact must not.
+    data = small_corpus.parent.parent / "data"
+    (data / "repeat").write_bytes(_message(SPAM_WORDS[:3] + HAM_WORDS, 7, True))
+    with small_corpus.open("a") as f:
+        f.write("spam ../data/repeat\n" * 4)
+    run = _spamctl("--data-dir", str(tmp_path / "d"), "eval", str(small_corpus), "--train-first", "20", "--json",
+                   "--results", str(tmp_path / "results.txt"), cwd=tmp_path)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout.strip().splitlines()[-1])
+    assert report["feedback"] == "train first 20, then score only"
+    assert report["messages"] == 40 + 4 - 20 and report["skipped"] == 1
+    assert report["trained"] == {"eval": 20}
+    scores = [line.split()[2] for line in (tmp_path / "results.txt").read_text().splitlines()]
+    assert len(scores) == 24 and len(set(scores[-4:])) == 1
+    filed = report["spam_filed_pct"]
+    assert set(filed) == {"spam", "unsure", "ham"} and abs(sum(filed.values()) - 100) < 1e-9
+    assert filed["spam"] > 50  # the head taught it these words
+    table = _spamctl("--data-dir", str(tmp_path / "d"), "eval", str(small_corpus), "--train-first", "20", cwd=tmp_path)
+    assert "spam filed spam / unsure / ham" in table.stdout and "train first 20" in table.stdout
+    bad = _spamctl("--data-dir", str(tmp_path / "d"), "eval", str(small_corpus), "--train-first", "-1", cwd=tmp_path)
+    assert bad.returncode != 0 and "--train-first" in bad.stderr

@@ -371,9 +371,12 @@ def test_50_megabyte_attachment():
 
 def test_50_megabyte_text_part_with_caps_lifted():
     raw = b"Content-Type: text/plain\n\n" + b"spam words " * (50 * 1024 * 1024 // 11)
-    limits = ParserConfig(max_bytes=len(raw))
+    limits = ParserConfig(max_bytes=len(raw), word_salad=False)
     parsed = parse(raw, limits)
     assert len(parsed.texts[0]) == limits.max_text_chars
+    # Read as word salad (lower-case words and nothing else), the text is its count alone.
+    salad = parse(raw, ParserConfig(max_bytes=len(raw)))
+    assert len(salad.texts[0].strip()) < 11 and salad.salad_words > limits.max_text_chars // 6
 
 
 def test_10000_parts():

@@ -271,3 +271,21 @@ def test_a_token_seen_once_weighs_less_than_one_seen_often():
     shrunk_ratio = model._token_log_odds(rare)[0] / model._token_log_odds(often)[0]
     bare_ratio = bare._token_log_odds(rare)[0] / bare._token_log_odds(often)[0]
     assert shrunk_ratio < 0.4 < 0.6 < bare_ratio
+
+
+def test_decisive_tokens_keep_a_block_of_unknown_words_from_diluting_the_score():
+    spam = ["cheap", "pills", "click"]
+    block = spam + [f"ordinary{n}" for n in range(60)]  # words the model never saw: log-odds 0
+    every = trained_model()
+    decisive = MultinomialNB(dataclasses.replace(every.config, decisive_tokens=3))
+    for name in ("counts", "token_totals", "doc_totals"):
+        getattr(decisive, name)[:] = getattr(every, name)
+    decisive.distinct = every.distinct
+    assert every.score(featurize(block, 16)).verdict == Verdict.UNSURE
+    assert decisive.score(featurize(block, 16)) == every.score(featurize(spam, 16))
+    # A message of no more tokens than that scores as before.
+    assert decisive.score(featurize(spam, 16)) == every.score(featurize(spam, 16))
+    score, rows = decisive.explain(block, limit=100)
+    assert score == decisive.score(featurize(block, 16))
+    assert sum(r.weight for r in rows) == pytest.approx(score.log_odds)
+    assert {r.token for r in rows if r.weight} == set(spam)

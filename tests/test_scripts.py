@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from spamd.evaluation.trec import read_index
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted((REPO / "scripts").glob("*.py"))
 
@@ -279,3 +281,34 @@ def test_multi_user_stream_deals_each_disputed_list_to_two_users_who_disagree(
     refused = run_script("multi_user_stream.py", str(index_with_junk), "--out", str(out), "--disputed", "no.such.list",
                          "--cost-messages", "0", cwd=tmp_path)  # fmt: skip
     assert refused.returncode == 1 and "no.such.list" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_attack_first_contact_learns_the_head_and_scores_each_attacked_tail(
+    index_with_junk: Path, tmp_path: Path
+) -> None:
+    needs_bogofilter()
+    work = tmp_path / "work"
+    run = run_script(
+        "attack_first_contact.py", str(index_with_junk), "--attacks", "zero-width,all", "--train-first", "12",
+        "--work", str(work), "--jobs", "1", "--json", cwd=tmp_path, timeout=180,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert_reported_each_junk_file(run.stderr, "attack_first_contact.py")
+    rows = json.loads(run.stdout)["rows"]
+    assert [row["attack"] for row in rows] == ["unchanged", "zero-width", "all"]
+    for row in rows:
+        assert row["spamd"]["messages"] == row["bogofilter"]["messages"] == 12, row
+        assert row["spamd"]["trained"] == {"eval": 12}
+        assert set(row["spamd"]["spam_filed_pct"]) == {"spam", "unsure", "ham"}
+    assert rows[0]["spamd"]["roca_vs_unchanged"] == 1.0
+    # The learned head is the unchanged mail; only the tail's spam is attacked.
+    attacked = read_index(work / "mail" / "zero-width-seed1-from12" / "index")
+    original = [
+        e for e in read_index(index_with_junk) if e.path.exists() and e.path.stat().st_size and "junk" not in e.name
+    ]
+    assert [e.path.read_bytes() for e in attacked[:12]] == [e.path.read_bytes() for e in original[:12]]
+    assert all(
+        a.path.read_bytes() != o.path.read_bytes()
+        for a, o in zip(attacked[12:], original[12:], strict=True)
+        if a.label == 1
+    )

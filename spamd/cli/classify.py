@@ -180,6 +180,14 @@ def cmd_explain(config: Config, args: argparse.Namespace) -> int:
         return 0
     print(f"verdict {result['verdict']}, probability {result['probability']:.4f}, score {result['score']:+.4f}")
     print_senders(result)
+    if result.get("hidden_by"):
+        print(f"\nhidden from the reader by {', '.join(result['hidden_by'])} (hidden: tokens, not words):")
+        print(f"  {result['hidden_text']}")
+    if result.get("obfuscations"):
+        print(f"\ndisguised words undone: {', '.join(result['obfuscations'])} (obfuscated: tokens)")
+    if result.get("tokens_counted", 0) < result.get("tokens", 0):
+        print(f"\nscore over the {result['tokens_counted']} most decisive of {result['tokens']} tokens "
+              "([model] decisive_tokens); the others count 0")  # fmt: skip
     if not result["toward_spam"] and not result["toward_ham"]:
         print("\nno token moved the score (an empty message, or the model has not learned both classes yet)")
         return 0

@@ -76,6 +76,9 @@ def add_protocol_arguments(evaluate: argparse.ArgumentParser, several: bool = Fa
     protocol.add_argument("--history", type=int, default=0, metavar="N",
                           help="the first N messages are mail already in the mailboxes at the first start: "
                           "not scored; learned at once when settled learning is on")  # fmt: skip
+    protocol.add_argument("--train-first", type=int, default=0, metavar="N",
+                          help="first contact: learn the first N messages with their labels, then score the rest "
+                          "learning nothing more (no feedback, autolearn or settling); reports where the spam went")  # fmt: skip
     people = People()
     for name, help in (
         ("correct_missed_spam", "probability that spam filed in INBOX is moved to Junk"),
@@ -108,8 +111,10 @@ def protocol_of(config: Config, args: argparse.Namespace, feedback: str | None =
             raise SpamdError(f"--{name.replace('_', '-')} {getattr(args, name)}: a probability, from 0 to 1")
     if (args.settle_margin is not None and not args.settle_margin >= 0) or not args.autolearn_margin >= 0:
         raise SpamdError("--settle-margin and --autolearn-margin are |log-odds|: at least 0")
-    if min(args.delay, args.settle_after, args.mean_delay, args.history) < 0:
-        raise SpamdError("--delay, --settle-after, --mean-delay and --history count messages: at least 0")
+    if min(args.delay, args.settle_after, args.mean_delay, args.history, args.train_first) < 0:
+        raise SpamdError(
+            "--delay, --settle-after, --mean-delay, --history and --train-first count messages: at least 0"
+        )
     people = People(
         args.correct_missed_spam, args.rescue_lost_ham, args.sort_unsure, args.delete_missed_spam, args.read_ham,
         args.mean_delay, args.seed,
@@ -123,6 +128,7 @@ def protocol_of(config: Config, args: argparse.Namespace, feedback: str | None =
         settle_margin=config.maildir.settle_margin if args.settle_margin is None else args.settle_margin,
         autolearn_margin=args.autolearn_margin,
         history=args.history,
+        train_first=args.train_first,
         people=people,
     )
 

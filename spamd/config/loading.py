@@ -74,6 +74,8 @@ def _validate(config: Config, source: str) -> None:
         problems.append("model.evidence_prior must be >= 0")
     if not m.neutral_tokens >= 0:
         problems.append("model.neutral_tokens must be >= 0")
+    if not 0 <= m.decisive_tokens <= 100_000:
+        problems.append("model.decisive_tokens must be 0 (every token) or a number of tokens up to 100000")
     if not 0.0 <= m.ham_threshold <= m.spam_threshold <= 1.0:
         problems.append("need 0 <= model.ham_threshold <= model.spam_threshold <= 1")
     if m.stored_counts not in STORED_COUNTS:

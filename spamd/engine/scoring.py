@@ -19,11 +19,12 @@ from typing import Any, Protocol
 
 import structlog
 
+from spamd.config import Config
 from spamd.engine.analyzers import AnalysisProcesses, AnalysisUnavailable
 from spamd.engine.engine import Classified, Engine
 from spamd.learning.outcomes import Outcome
 from spamd.mail.auth.spf import SmtpSession
-from spamd.mail.message import split_head_body, with_own_headers
+from spamd.mail.message import parse_message, split_head_body, strip_own_headers, with_own_headers
 from spamd.model.bayes import Contribution, Label, Score, Verdict
 
 log = structlog.get_logger()
@@ -91,6 +92,8 @@ def spam_flagged(raw: bytes) -> bool:
 class Explains(Protocol):
     """What `explanation` asks of the Engine (or of what stands in for it)."""
 
+    config: Config
+
     def explain(
         self, raw: bytes, limit: int = 20, user_name: str | None = None
     ) -> tuple[Score, list[Contribution]]: ...
@@ -116,6 +119,26 @@ def explanation(
         "toward_spam": side([c for c in rows if c.weight > 0]),
         "toward_ham": side([c for c in rows if c.weight < 0]),
         **(engine.sender_standing(raw, user_name) if senders else {}),
+        **disguises(engine, raw, len(rows)),
+    }
+
+
+# Characters of hidden text `spamctl explain` shows.
+HIDDEN_TEXT_SHOWN = 300
+
+
+def disguises(engine: Explains, raw: bytes, tokens: int) -> dict[str, object]:
+    """What the message hid from its reader (text hidden by CSS, disguised words) and, with [model]
+    decisive_tokens, how many of its tokens the score counted: what explain shows beside the tokens."""
+    message = parse_message(strip_own_headers(raw), engine.config.parser)
+    hidden = " ".join(" ".join(text.split()) for text in message.hidden)
+    decisive = engine.config.model.decisive_tokens
+    return {
+        "hidden_text": _safe_text(hidden[:HIDDEN_TEXT_SHOWN] + ("..." if len(hidden) > HIDDEN_TEXT_SHOWN else "")),
+        "hidden_by": sorted(set(message.hidden_kinds)),
+        "obfuscations": sorted(set(message.obfuscations)),
+        "tokens_counted": min(tokens, decisive) if decisive else tokens,
+        "tokens": tokens,
     }
 
 

@@ -63,13 +63,17 @@ class Protocol:
     # mailboxes at the first start: not scored; with settled learning on, learned at
     # once with the label of the folder they lie in (the person filed them).
     history: int = 0
+    # First contact: the first `train_first` messages are learned with their gold labels
+    # and not scored; the rest are scored and nothing more is learned (no feedback,
+    # autolearn or settling), as a model trained with `spamctl train` meets a new stream.
+    train_first: int = 0
     people: People = field(default_factory=People)
 
     def __post_init__(self) -> None:
         if self.feedback not in FEEDBACKS:
             raise ValueError(f"feedback {self.feedback!r}: expected one of {', '.join(FEEDBACKS)}")
-        if self.delay < 0 or self.settle_after < 0 or self.history < 0:
-            raise ValueError("delay, settle_after and history are numbers of messages, at least 0")
+        if min(self.delay, self.settle_after, self.history, self.train_first) < 0:
+            raise ValueError("delay, settle_after, history and train_first are numbers of messages, at least 0")
 
     def trainer_source(self, source: str) -> str:
         """The source the trainer is told for an event's `source`.
@@ -83,6 +87,8 @@ class Protocol:
     def describe(self) -> str:
         """A short name for reports: only what changes the run (settled learning of spamd's own filing
         with an infinite margin learns nothing, so it is not named)."""
+        if self.train_first:
+            return f"train first {self.train_first}, then score only"
         parts = [self.feedback]
         if self.history:
             parts.append(f"history {self.history}" + (" settled" if self.settled else ""))

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from spamd.errors import SpamdError
-from spamd.evaluation.feedback import SETTLED, Event, Feedback, Protocol
+from spamd.evaluation.feedback import PERSON, SETTLED, Event, Feedback, Protocol
 from spamd.mail.message import looks_like_message, read_message_file
 from spamd.model.bayes import Label, Verdict
 from spamd.model.families import is_weighted
@@ -144,6 +144,9 @@ class Report:
     # them those that changed the model (learned or corrected, not a repeat or declined).
     trained: dict[str, int] = field(default_factory=dict)
     changed: dict[str, int] = field(default_factory=dict)
+    # Where the spam and the ham went: filed spam, Unsure, filed ham (percent of each scored).
+    spam_filed_pct: dict[str, float] = field(default_factory=dict)
+    ham_filed_pct: dict[str, float] = field(default_factory=dict)
     # Per user named in the index: messages, (1-ROCA)%, hm%, sm% of that user's mail alone.
     users: dict[str, dict[str, float]] = field(default_factory=dict)
 
@@ -213,6 +216,7 @@ def run_online(
     trained: Counter[tuple[str, str]] = Counter()
     waiting: dict[int, Prepared] = {}  # message number -> analyzed, while an event for it is pending
     skipped = history = 0
+    first, learned_first = feedback.protocol.train_first, 0
 
     def apply(events: list[Event]) -> None:
         for event in events:
@@ -235,6 +239,16 @@ def run_online(
                 if feedback.protocol.settled:
                     outcome = learn(prepared, entry.label, SETTLED, False)
                     trained[(SETTLED, getattr(outcome, "value", str(outcome)))] += 1
+                progress(1)
+                continue
+            if first:
+                if learned_first < first:  # first contact: learned with its label, not scored
+                    learned_first += 1
+                    outcome = learn(prepared, entry.label, PERSON, True)
+                    trained[(PERSON, getattr(outcome, "value", str(outcome)))] += 1
+                else:  # then scored, and nothing more learned
+                    value, judged_spam, unsure = score(prepared)
+                    results.append(Result(entry.name, entry.label, value, judged_spam, unsure, entry.user))
                 progress(1)
                 continue
             number = len(results)
@@ -401,7 +415,23 @@ def summarize(
         trained=_by_source(trained or Counter(), lambda outcome: True),
         changed=_by_source(trained or Counter(), lambda outcome: outcome in ("learned", "corrected")),
         users=_by_user(results),
+        spam_filed_pct=_filed(results, Label.SPAM),
+        ham_filed_pct=_filed(results, Label.HAM),
     )
+
+
+def _filed(results: list[Result], gold: Label) -> dict[str, float]:
+    """Shares of the `gold` mail filed spam, Unsure and ham, in percent (Junk, a second look, the inbox)."""
+    mine = [r for r in results if r.gold == gold]
+    if not mine:
+        return {}
+    unsure = sum(r.unsure for r in mine)
+    filed_spam = sum(r.judged_spam and not r.unsure for r in mine)
+    return {
+        "spam": 100.0 * filed_spam / len(mine),
+        "unsure": 100.0 * unsure / len(mine),
+        "ham": 100.0 * (len(mine) - filed_spam - unsure) / len(mine),
+    }
 
 
 def _by_user(results: list[Result]) -> dict[str, dict[str, float]]:
@@ -541,6 +571,10 @@ def format_report(report: Report, index: Path, protocol: Protocol | None = None)
         ("lam%", f"{report.lam_pct:.3f}"),
         ("hm% / sm% at threshold", f"{report.hm_pct:.2f} / {report.sm_pct:.2f}"),
         ("unsure", f"{report.unsure_pct:.2f}%"),
+        (
+            "spam filed spam / unsure / ham",
+            " / ".join(f"{report.spam_filed_pct.get(k, math.nan):.1f}%" for k in ("spam", "unsure", "ham")),
+        ),
         ("throughput", f"{report.msgs_per_s:,.0f} msgs/s ({report.seconds:.1f} s)"),
     ]
     if protocol is not None:

@@ -105,6 +105,7 @@ class EngineLike(Protocol):
     """What the operations need: spamd.engine.engine.Engine."""
 
     classifier: Any
+    config: Any
 
     def explain(self, raw: bytes, limit: int = 20, user_name: str | None = None) -> Any: ...
     def sender_standing(self, raw: bytes, user_name: str | None = None) -> dict[str, Any]: ...
@@ -201,7 +202,7 @@ def op_users(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
     listed = {row["user"] for row in rows}
     rows += [{"user": name, "trained_ham": 0, "trained_spam": 0, "tokens": 0, "bytes": 0, **turned[name]}
              for name in sorted(turned) if name not in listed]  # fmt: skip
-    auth = engine.config.auth  # type: ignore[attr-defined]
+    auth = engine.config.auth
     trust = {"enabled": auth.enabled, "spf": auth.spf, "trusted_authserv_ids": list(auth.trusted_authserv_ids)}
     return {"users": rows, "per_user": True, "expired": users.expired, "authentication": trust}
 

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from email.header import decode_header
 
 from spamd.config import ParserConfig
+from spamd.mail.hidden import cut_hidden, cut_word_salad
+from spamd.mail.normalize import join_split_words, normalize
 
 # Headers spamd writes itself. They are stripped before the message is keyed or
 # tokenized, so the filter never learns its own verdict and a scored copy of a
@@ -59,6 +61,13 @@ class ParsedMessage:
     parts: list[Part] = field(default_factory=list)
     # Damage found and caps hit: "truncated", "bad-base64", "depth-cap", ...
     defects: list[str] = field(default_factory=list)
+    # Text of HTML elements hidden by inline CSS, and how each was hidden ([parser] hidden_text).
+    hidden: list[str] = field(default_factory=list)
+    hidden_kinds: list[str] = field(default_factory=list)
+    # Disguises undone in the text ([parser] normalize): "split", "invisible", "mixed-script", "compatibility".
+    obfuscations: list[str] = field(default_factory=list)
+    # Words in runs of word salad left out of the text ([parser] word_salad).
+    salad_words: int = 0
 
     # The first value of each header, by lower-cased name (what `header` answers from).
     first: dict[str, str] = field(default_factory=dict)
@@ -346,14 +355,33 @@ def _short_decimal_ref(match: re.Match[str]) -> str:
     return "&#" + (digits if len(digits) <= 7 else "99999999")
 
 
-def html_to_text(markup: str) -> tuple[str, list[str]]:
-    """Visible text of an HTML document (no script, style, comments) and the URLs in its attributes."""
+def html_to_text(
+    markup: str, into: ParsedMessage | None = None, limits: ParserConfig | None = None
+) -> tuple[str, list[str]]:
+    """Visible text of an HTML document (no script, style, comments) and the URLs in its attributes.
+
+    With `limits` whose hidden_text is on, elements hidden by inline CSS are left out of
+    the text and their text goes to `into.hidden` (spamd.mail.hidden); with normalize on,
+    words split by inline tags or comments are joined (recorded in `into.obfuscations`).
+    """
     # Offsets found in `lower` cut `markup`, so both must be as long: U+0130 (İ) is the
     # one character whose lower() is two ("i" + U+0307). Thirty of them before a
     # <script> block shifted the cut by thirty: the block's text became visible and
     # as much of the real text was dropped.
     lower = (markup.replace("\u0130", "I") if "\u0130" in markup else markup).lower()
     urls = _URL_ATTR_RE.findall(lower)
+    if limits is not None and into is not None:
+        if limits.normalize and "<" in markup:
+            markup, joined = join_split_words(markup)
+            if joined:
+                into.obfuscations.append("split")
+                lower = (markup.replace("\u0130", "I") if "\u0130" in markup else markup).lower()
+        if limits.hidden_text:
+            markup, lower, hidden, kinds = cut_hidden(markup, lower)
+            for chunk in hidden:
+                text = html_to_text(chunk)[0]
+                into.hidden.append(normalize(text)[0] if limits.normalize else text)
+            into.hidden_kinds.extend(kinds)
     for start_tag, end_tag in _INVISIBLE_BLOCKS:
         markup, lower = _drop_blocks(markup, lower, start_tag, end_tag)
     text = _TAG_RE.sub(" ", markup)
@@ -410,6 +438,8 @@ def parse_message(raw: bytes, limits: ParserConfig) -> ParsedMessage:
     if eight_bit:
         parsed.defects.append("8bit-header")
     top_fields = dict(reversed(parsed.headers))  # the first value of each name wins
+    if limits.normalize and not top_fields.get("subject", "").isascii():
+        top_fields = _normalize_subject(parsed)
     parsed.first = top_fields
     try:
         _walk(parsed, top_fields, body, limits)
@@ -417,6 +447,17 @@ def parse_message(raw: bytes, limits: ParserConfig) -> ParsedMessage:
         # Belt and braces: the walk is meant to be total; keep what it found.
         parsed.defects.append(f"parser-error:{type(error).__name__}")
     return parsed
+
+
+def _normalize_subject(parsed: ParsedMessage) -> dict[str, str]:
+    """The Subject as a reader sees it (spamd.mail.normalize), its disguises recorded as the text's are;
+    returns the first value of each header anew."""
+    for number, (name, value) in enumerate(parsed.headers):
+        if name == "subject" and not value.isascii():
+            value, tricks = normalize(value)
+            parsed.headers[number] = (name, value)
+            parsed.obfuscations.extend(tricks)
+    return dict(reversed(parsed.headers))
 
 
 def _walk(parsed: ParsedMessage, top_fields: dict[str, str], body: bytes, limits: ParserConfig) -> None:
@@ -474,8 +515,14 @@ def _walk(parsed: ParsedMessage, top_fields: dict[str, str], body: bytes, limits
                 parsed.defects.append("unknown-charset")
         text = _bytes_to_text(data, charset)[: limits.max_text_chars]
         if ctype == "text/html" or ctype == "text/plain" and _looks_like_html(text):
-            text, urls = html_to_text(text)
+            text, urls = html_to_text(text, parsed, limits)
             parsed.urls.extend(urls[:200])
+        if limits.normalize:
+            text, tricks = normalize(text)
+            parsed.obfuscations.extend(tricks)
+        if limits.word_salad:
+            text, salad = cut_word_salad(text)
+            parsed.salad_words += salad
         parsed.texts.append(text)
 
 

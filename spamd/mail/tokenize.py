@@ -323,6 +323,32 @@ def structure_tokens(msg: ParsedMessage) -> list[str]:
     return tokens
 
 
+# Distinct words of hidden text that become `hidden:` tokens: every one of 150 hidden
+# words would still dilute the message's mean (each a token of its own).
+MAX_HIDDEN_WORDS = 20
+
+
+def disguise_tokens(msg: ParsedMessage) -> list[str]:
+    """Text hidden by CSS and disguised words as evidence of their own, never as ordinary words.
+
+    `hidden:<how>` per way of hiding, `hidden:words:<log2 count>`, and the first
+    MAX_HIDDEN_WORDS distinct hidden words as `hidden:<word>`; `obfuscated:<trick>`
+    per disguise undone (spamd.mail.normalize); `salad:words:<log2 count>` for word salad
+    left out of the text (its words count for nothing). None for a message with none of these.
+    """
+    if not (msg.hidden_kinds or msg.obfuscations or msg.salad_words):
+        return []
+    tokens = [f"hidden:{kind}" for kind in dict.fromkeys(msg.hidden_kinds)]
+    if msg.hidden:
+        hidden_words = words(" ".join(msg.hidden))
+        tokens.append(f"hidden:words:{len(hidden_words).bit_length()}")
+        tokens += ["hidden:" + w for w in list(dict.fromkeys(hidden_words))[:MAX_HIDDEN_WORDS]]
+    tokens += [f"obfuscated:{trick}" for trick in dict.fromkeys(msg.obfuscations)]
+    if msg.salad_words:
+        tokens.append(f"salad:words:{msg.salad_words.bit_length()}")
+    return tokens
+
+
 def tokenize(msg: ParsedMessage) -> list[str]:
     """All tokens of a message, repeats kept (the model counts them)."""
-    return header_tokens(msg) + body_tokens(msg) + structure_tokens(msg)
+    return header_tokens(msg) + body_tokens(msg) + structure_tokens(msg) + disguise_tokens(msg)

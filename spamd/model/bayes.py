@@ -366,8 +366,33 @@ def score_counts(
     """
     # The sum over the count rather than ndarray.mean(): the same number, without mean's overhead.
     log_odds = weighted(token_log_odds(config, counts, token_totals, distinct, masses), weights)
+    if config.decisive_tokens and counts.shape[1] > config.decisive_tokens:
+        summed, total = decisive_sum(config, log_odds, weights)
+        return verdict_of(config, mean_log_odds(config, summed, total, doc_totals))
     summed = float(np.add.reduce(log_odds))
     return verdict_of(config, mean_log_odds(config, summed, denominator(config, counts.shape[1], weights), doc_totals))
+
+
+def decisive(config: ModelConfig, log_odds: np.ndarray) -> np.ndarray | None:
+    """The places of the [model] decisive_tokens (weighted) log-odds farthest from 0, or None when all count."""
+    k = config.decisive_tokens
+    if not k or len(log_odds) <= k:
+        return None
+    return np.argpartition(-np.abs(log_odds), k - 1)[:k]
+
+
+def decisive_sum(config: ModelConfig, log_odds: np.ndarray, weights: np.ndarray | None) -> tuple[float, float]:
+    """The summed log-odds and the denominator of the message's score, over its decisive tokens only.
+
+    A block of ordinary words appended to spam adds many tokens of small log-odds: in the
+    mean over all tokens they pull a clear spam towards undecided; among the most decisive
+    they seldom count (Graham's and Robinson's filters scored only the strongest tokens).
+    """
+    chosen = decisive(config, log_odds)
+    if chosen is None:
+        return float(np.add.reduce(log_odds)), denominator(config, len(log_odds), weights)
+    chosen_weights = None if weights is None else weights[chosen]
+    return float(np.add.reduce(log_odds[chosen])), denominator(config, len(chosen), chosen_weights)
 
 
 def explain_counts(
@@ -392,7 +417,14 @@ def explain_log_odds(
     """The score of per-bucket log-odds (a message with tokens) and the tokens that moved it most
     (with class_prior, the prior as a row of its own, so the rows still sum to the score)."""
     log_odds = weighted(log_odds, features.weights)
-    total = denominator(config, len(features), features.weights)
+    chosen = decisive(config, log_odds)
+    if chosen is not None:  # only the decisive tokens count: the others' shares are 0
+        kept = np.zeros_like(log_odds)
+        kept[chosen] = log_odds[chosen]
+        log_odds = kept
+        total = denominator(config, len(chosen), None if features.weights is None else features.weights[chosen])
+    else:
+        total = denominator(config, len(features), features.weights)
     score = verdict_of(config, mean_log_odds(config, float(np.add.reduce(log_odds)), total, doc_totals))
     bucket_shares = log_odds / total
     # Tokens that share a bucket (a hash collision) split its share by their counts.

@@ -30,6 +30,8 @@ from spamd.model.bayes import (
     Label,
     MultinomialNB,
     Score,
+    decisive,
+    decisive_sum,
     denominator,
     explain_counts,
     explain_log_odds,
@@ -511,6 +513,9 @@ def score_counts_for_user(
     overrides = _overrides(shared, layer, table, features.ids, shared.counts, log_odds)
     if features.weights is not None:  # a family's overrides weigh as its log-odds do
         log_odds, overrides = log_odds * features.weights, overrides * features.weights
+    if decisive(config, log_odds) is not None:  # [model] decisive_tokens: the user's log-odds choose them
+        summed, total = decisive_sum(config, log_odds + overrides, features.weights)
+        return verdict_of(config, mean_log_odds(config, summed, total, shared.doc_totals))
     moved = float(np.add.reduce(overrides))
     # The shared sum as MultinomialNB.score takes it, plus 0.0 where nothing moved: bit-identical.
     total = denominator(config, len(features), features.weights)

@@ -1,0 +1,129 @@
+"""Text as a reader sees it: compatibility forms folded, invisible characters dropped, look-alike letters mapped.
+
+Spam that fights a word-counting filter writes its words so that they look the
+same to a person and differ to the filter: a zero-width space or soft hyphen
+inside a word, Cyrillic or Greek letters that look Latin, fullwidth or
+mathematical letters. `normalize` undoes that before words are found, and says
+which tricks it undid (the fact that a word was disguised is itself evidence:
+the tokenizer's `obfuscated:` tokens).
+
+The look-alikes are a compact table of the Cyrillic and Greek letters that
+Unicode's confusables (TR39) give a Latin skeleton of one letter, applied only
+to words that mix them with Latin letters, or, in text that is mostly Latin, to
+words made of nothing else: a Russian or Greek text keeps its own letters.
+It does not handle other scripts' look-alikes or multi-letter skeletons ("rn" for "m").
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+# Format and filler characters a reader does not see (Unicode general category Cf
+# and the Hangul/Mongolian fillers), dropped wherever they are.
+INVISIBLE = frozenset(
+    "\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b\u180c\u180d\u180e\u200b\u200c\u200d\u200e\u200f"
+    "\u202a\u202b\u202c\u202d\u202e\u2060\u2061\u2062\u2063\u2064\u2066\u2067\u2068\u2069\u206a\u206b"
+    "\u206c\u206d\u206e\u206f\u3164\ufe00\ufe01\ufe02\ufe03\ufe04\ufe05\ufe06\ufe07\ufe08\ufe09\ufe0a"
+    "\ufe0b\ufe0c\ufe0d\ufe0e\ufe0f\ufeff\uffa0"
+)
+_INVISIBLE_CLASS = "[" + "".join(sorted(INVISIBLE)) + "]"
+_INVISIBLE_RE = re.compile(_INVISIBLE_CLASS + "+")
+# The same inside a word; the pattern starts with the class, not with a look-behind, so
+# that the engine skips along to the next invisible character.
+_INVISIBLE_IN_WORD_RE = re.compile(_INVISIBLE_CLASS + f"(?<=\\w{_INVISIBLE_CLASS}){_INVISIBLE_CLASS}*+(?=\\w)")
+
+# Cyrillic and Greek letters whose TR39 skeleton is one Latin letter (both cases).
+CONFUSABLES = str.maketrans(
+    {
+        **dict(zip("аеорсухіјѕԁһԛԝӏүɑ", "aeopcyxijsdhqwlya", strict=True)),
+        **dict(zip("АВЕКМНОРСТХУІЈЅԌԜ", "ABEKMHOPCTXYIJSGW", strict=True)),
+        **dict(zip("αοιυνκρτχγεζ", "aoiuvkptxyez", strict=True)),
+        **dict(zip("ΑΒΕΖΗΙΚΜΝΟΡΤΥΧ", "ABEZHIKMNOPTYX", strict=True)),
+    }
+)
+_CONFUSABLE_CHARS = frozenset(chr(c) for c in CONFUSABLES)
+_LATIN_RUN_RE = re.compile(r"[A-Za-z]+")
+_OTHER_SCRIPT_RUN_RE = re.compile(r"[\u0370-\u03ff\u0400-\u052f]+")
+
+
+def normalize(text: str) -> tuple[str, list[str]]:
+    """`text` folded (NFKC), without invisible characters, look-alike letters mapped; and the tricks found.
+
+    The tricks are "invisible" (an invisible character inside a word), "compatibility"
+    (letters NFKC changed, as fullwidth or mathematical ones) and "mixed-script" (a word
+    whose look-alike letters were mapped). ASCII text is returned as it is, at once.
+    """
+    if text.isascii():
+        return text, []
+    # The set of the text's characters answers each question below without another pass
+    # over the text (most non-ASCII mail is so for a no-break space or an accent only).
+    chars = set(text)
+    tricks: list[str] = []
+    if not INVISIBLE.isdisjoint(chars):
+        if _INVISIBLE_IN_WORD_RE.search(text):
+            tricks.append("invisible")
+        text = _INVISIBLE_RE.sub("", text)
+    if not unicodedata.is_normalized("NFKC", text):
+        # Only a letter's compatibility form is a disguise ("ＦＲＥＥ"); "…" or "½" are typography.
+        if any(c > "\x7f" and c.isalpha() and unicodedata.normalize("NFKC", c) != c for c in chars):
+            tricks.append("compatibility")
+        text = unicodedata.normalize("NFKC", text)
+        chars = set(text)
+    if any("\u0370" <= c <= "\u052f" for c in chars):
+        latin = sum(map(len, _LATIN_RUN_RE.findall(text)))
+        other = sum(map(len, _OTHER_SCRIPT_RUN_RE.findall(text)))
+        text, mapped = _map_lookalikes(text, latin > other)
+        if mapped:
+            tricks.append("mixed-script")
+    return text, tricks
+
+
+# A word split by inline tags or a short comment between two of its letters, as in
+# "vi<b></b>agra" or "vi<!-- x -->agra": joined (by html_to_text, with [parser] normalize). Block
+# tags (p, div, td, br) still separate words, as a reader sees them.
+# The pattern starts with "<" and looks behind only then, so that the engine skips along
+# to the next "<": starting with the look-behind it tried every position of the markup.
+_INLINE_TAG = r"(?:/?(?:b|i|u|s|em|strong|span|font|small|big|sub|sup|tt|abbr|wbr|a|mark|ins|del)\b[^<>]{0,200}>|!--[^<>]{0,200}?-->)"
+_INLINE_SPLIT_RE = re.compile(rf"<(?<=\w<){_INLINE_TAG}(?:<{_INLINE_TAG})*+(?=\w)", re.IGNORECASE)
+
+
+def join_split_words(markup: str) -> tuple[str, int]:
+    """HTML with the inline tags and comments inside words taken out, and how many places were joined."""
+    return _INLINE_SPLIT_RE.subn("", markup)
+
+
+def _skeleton(word: str, mostly_latin: bool) -> str:
+    """A word with Cyrillic or Greek letters, its look-alikes mapped to Latin where that is a disguise."""
+    if not (_LATIN_RUN_RE.search(word) or mostly_latin) or _CONFUSABLE_CHARS.isdisjoint(word):
+        return word
+    if any(not ("a" <= c.lower() <= "z") and c not in _CONFUSABLE_CHARS for c in word):
+        return word  # a letter with no Latin look-alike: a word of its own script
+    return word.translate(CONFUSABLES)
+
+
+def _map_lookalikes(text: str, mostly_latin: bool) -> tuple[str, bool]:
+    """Each word holding Cyrillic or Greek letters through `_skeleton`; whether any changed.
+
+    Words are found from their Cyrillic or Greek letters outwards, each character looked
+    at once: a pattern for "letters around a Cyrillic one" backtracked through every
+    long run of Latin letters from each of its positions (quadratic in the run).
+    """
+    pieces: list[str] = []
+    pos = 0
+    mapped = False
+    for m in _OTHER_SCRIPT_RUN_RE.finditer(text):
+        if m.start() < pos:
+            continue  # inside the word just mapped
+        start, end = m.start(), m.end()
+        while start > pos and text[start - 1].isalpha():
+            start -= 1
+        while end < len(text) and text[end].isalpha():
+            end += 1
+        word = text[start:end]
+        new = _skeleton(word, mostly_latin)
+        mapped = mapped or new != word
+        pieces += [text[pos:start], new]
+        pos = end
+    pieces.append(text[pos:])
+    return "".join(pieces), mapped
