@@ -100,6 +100,16 @@ class ModelConfig:
     # denominator); the tokenizer's own tokens weigh 1.
     ngram_weight: float = 1.0
     osb_weight: float = 1.0
+    # Mail-evidence families (spamd/mail/senders_claimed.py, links.py, attachments.py,
+    # bulk.py; tokens weigh 1, as the tokenizer's): who claims to send the message
+    # (display name against the From's registrable domain, Reply-To, Return-Path, a
+    # claimed DKIM d=, free mail), where its links go, what is attached, how bulk mail
+    # announces itself (one-click List-Unsubscribe, Feedback-ID, a mail service provider).
+    # Each changes what the counts mean: a model built with others is refused.
+    sender_claims: bool = False
+    link_targets: bool = False
+    attachment_kinds: bool = False
+    bulk_marks: bool = False
     # Estimation (spamd/model/estimation.py), both off (docs/accuracy.md "Estimation and the
     # training rule"; scripts/ablate_model.py, 20 streams, geometric mean of the (1-ROCA)%
     # ratios full / errors / people). Rennie's weight normalization: each class's
