@@ -77,10 +77,8 @@ def bulk_tokens(msg: ParsedMessage) -> list[str]:
     feedback_id = msg.header("feedback-id")
     if feedback_id:
         tokens += feedback_id_tokens(feedback_id)
-    names = set(msg.first)
-    tokens += sorted({"bulk:esp:" + esp for header, esp in ESP_HEADERS.items() if header in names})
-    if any(name.startswith("x-mailgun-") for name in names) and "bulk:esp:mailgun" not in tokens:
-        tokens.append("bulk:esp:mailgun")
+    marks = {ESP_HEADERS.get(name) or ("mailgun" if name.startswith("x-mailgun-") else "") for name in msg.first}
+    tokens += ["bulk:esp:" + esp for esp in sorted(marks) if esp]
     precedence = msg.header("precedence").strip().lower()
     if precedence:
         tokens.append("bulk:precedence:" + precedence[:20])
