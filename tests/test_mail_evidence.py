@@ -359,3 +359,14 @@ def test_any_bytes_give_evidence_tokens(raw):
         + raw
     )
     assert all(isinstance(t, str) for t in evidence_tokens(msg, EVIDENCE_FAMILIES))
+
+
+def test_hostile_markup_and_headers_give_bounded_tokens():
+    """Inputs that make a careless pattern rescan: each is read once, and the tokens stay few."""
+    for markup in ("<a " * 70_000, "<img " * 50_000, '<a href="x">' + "a." * 100_000, "<a href=" + "h" * 200_000):
+        tokens = link_tokens(ParsedMessage(html=[markup], texts=[markup], first={"from": "a@b.example"}))
+        assert len(tokens) <= 60
+    long_name = "a." * 2_000 + " <x@" + "b." * 1_000 + "example>"
+    headers = [("from", long_name), ("reply-to", long_name), ("list-unsubscribe", "<" * 4_000)]
+    msg = ParsedMessage(headers=headers, first=dict(headers))
+    assert len(evidence_tokens(msg, EVIDENCE_FAMILIES)) <= 60
