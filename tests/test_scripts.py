@@ -279,3 +279,27 @@ def test_multi_user_stream_deals_each_disputed_list_to_two_users_who_disagree(
     refused = run_script("multi_user_stream.py", str(index_with_junk), "--out", str(out), "--disputed", "no.such.list",
                          "--cost-messages", "0", cwd=tmp_path)  # fmt: skip
     assert refused.returncode == 1 and "no.such.list" in refused.stderr and "Traceback" not in refused.stderr
+
+
+@pytest.mark.skipif(
+    not (REPO.parent / "shared" / "corpora" / "trec07p-dev" / "full" / "index").is_file(), reason="corpus absent"
+)
+def test_ablate_models_mail_evidence_row_is_spamctl_evals_figure(tmp_path: Path) -> None:
+    """The mail-evidence families the script adds from its cache are the ones spamd adds: the same figure to the digit."""
+    index = trec_head_index(tmp_path, messages=300)
+    done = run_script("ablate_model.py", "--candidates", "evidence-all", "--feedback", "full",
+                      "--work", str(tmp_path / "w"), str(index), cwd=tmp_path, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    row = next(line for line in done.stdout.splitlines() if line.startswith("| evidence-all |"))
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    config = tmp_path / "evidence.toml"
+    config.write_text(
+        "[model]\nsender_claims = true\nlink_targets = true\nattachment_kinds = true\nbulk_marks = true\n"
+    )
+    evaluated = subprocess.run(
+        [str(Path(sys.executable).parent / "spamctl"), "eval", str(index), "--json", "--config", str(config)],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert evaluated.returncode == 0, evaluated.stderr
+    report = json.loads(evaluated.stdout.strip().splitlines()[-1])
+    assert cells[3] == f"{report['one_minus_roca_pct']:.4f}", row
