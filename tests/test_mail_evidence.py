@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from spamd.config import Config, ModelConfig, ParserConfig
 from spamd.learning.classifier import Classifier
-from spamd.mail.attachments import attachment_tokens
+from spamd.mail.attachments import attachment_tokens, zip_tokens
 from spamd.mail.bulk import bulk_tokens
 from spamd.mail.domains import looks_alike, registrable_domain, skeleton
 from spamd.mail.links import link_tokens, split_url
@@ -370,3 +370,11 @@ def test_hostile_markup_and_headers_give_bounded_tokens():
     headers = [("from", long_name), ("reply-to", long_name), ("list-unsubscribe", "<" * 4_000)]
     msg = ParsedMessage(headers=headers, first=dict(headers))
     assert len(evidence_tokens(msg, EVIDENCE_FAMILIES)) <= 60
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.binary(max_size=60), max_size=6))
+def test_any_zip_local_headers_give_tokens(chunks):
+    head = b"".join(b"PK\x03\x04" + chunk for chunk in chunks)
+    tokens = zip_tokens(head)
+    assert len(tokens) <= 20 and all(t.startswith(("attach:", "attach-archive-holds:")) for t in tokens)
