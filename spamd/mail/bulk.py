@@ -77,8 +77,10 @@ def bulk_tokens(msg: ParsedMessage) -> list[str]:
     feedback_id = msg.header("feedback-id")
     if feedback_id:
         tokens += feedback_id_tokens(feedback_id)
-    marks = {ESP_HEADERS.get(name) or ("mailgun" if name.startswith("x-mailgun-") else "") for name in msg.first}
-    tokens += ["bulk:esp:" + esp for esp in sorted(marks) if esp]
+    marks = {ESP_HEADERS[name] for name in msg.first.keys() & ESP_HEADERS.keys()}
+    if " x-mailgun-" in " " + " ".join(msg.first):  # no field name holds a space
+        marks.add("mailgun")
+    tokens += ["bulk:esp:" + esp for esp in sorted(marks)]
     precedence = msg.header("precedence").strip().lower()
     if precedence:
         tokens.append("bulk:precedence:" + precedence[:20])
