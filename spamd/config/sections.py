@@ -115,7 +115,7 @@ class ModelConfig:
     # 1.052 / 1.000, bulk_marks 0.882 / 1.006 / 0.996, all four 0.863 / 0.884 / 0.934.
     # None is within 2% on the development streams and better on modern-dev under every
     # feedback. Analysis time with all four (scripts/evidence_cost.py, load ~2.5):
-    # trec07p-dev 369 -> 528 us a message (1.43x), modern-dev 1,010 -> 1,162 (1.15x).
+    # trec07p-dev 369 -> 528 us a message (1.43x; another run 1.27x), modern-dev 1,010 -> 1,162 (1.15x).
     sender_claims: bool = False
     link_targets: bool = False
     attachment_kinds: bool = False
