@@ -60,13 +60,15 @@ from spamd.evaluation.trec import IndexEntry, one_minus_roca, read_index, read_m
 from spamd.evaluation.variants import VARIANTS, write_variant
 from spamd.learning.outcomes import left_unlearned
 from spamd.mail.message import parse_message, strip_own_headers
-from spamd.mail.tokenize import tokenize
+from spamd.mail.tokenize import EVIDENCE_FAMILIES, evidence_tokens, tokenize
 from spamd.model.bayes import Features, Label, MultinomialNB, Verdict, featurize
-from spamd.model.families import families_of, is_weighted, join_families, message_sources
+from spamd.model.families import evidence_families, families_of, is_weighted, join_families, message_sources
 
-# What an analyzed message keeps for every candidate: its tokens, and the decoded
-# headers and text the n-gram families read.
-Analyzed = tuple[list[str], str, str]
+# What an analyzed message keeps for every candidate: its tokens, the decoded
+# headers and text the n-gram families read, and each mail-evidence family's tokens.
+Analyzed = tuple[list[str], str, str, dict[str, list[str]]]
+# Part of the cache key: a cache written by another version of the analysis is not read.
+_ANALYSIS_VERSION = b"evidence-2"
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,14 @@ CANDIDATES = [
     Candidate("decisive30", {"decisive_tokens": 30}),
     Candidate("decisive75", {"decisive_tokens": 75}),
     Candidate("decisive150", {"decisive_tokens": 150}),
+    # The mail-evidence families (spamd/mail/senders_claimed.py, links.py, attachments.py, bulk.py).
+    Candidate("sender_claims", {"sender_claims": True}),
+    Candidate("link_targets", {"link_targets": True}),
+    Candidate("attachment_kinds", {"attachment_kinds": True}),
+    Candidate("bulk_marks", {"bulk_marks": True}),
+    Candidate(
+        "evidence-all", {"sender_claims": True, "link_targets": True, "attachment_kinds": True, "bulk_marks": True}
+    ),
 ]
 _BY_NAME = {c.name: c for c in CANDIDATES}
 _CONFIG = Config()
@@ -125,7 +135,8 @@ def analyze(path: str) -> Analyzed | str:
         return why
     msg = parse_message(strip_own_headers(raw), _CONFIG.parser)
     head, text = message_sources(msg)
-    return tokenize(msg), head[:8000], text[:16000]
+    evidence = {name: evidence_tokens(msg, [name]) for name in EVIDENCE_FAMILIES}
+    return tokenize(msg), head[:8000], text[:16000], evidence
 
 
 def cached_stream(index: Path, work: Path) -> tuple[Path, int]:
@@ -133,7 +144,9 @@ def cached_stream(index: Path, work: Path) -> tuple[Path, int]:
 
     (The derived streams' indexes are alike word for word: only their directories differ.)
     """
-    key = hashlib.blake2b(str(index.resolve()).encode() + b"\0" + index.read_bytes(), digest_size=8).hexdigest()
+    key = hashlib.blake2b(
+        _ANALYSIS_VERSION + str(index.resolve()).encode() + b"\0" + index.read_bytes(), digest_size=8
+    ).hexdigest()
     cache = work / f"analyzed-{key}.pickle"
     if cache.exists():
         return cache, len(pickle.loads(cache.read_bytes()))
@@ -158,7 +171,8 @@ def stream_name(index: Path) -> str:
 
 def features(config: ModelConfig, item: Analyzed, family_tables: bool) -> Features:
     """The message's features under `config`'s families: in the one table as spamd makes them, or a table per family."""
-    tokens, head, text = item
+    tokens, head, text, evidence = item
+    tokens = tokens + [t for name in evidence_families(config) for t in evidence[name]]
     families = families_of(head, text, config)
     if not family_tables or not families:
         joined, weights = join_families(tokens, families, config)

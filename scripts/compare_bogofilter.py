@@ -211,6 +211,7 @@ def main() -> int:
     parser.add_argument("--no-bogofilter", action="store_true", help="spamd only (ratios from the cache if there)")
     parser.add_argument("--worst", type=int, default=0, help="list spamd's N worst-ranked ham and spam per stream")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--config", type=Path, help="spamd's config file (e.g. [model] families switched on)")
     add_protocol_arguments(parser, several=True)
     args = parser.parse_args()
     if not args.no_bogofilter and bogofilter_missing():
@@ -223,7 +224,7 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")
 
-    config = with_train_margin(load_config(None), args)
+    config = with_train_margin(load_config(args.config), args)
     protocols = [protocol_of(config, args, feedback) for feedback in args.feedback]
     rows = []
     for index in args.index:

@@ -55,20 +55,25 @@ def spamctl_command() -> list[str]:
     return [str(spamctl)] if spamctl.exists() else [sys.executable, "-c", "from spamd.cli import main; main()"]
 
 
-def spamd_eval_rate(index: Path, jobs: int | None = None) -> float:
+def spamd_eval_rate(index: Path, jobs: int | None = None, config: Path | None = None) -> float:
     """msgs/s reported by one `spamctl eval --json` run (a fresh model in a temp dir).
 
     eval skips what is no mail message itself (as `read_mail` does here), saying so on
     its stderr: this script has said it already.
     """
     extra = [] if jobs is None else ["--jobs", str(jobs)]
-    done = subprocess.run([*spamctl_command(), "eval", str(index), "--json", *extra], capture_output=True, text=True)
+    configured = ["--config", str(config)] if config else []
+    done = subprocess.run(
+        [*spamctl_command(), *configured, "eval", str(index), "--json", *extra], capture_output=True, text=True
+    )
     if done.returncode != 0:
         raise SystemExit(f"spamctl eval failed: {done.stderr.strip()[-500:]}")
     return float(json.loads(done.stdout.strip().splitlines()[-1])["msgs_per_s"])
 
 
-def trained_data_dir(entries: list[IndexEntry], where: Path, per_user: bool = False) -> Path:
+def trained_data_dir(
+    entries: list[IndexEntry], where: Path, per_user: bool = False, config: Path | None = None
+) -> Path:
     """A spamd state directory trained on the index's messages (untimed), for bulk classification.
 
     `per_user`: each message is trained with its user (the index's third field), so
@@ -85,7 +90,17 @@ def trained_data_dir(entries: list[IndexEntry], where: Path, per_user: bool = Fa
         flag = "--spam" if label == Label.SPAM else "--ham"
         as_user = [] if user is None else ["--user", user]
         done = subprocess.run(
-            [*spamctl_command(), "--data-dir", str(data), "--json", "train", flag, *as_user, *paths],
+            [
+                *spamctl_command(),
+                *(["--config", str(config)] if config else []),
+                "--data-dir",
+                str(data),
+                "--json",
+                "train",
+                flag,
+                *as_user,
+                *paths,
+            ],  # fmt: skip
             capture_output=True,
             text=True,
         )
@@ -102,7 +117,11 @@ def trained_data_dir(entries: list[IndexEntry], where: Path, per_user: bool = Fa
             raise SystemExit(f"spamctl train failed: {report['error']}")
     # A snapshot, so that each classifying process loads the model (as bogofilter opens
     # its word list) rather than replaying every training from the journal.
-    done = subprocess.run([*spamctl_command(), "--data-dir", str(data), "snapshot"], capture_output=True, text=True)
+    done = subprocess.run(
+        [*spamctl_command(), *(["--config", str(config)] if config else []), "--data-dir", str(data), "snapshot"],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
         raise SystemExit(f"spamctl snapshot failed: {done.stderr.strip()[-500:]}")
     return data
@@ -167,7 +186,12 @@ def main() -> int:
         "--per-user", action="store_true",
         help="train each message with its user (third index field) and time classify with each user's layer too",
     )  # fmt: skip
+    parser.add_argument(
+        "--config", type=Path, help="spamd's config for every spamctl run (e.g. [model] families switched on)"
+    )
     args = parser.parse_args()
+    if args.config and args.per_user:
+        parser.error("--config and --per-user: put [users] score_per_user = true in the config instead")
     if bogofilter_missing():
         return 2
     # The index's mail messages: each file that is not one (empty, binary, unreadable) is
@@ -182,14 +206,14 @@ def main() -> int:
     spamd_rates, one_process_rates, classify_rates, bogo_train_rates, bogo_classify_rates = [], [], [], [], []
     user_rates: list[float] = []
     with tempfile.TemporaryDirectory(prefix="spamd-speed-") as tmp:
-        data = trained_data_dir(entries, Path(tmp), args.per_user)
-        config = None
+        config = args.config
+        data = trained_data_dir(entries, Path(tmp), args.per_user, config)
         if args.per_user:
             config = Path(tmp) / "per-user.toml"
             config.write_text("[users]\nscore_per_user = true\n")
         for round_number in range(1, args.rounds + 1):
-            spamd_rates.append(spamd_eval_rate(args.index))
-            one_process_rates.append(spamd_eval_rate(args.index, jobs=1))
+            spamd_rates.append(spamd_eval_rate(args.index, config=config))
+            one_process_rates.append(spamd_eval_rate(args.index, jobs=1, config=config))
             classify_rates.append(spamd_bulk_classify_rate(entries, data, config))
             if args.per_user:
                 user_rates.append(spamd_bulk_classify_rate(entries, data, config, per_user=True))

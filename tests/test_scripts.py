@@ -312,3 +312,27 @@ def test_attack_first_contact_learns_the_head_and_scores_each_attacked_tail(
         for a, o in zip(attacked[12:], original[12:], strict=True)
         if a.label == 1
     )
+
+
+@pytest.mark.skipif(
+    not (REPO.parent / "shared" / "corpora" / "trec07p-dev" / "full" / "index").is_file(), reason="corpus absent"
+)
+def test_ablate_models_mail_evidence_row_is_spamctl_evals_figure(tmp_path: Path) -> None:
+    """The mail-evidence families the script adds from its cache are the ones spamd adds: the same figure to the digit."""
+    index = trec_head_index(tmp_path, messages=300)
+    done = run_script("ablate_model.py", "--candidates", "evidence-all", "--feedback", "full",
+                      "--work", str(tmp_path / "w"), str(index), cwd=tmp_path, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    row = next(line for line in done.stdout.splitlines() if line.startswith("| evidence-all |"))
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    config = tmp_path / "evidence.toml"
+    config.write_text(
+        "[model]\nsender_claims = true\nlink_targets = true\nattachment_kinds = true\nbulk_marks = true\n"
+    )
+    evaluated = subprocess.run(
+        [str(Path(sys.executable).parent / "spamctl"), "eval", str(index), "--json", "--config", str(config)],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert evaluated.returncode == 0, evaluated.stderr
+    report = json.loads(evaluated.stdout.strip().splitlines()[-1])
+    assert cells[3] == f"{report['one_minus_roca_pct']:.4f}", row

@@ -34,6 +34,8 @@ OWN_HEADER_PREFIX = b"x-spam-"
 
 MAX_HEADERS = 500
 MAX_HEADER_VALUE_CHARS = 4096
+# An attachment's encoded bytes decoded into Part.head: 32 KiB of base64 is 24 KiB.
+ATTACHMENT_HEAD_SOURCE_BYTES = 32 * 1024
 
 
 @dataclass(slots=True)
@@ -45,6 +47,9 @@ class Part:
     encoding: str
     filename: str
     size: int
+    # An attachment's first decoded bytes (a part with a filename or of a non-text type,
+    # images aside): what the attachment tokens sniff (magic numbers, zip flags, forms).
+    head: bytes = b""
 
 
 @dataclass(slots=True)
@@ -57,6 +62,8 @@ class ParsedMessage:
     texts: list[str] = field(default_factory=list)
     # URLs from HTML attributes (href, src): invisible in the text but telling.
     urls: list[str] = field(default_factory=list)
+    # The markup of each HTML text part, as decoded (for link text against its target, pixels).
+    html: list[str] = field(default_factory=list)
     # Every leaf part visited, text or not.
     parts: list[Part] = field(default_factory=list)
     # Damage found and caps hit: "truncated", "bad-base64", "depth-cap", ...
@@ -504,9 +511,12 @@ def _walk(parsed: ParsedMessage, top_fields: dict[str, str], body: bytes, limits
             parsed.defects.append("depth-cap")  # too deep to open: described below, not read
         filename = params.get("name") or _disposition_filename(fields.get("content-disposition", ""))
         charset = params.get("charset", "")
-        parsed.parts.append(Part(ctype, charset.lower(), encoding, filename, len(part_body)))
+        part = Part(ctype, charset.lower(), encoding, filename, len(part_body))
+        parsed.parts.append(part)
+        if (filename or not ctype.startswith("text/")) and (not ctype.startswith("image/") or "svg" in ctype):
+            part.head = _decode_transfer(part_body[:ATTACHMENT_HEAD_SOURCE_BYTES], encoding, [])
         if not ctype.startswith("text/") or filename and not ctype.startswith("text/html"):
-            continue  # attachments are described (type, name), not decoded
+            continue  # attachments are described (type, name, first bytes), not decoded
         data = _decode_transfer(part_body, encoding, parsed.defects)
         if charset:
             try:
@@ -515,6 +525,7 @@ def _walk(parsed: ParsedMessage, top_fields: dict[str, str], body: bytes, limits
                 parsed.defects.append("unknown-charset")
         text = _bytes_to_text(data, charset)[: limits.max_text_chars]
         if ctype == "text/html" or ctype == "text/plain" and _looks_like_html(text):
+            parsed.html.append(text)
             text, urls = html_to_text(text, parsed, limits)
             parsed.urls.extend(urls[:200])
         if limits.normalize:

@@ -19,9 +19,14 @@ from __future__ import annotations
 import functools
 import re
 import string
+from collections.abc import Iterable
 from itertools import pairwise
 
+from spamd.mail.attachments import attachment_tokens
+from spamd.mail.bulk import bulk_tokens
+from spamd.mail.links import link_tokens
 from spamd.mail.message import ParsedMessage
+from spamd.mail.senders_claimed import claimed_sender_tokens
 
 # Body words, on lower-cased text: two or more letters/digits with inner ' - . ,
 # kept ("don't", "e-mail", "1,000"), and $ % ! attached so prices and shouting stay whole.
@@ -352,3 +357,22 @@ def disguise_tokens(msg: ParsedMessage) -> list[str]:
 def tokenize(msg: ParsedMessage) -> list[str]:
     """All tokens of a message, repeats kept (the model counts them)."""
     return header_tokens(msg) + body_tokens(msg) + structure_tokens(msg) + disguise_tokens(msg)
+
+
+# The mail-evidence families, each switched in [model] by this name (spamd.model.families):
+# who claims to send the message, where its links go, what is attached, how bulk mail
+# announces itself. Each is measured where its default is set (spamd/config/sections.py).
+EVIDENCE_FAMILIES = {
+    "sender_claims": claimed_sender_tokens,
+    "link_targets": link_tokens,
+    "attachment_kinds": attachment_tokens,
+    "bulk_marks": bulk_tokens,
+}
+
+
+def evidence_tokens(msg: ParsedMessage, families: Iterable[str]) -> list[str]:
+    """The tokens of the named mail-evidence families (EVIDENCE_FAMILIES), in that order."""
+    tokens: list[str] = []
+    for name in families:
+        tokens += EVIDENCE_FAMILIES[name](msg)
+    return tokens

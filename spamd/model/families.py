@@ -23,7 +23,7 @@ import numpy as np
 
 from spamd.config import ModelConfig
 from spamd.mail.message import ParsedMessage
-from spamd.mail.tokenize import words
+from spamd.mail.tokenize import EVIDENCE_FAMILIES, evidence_tokens, words
 
 NGRAM_PREFIX = "g:"
 # Pairs of the body's words at distance 1..OSB_REACH (CRM114's OSB), among its first
@@ -38,12 +38,22 @@ Family = tuple[list[str], float]
 
 def count_settings(config: ModelConfig) -> dict[str, object]:
     """The settings that decide what the counts mean: kept with the model and checked at load (the weights are not)."""
-    return {
+    settings: dict[str, object] = {
         "stored_counts": config.stored_counts,
         "char_ngrams": config.char_ngrams,
         "ngram_chars": config.ngram_chars if config.char_ngrams else 0,
         "osb": config.osb,
     }
+    # Only when some are on: a model stored before they existed was built with none.
+    evidence = evidence_families(config)
+    if evidence:
+        settings["evidence"] = ",".join(evidence)  # a string: the same through JSON and msgpack
+    return settings
+
+
+def evidence_families(config: ModelConfig) -> tuple[str, ...]:
+    """The mail-evidence families (spamd.mail.tokenize.EVIDENCE_FAMILIES) switched on in `config`, in their order."""
+    return tuple(name for name in EVIDENCE_FAMILIES if getattr(config, name))
 
 
 def is_weighted(config: ModelConfig) -> bool:
@@ -87,8 +97,12 @@ def families_of(head: str, text: str, config: ModelConfig) -> list[Family]:
 def with_families(tokens: list[str], msg: ParsedMessage, config: ModelConfig) -> tuple[list[str], np.ndarray | None]:
     """The tokenizer's tokens with the families' after them, and a weight per token (None while every weight is 1).
 
-    The defaults return `tokens` itself: no work, the same features to the bit.
+    The mail-evidence families' tokens come first after the tokenizer's, weighing 1.
+    With every family off, `tokens` itself: no work, the same features to the bit.
     """
+    evidence = evidence_families(config)
+    if evidence:  # weighed as the tokenizer's own tokens
+        tokens = tokens + evidence_tokens(msg, evidence)
     if not (config.osb or config.char_ngrams):
         return tokens, None
     families = families_of(*message_sources(msg), config)
