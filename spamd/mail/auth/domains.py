@@ -1,23 +1,18 @@
-"""Organizational domains (the public suffix list that publicsuffixlist ships: no network) and alignment."""
+"""Organizational domains and DMARC alignment, on the registrable domains the token families use too."""
 
 from __future__ import annotations
 
-from functools import lru_cache
-
-from publicsuffixlist import PublicSuffixList
-
-_PSL = PublicSuffixList()
+from spamd.mail.domains import clean_host, registrable_domain
 
 
 def normalized(domain: str) -> str:
     return domain.strip().rstrip(".").lower()
 
 
-@lru_cache(maxsize=4096)
 def organizational_domain(domain: str) -> str:
     """The registrable domain (RFC 7489 section 3.2): the public suffix and one label more."""
     domain = normalized(domain)
-    return _PSL.privatesuffix(domain) or domain
+    return registrable_domain(clean_host(domain)) or domain
 
 
 def aligned(domain: str, from_domain: str, strict: bool = False) -> bool:
