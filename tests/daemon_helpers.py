@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TypeVar
 
-from spamd.config import Config, MaildirConfig, ModelConfig, SmtpConfig, StoreConfig
+from spamd.config import AuthConfig, Config, MaildirConfig, ModelConfig, SmtpConfig, StoreConfig
 from spamd.daemon import Daemon
 from spamd.engine.engine import Engine
 from spamd.frontends.maildir.layout import unique_name
@@ -97,6 +97,7 @@ def daemon_config(data_dir: Path, **sections: dict) -> Config:
         store=StoreConfig(snapshot_interval_s=3600.0),
         smtp=SmtpConfig(port=0),
         maildir=MaildirConfig(fsync=False),
+        auth=AuthConfig(nameservers=(LOOPBACK_NO_DNS,), dns_budget_s=NO_DNS_BUDGET_S),
     )
     changes = {name: dataclasses.replace(getattr(config, name), **values) for name, values in sections.items()}
     return dataclasses.replace(config, **changes)
@@ -303,7 +304,18 @@ class DaemonProcess:
         self._reader.join(timeout=5)
 
 
+# Sender authentication in tests asks only loopback, unless a test brings its own DNS
+# server (tests/dns_helpers.py): corpus mail carries real DKIM signatures, and no test may
+# ask the internet. Nothing listens on this port, and a look-up gives up after 50 ms: a
+# temporary error that authenticates nothing and fails nothing, as with a dead resolver.
+LOOPBACK_NO_DNS = "127.0.0.1:9"
+NO_DNS_BUDGET_S = 0.05
+
+
 def write_config(path: Path, text: str = "") -> Path:
-    """A TOML config for subprocess tests: small model, JSON logs, plus `text`."""
-    path.write_text('[model]\nhash_bits = 16\n[log]\nformat = "json"\n' + text)
+    """A TOML config for subprocess tests: small model, JSON logs, DNS on loopback only, plus `text`."""
+    auth = (
+        "" if "[auth]" in text else f'[auth]\nnameservers = ["{LOOPBACK_NO_DNS}"]\ndns_budget_s = {NO_DNS_BUDGET_S}\n'
+    )
+    path.write_text('[model]\nhash_bits = 16\n[log]\nformat = "json"\n' + auth + text)
     return path
