@@ -18,14 +18,16 @@ import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from spamd.frontends.control import ControlClient
+from spamd.model.bayes import Label
 from spamd.store.redis.state import RedisState
 from spamd.store.redis.store import RedisStore
 from spamd.store.redis.users import RedisUsers
-from tests.daemon_helpers import wait_until_sync
+from tests.daemon_helpers import DaemonProcess, folder_files, wait_until_sync, write_config
 
 if TYPE_CHECKING:
     from spamd.engine.engine import Engine
@@ -419,3 +421,35 @@ class RedisSentinels:
         self.sentinels = []
         for server in self.servers:
             server.stop()
+
+
+class RedisDaemon:
+    """One spamd as a subprocess on a shared Redis: its SMTP port, its control socket, its Maildir.
+
+    `redis_settings` are more lines of its [redis] section; `args` more command-line options.
+    """
+
+    def __init__(self, root: Path, url: str, name: str, *args: str, redis_settings: str = ""):
+        self.data_dir = root / name
+        self.config = write_config(root / f"{name}.toml", f'[redis]\nurl = "{url}"\n{redis_settings}')
+        self.process = DaemonProcess(
+            "--config", self.config, "--data-dir", self.data_dir, "--smtp", "127.0.0.1:0", *args
+        )  # fmt: skip
+        self.port = self.process.port
+
+    def request(self, command: str, **args: object) -> dict[str, Any]:
+        with ControlClient(self.data_dir / "control.sock", timeout=60) as client:
+            return client.request(command, **args)
+
+    def train(self, messages: list[bytes], label: Label) -> list[str]:
+        return self.request("train", label=str(label), messages=messages)["outcomes"]
+
+    def probability(self, raw: bytes) -> float:
+        return self.request("classify", raw=raw)["probability"]
+
+    def delivered(self) -> list[Path]:
+        maildir = self.data_dir / "Maildir"
+        return folder_files(maildir) + folder_files(maildir, ".Junk")
+
+    def stop(self) -> None:
+        self.process.kill()

@@ -19,58 +19,23 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from spamd.config import Config, ModelConfig
 from spamd.engine.engine import Engine
-from spamd.frontends.control import ControlClient
 from spamd.model.bayes import Label
 from tests.cli_helpers import Result, run_spamctl
 from tests.daemon_helpers import (
-    DaemonProcess,
     crlf,
-    folder_files,
     imap_move,
     make_message,
     wait_until_sync,
     write_config,
 )
-from tests.redis_helpers import (
-    RedisClusterServers,
-    RedisServer,
-    free_port,
-)  # noqa: F401 (fixtures)
+from tests.redis_helpers import RedisClusterServers, RedisDaemon, RedisServer, free_port
 from tests.spamc_helpers import raw_exchange
 from tests.spamc_helpers import request as spamc_request
-
-
-class Node:
-    """One spamd daemon on the shared Redis: its port, its control socket, its Maildir."""
-
-    def __init__(self, root: Path, url: str, name: str, *args: str):
-        self.data_dir = root / name
-        self.config = config = write_config(root / f"{name}.toml", f'[redis]\nurl = "{url}"\n')
-        self.process = DaemonProcess("--config", config, "--data-dir", self.data_dir, "--smtp", "127.0.0.1:0", *args)
-        self.port = self.process.port
-
-    def request(self, command: str, **args: object) -> dict[str, Any]:
-        with ControlClient(self.data_dir / "control.sock", timeout=30) as client:
-            return client.request(command, **args)
-
-    def train(self, messages: list[bytes], label: Label) -> list[str]:
-        return self.request("train", label=str(label), messages=messages)["outcomes"]
-
-    def probability(self, raw: bytes) -> float:
-        return self.request("classify", raw=raw)["probability"]
-
-    def delivered(self) -> list[Path]:
-        maildir = self.data_dir / "Maildir"
-        return folder_files(maildir) + folder_files(maildir, ".Junk")
-
-    def stop(self) -> None:
-        self.process.kill()
 
 
 @pytest.fixture
@@ -80,11 +45,11 @@ def root() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def nodes(root: Path, url: str, count: int) -> list[Node]:
-    started: list[Node] = []
+def nodes(root: Path, url: str, count: int) -> list[RedisDaemon]:
+    started: list[RedisDaemon] = []
     try:
         for i in range(count):
-            started.append(Node(root, url, f"n{i}"))
+            started.append(RedisDaemon(root, url, f"n{i}"))
     except BaseException:
         for node in started:
             node.stop()
@@ -158,7 +123,7 @@ def test_redis_killed_and_restarted_under_traffic_loses_nothing_acknowledged(roo
     training acknowledged is in the model afterwards; the daemons recover by themselves.
     """
     server = RedisServer(tmp_path / "redis").start()
-    cluster: list[Node] = []
+    cluster: list[RedisDaemon] = []
     try:
         cluster = nodes(root, server.url, 2)
         seeds = [make_message(Label.SPAM, i, seed=1) for i in range(5)] + [
@@ -248,7 +213,7 @@ def test_redis_down_is_a_temporary_failure_everywhere_and_a_maildir_move_waits_f
     server = RedisServer(tmp_path / "redis").start()
     node = None
     try:
-        node = Node(root, server.url, "n0", "--spamc", "127.0.0.1:0")
+        node = RedisDaemon(root, server.url, "n0", "--spamc", "127.0.0.1:0")
         spamc_port = node.process.wait_for("daemon_started")["spamc_port"]
         with smtplib.SMTP("127.0.0.1", node.port, timeout=10) as client:
             client.sendmail("s@example.org", ["user@example.com"], crlf(make_message(Label.SPAM, 1, seed=4)))
@@ -298,7 +263,7 @@ def test_cluster_node_holding_the_model_killed_is_a_temporary_failure_and_recove
     servers = RedisClusterServers(tmp_path / "cluster").start()
     node = None
     try:
-        node = Node(root, servers.url, "n0")
+        node = RedisDaemon(root, servers.url, "n0")
         model_node = servers.node_for("{spamd:}totals")
         other = next(n for n in servers.nodes if n is not model_node)
 

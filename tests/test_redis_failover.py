@@ -22,43 +22,20 @@ import pytest
 from spamd.config import load_config
 from spamd.config.addresses import parse_sentinel_url
 from spamd.errors import ConfigError
-from spamd.frontends.control import ControlClient
 from spamd.model.bayes import Label
 from tests.cli_helpers import run_spamctl
 from tests.daemon_helpers import (
-    DaemonProcess,
     crlf,
-    folder_files,
     imap_move,
     make_message,
     wait_until_sync,
-    write_config,
 )
-from tests.redis_helpers import RedisClusterServers, RedisSentinels, RedisServer
+from tests.redis_helpers import RedisClusterServers, RedisDaemon, RedisSentinels, RedisServer
 
 
-class Daemon:
-    """One spamd on the replicated Redis: its SMTP port, control socket and Maildir."""
-
-    def __init__(self, root: Path, url: str, name: str, replica_timeout_s: float = 10.0):
-        self.data_dir = root / name
-        self.config = write_config(
-            root / f"{name}.toml",
-            f'[redis]\nurl = "{url}"\nreplicas_acked = 1\nreplica_timeout_s = {replica_timeout_s}\n',
-        )
-        self.process = DaemonProcess("--config", self.config, "--data-dir", self.data_dir, "--smtp", "127.0.0.1:0")
-        self.port = self.process.port
-
-    def request(self, command: str, **args: object) -> dict:
-        with ControlClient(self.data_dir / "control.sock", timeout=60) as client:
-            return client.request(command, **args)
-
-    def delivered(self) -> list[Path]:
-        maildir = self.data_dir / "Maildir"
-        return folder_files(maildir) + folder_files(maildir, ".Junk")
-
-    def stop(self) -> None:
-        self.process.kill()
+def replicas_acked(replica_timeout_s: float = 10.0) -> str:
+    """The [redis] lines of a daemon that acknowledges only what a replica has too."""
+    return f"replicas_acked = 1\nreplica_timeout_s = {replica_timeout_s}\n"
 
 
 @pytest.fixture
@@ -100,7 +77,7 @@ def test_replica_down_makes_trainings_temporary_errors_until_it_is_back_then_the
     daemon = None
     try:
         wait_until_sync(lambda: "master_link_status:up" in replica.info("replication"), timeout=60)
-        daemon = Daemon(root, primary.url, "n0", replica_timeout_s=1.0)
+        daemon = RedisDaemon(root, primary.url, "n0", redis_settings=replicas_acked(replica_timeout_s=1.0))
         first = make_message(Label.SPAM, 1, seed=21)
         assert daemon.request("train", label="spam", messages=[first])["outcomes"] == ["learned"]
         mail = make_message(Label.HAM, 2, seed=21)
@@ -158,7 +135,7 @@ class Load:
     first "learned" or (a retry's) "skipped_repeat". Anything but a temporary error fails.
     """
 
-    def __init__(self, daemons: list[Daemon]):
+    def __init__(self, daemons: list[RedisDaemon]):
         self.daemons = daemons
         self.answers: dict[str, int] = {}
         self.acknowledged: list[bytes] = []
@@ -234,7 +211,7 @@ class Load:
         assert again["outcomes"] == ["skipped_repeat"] * len(self.acknowledged)
 
 
-def seed(daemon: Daemon) -> None:
+def seed(daemon: RedisDaemon) -> None:
     """Five spam and one ham, so that scoring does work (an empty model short-cuts)."""
     spam = [make_message(Label.SPAM, i, seed=31) for i in range(5)]
     assert daemon.request("train", label="spam", messages=spam)["outcomes"] == ["learned"] * 5
@@ -252,9 +229,9 @@ def test_sentinel_failovers_under_load_lose_no_acknowledged_training_and_no_acce
     daemons serve again after each failover without a restart and log `redis_failover`.
     """
     group = RedisSentinels(tmp_path / "sentinel").start()
-    daemons: list[Daemon] = []
+    daemons: list[RedisDaemon] = []
     try:
-        daemons = [Daemon(root, group.url, f"n{i}") for i in range(2)]
+        daemons = [RedisDaemon(root, group.url, f"n{i}", redis_settings=replicas_acked()) for i in range(2)]
         seed(daemons[0])
         with Load(daemons) as load:
             load.progress(10, 5)
@@ -280,7 +257,7 @@ def test_cluster_master_failovers_under_load_lose_no_acknowledged_training(root,
     daemon = None
     try:
         servers.wait_replicas_linked()
-        daemon = Daemon(root, servers.url, "n0")
+        daemon = RedisDaemon(root, servers.url, "n0", redis_settings=replicas_acked())
         seed(daemon)
         with Load([daemon]) as load:
             load.progress(10, 5)
