@@ -212,6 +212,11 @@ class SenderReputation:
         # delivery at 200,000 pairs).
         self._stats: OrderedDict[tuple[str, int], tuple[int, int, int, int]] = OrderedDict()
         self.changes = 0
+        # Per user, the senders their moves turned [to Junk, to the inbox], kept as the counts change,
+        # for `spamctl users`: a pass over every pair at 100,000 users x 20 senders took seconds
+        # (scripts/users_embedded_scale.py, docs/users.md). Counted for `_turned_by` (moves, share).
+        self._turned: dict[str, list[int]] = {}
+        self._turned_by = (moves, share)
 
     def __len__(self) -> int:
         return len(self._stats)
@@ -255,11 +260,27 @@ class SenderReputation:
         return True
 
     def _add(self, user: str, sender: int, delivered: int, filed: int, moved_in: int, moved_out: int) -> None:
-        d, f, i, o = self._stats.get((user, sender)) or (0, 0, 0, 0)
-        self._stats[(user, sender)] = (d + delivered, f + filed, i + moved_in, o + moved_out)
+        before = self._stats.get((user, sender)) or (0, 0, 0, 0)
+        d, f, i, o = before
+        after = (d + delivered, f + filed, i + moved_in, o + moved_out)
+        self._stats[(user, sender)] = after
         self._stats.move_to_end((user, sender))
+        self._count_turned(user, before, -1)
+        self._count_turned(user, after, 1)
         if len(self._stats) > self.max_senders:  # the senders heard of least recently go
-            self._stats.popitem(last=False)
+            (gone_user, _), counts = self._stats.popitem(last=False)
+            self._count_turned(gone_user, counts, -1)
+
+    def _count_turned(self, user: str, counts: tuple[int, int, int, int], sign: int) -> None:
+        """Add `sign` to the user's senders turned the way `counts` says (none: nothing)."""
+        if (counts[2] < self.moves and counts[3] < self.moves) or self._turned_by != (self.moves, self.share):
+            return  # no way without `moves` moves; a changed rule recounts in `summary`
+        way = way_of((counts,), self.moves, self.share)
+        if way:
+            row = self._turned.setdefault(user, [0, 0])
+            row[0 if way > 0 else 1] += sign
+            if not any(row):
+                del self._turned[user]
 
     def direction(self, user: str, senders: Iterable[int], authenticated: int | None = None) -> Way:
         """Where the user's mail from these senders goes (`way_of`)."""
@@ -279,14 +300,18 @@ class SenderReputation:
         return len(self._stats)
 
     def summary(self) -> dict[str, dict[str, int]]:
-        """Per user: how many senders their moves turned each way (for `spamctl users`), in one pass."""
-        out: dict[str, dict[str, int]] = {}
-        for user, sender in self._stats:
-            way = self.direction(user, (sender,))
-            if way:
-                row = out.setdefault(user, {"senders_to_junk": 0, "senders_to_inbox": 0})
-                row["senders_to_junk" if way > 0 else "senders_to_inbox"] += 1
-        return out
+        """Per user: how many senders their moves turned each way (for `spamctl users`)."""
+        if self._turned_by != (self.moves, self.share):  # the rule changed (a reload): count afresh
+            self._recount()
+        return {
+            user: {"senders_to_junk": junk, "senders_to_inbox": inbox} for user, (junk, inbox) in self._turned.items()
+        }
+
+    def _recount(self) -> None:
+        self._turned, self._turned_by = {}, (self.moves, self.share)
+        if self.moves:
+            for (user, _), counts in self._stats.items():
+                self._count_turned(user, counts, 1)
 
     # ------------------------------------------------------------ persistence
 
@@ -301,12 +326,15 @@ class SenderReputation:
         if not data:
             return
         placed: OrderedDict[bytes, tuple[str, bool, tuple[int, ...]]] = OrderedDict()
+        # One str per user name, not one per pair and message (msgpack makes each anew).
+        names: dict[str, str] = {}
         for key, user, in_junk, senders in data["placed"]:
-            placed[bytes(key)] = (str(user), bool(in_junk), tuple(int(s) for s in senders))
+            placed[bytes(key)] = (names.setdefault(user, str(user)), bool(in_junk), tuple(int(s) for s in senders))
         stats: OrderedDict[tuple[str, int], tuple[int, int, int, int]] = OrderedDict()
         for user, sender, *counts in data["stats"]:
             if len(counts) != 4 or min(int(c) for c in counts) < 0:
                 raise ValueError("sender counts: four counts of at least 0 expected")
             d, f, i, o = (int(c) for c in counts)
-            stats[(str(user), int(sender))] = (d, f, i, o)
+            stats[(names.setdefault(user, str(user)), int(sender))] = (d, f, i, o)
         self._placed, self._stats = placed, stats
+        self._recount()
