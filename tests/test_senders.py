@@ -203,6 +203,20 @@ def test_the_per_user_summary_kept_as_counts_change_is_a_full_pass_over_them_pas
     assert rep.summary() == turned_by_a_full_pass(rep) != copy.summary()
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from("abc"), st.integers(0, 5), st.lists(st.integers(0, 6), min_size=4, max_size=4)))
+)
+def test_a_restored_state_counts_each_users_turned_senders_as_a_full_pass_does(rows):
+    """The per-user counts a restore derives from the snapshot's columns (numpy) agree with `way_of` a pair."""
+    rep = SenderReputation(100, 1000)
+    rep.restore({"placed": [], "stats": [[user, sender, *counts] for user, sender, counts in rows]})
+    copy = SenderReputation(100, 1000)
+    copy.restore(rep.export())
+    assert copy.summary() == rep.summary() == turned_by_a_full_pass(rep)
+    assert copy.export() == rep.export()
+
+
 def deliver_copy(engine: Engine, n: int, user: str, verdict: Verdict | None = None) -> Analyzed:
     """Score the user's copy n of the list and file it (by its verdict, or by `verdict`), as a way in does."""
     classified = engine.classify(list_digest(n, f"{user}@example.com"), user)
