@@ -15,7 +15,6 @@ delivered messages, and the three keys expire KEEP_S after the user's last deliv
 
 from __future__ import annotations
 
-import functools
 import time
 from typing import Any
 
@@ -27,6 +26,7 @@ from spamd.model.bayes import Label, Score
 from spamd.people.senders import Way, moved_score, way_of
 from spamd.store.redis.connect import Script, user_hash_tag
 from spamd.store.redis.state import RedisState
+from spamd.store.redis.users import LISTING_BATCH
 
 log = structlog.get_logger()
 
@@ -191,23 +191,26 @@ class RedisSenders:
             for n in self.state.call("listing users", lambda: self.state.client.zrange(self.state.users, 0, -1))
         ]
         out: dict[str, dict[str, int]] = {}
-        for user in names:
-            key = sender_keys_of(self.prefix, user)[0]
-            raw = self.state.call(
-                f"reading the senders of user {user}",
-                functools.partial(self.state.client.hgetall, key),
-                where=self.state.node_of(key),
-            )
-            by_sender: dict[str, list[int]] = {}
-            for field, value in raw.items():
-                name = field.decode() if isinstance(field, bytes) else str(field)
-                sender, _, which = name.rpartition(":")
-                by_sender.setdefault(sender, [0, 0, 0, 0])["dfio".index(which)] = int(value)
-            for counts in by_sender.values():
-                way = way_of([tuple(counts)], self.moves, self.share)  # type: ignore[list-item]
-                if way:
-                    row = out.setdefault(user, {"senders_to_junk": 0, "senders_to_inbox": 0})
-                    row["senders_to_junk" if way > 0 else "senders_to_inbox"] += 1
+        for start in range(0, len(names), LISTING_BATCH):  # one pipeline a batch, not a round trip a user
+            batch = names[start : start + LISTING_BATCH]
+
+            def read(batch: list[str] = batch) -> list[Any]:
+                pipe = self.state.client.pipeline(transaction=False)
+                for user in batch:
+                    pipe.hgetall(sender_keys_of(self.prefix, user)[0])
+                return list(pipe.execute())
+
+            for user, raw in zip(batch, self.state.call("reading the users' senders", read), strict=True):
+                by_sender: dict[str, list[int]] = {}
+                for field, value in raw.items():
+                    name = field.decode() if isinstance(field, bytes) else str(field)
+                    sender, _, which = name.rpartition(":")
+                    by_sender.setdefault(sender, [0, 0, 0, 0])["dfio".index(which)] = int(value)
+                for counts in by_sender.values():
+                    way = way_of([tuple(counts)], self.moves, self.share)  # type: ignore[list-item]
+                    if way:
+                        row = out.setdefault(user, {"senders_to_junk": 0, "senders_to_inbox": 0})
+                        row["senders_to_junk" if way > 0 else "senders_to_inbox"] += 1
         return out
 
     def pairs(self) -> int | None:
