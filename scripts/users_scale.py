@@ -8,8 +8,13 @@ pipelines of --batch (the daemon sends one per move; the state is the same). The
 reports Redis's used_memory before and after (per user), MEMORY USAGE of a sample of
 users' keys, their TTL, and that no user holds more than the caps.
 
+Then it lists every user in the model's `<p>users` (as a daemon with token layers would;
+their layer keys stay empty) and times `spamctl users` (the control operation, in process,
+on an Engine opened with that [redis] url): each user's layer totals, MEMORY USAGE and
+senders, read in pipelines.
+
 Only the sender state: not the token layers (their cost is scripts/users_cost.py's),
-not the embedded store.
+not the embedded store (scripts/users_embedded_scale.py).
 
     .venv/bin/python scripts/users_scale.py                          # 100,000 users x 20 senders
     .venv/bin/python scripts/users_scale.py --users 5000 --senders 20
@@ -28,6 +33,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from spamd.config import load_config  # noqa: E402
+from spamd.engine.engine import Engine  # noqa: E402
+from spamd.frontends.control import op_users  # noqa: E402
+from spamd.store.redis.connect import model_keys  # noqa: E402
 from spamd.store.redis.senders import (  # noqa: E402
     KEEP_S,
     MOVE_LUA,
@@ -89,6 +98,22 @@ def main() -> int:
               f"bytes, max {max(per_user)}")  # fmt: skip
         print(f"senders held per user max {max(senders_held)} (cap {SENDERS_PER_USER}), messages held max "
               f"{max(placed_held)} (cap {PLACED_PER_USER}); TTL min {min(ttls)} s (expiry {KEEP_S} s after the last move)")  # fmt: skip
+        users_key = model_keys(prefix, False)[-1]
+        for start in range(0, args.users, args.batch):
+            client.zadd(
+                users_key, {f"user{u}@example.com": u for u in range(start, min(start + args.batch, args.users))}
+            )
+        home = Path(tempfile.mkdtemp(prefix="spamd-users-scale-home-"))
+        engine = Engine.open(load_config(data_dir=home, redis_url=server.url), durable=False)
+        try:
+            started = time.perf_counter()
+            listed = op_users(engine, {})["users"]
+            answered = time.perf_counter() - started
+        finally:
+            engine.close()
+        turned = sum(row["senders_to_inbox"] for row in listed)
+        print(f"spamctl users (op_users in process, pipelined): {answered:.2f} s for {len(listed)} users, "
+              f"{turned} senders turned to the inbox")  # fmt: skip
     finally:
         client.close()
         server.stop()

@@ -16,6 +16,7 @@ from spamd.config import UsersConfig
 from spamd.engine.engine import Engine
 from spamd.errors import StoreUnavailableError
 from spamd.model.bayes import Label, Verdict
+from spamd.people.senders import way_of
 from spamd.store.redis.connect import Script
 from spamd.store.redis.senders import DELIVER_LUA, MOVE_LUA, sender_keys_of
 from tests import core_helpers as h
@@ -189,3 +190,35 @@ def test_a_users_sender_state_stays_within_its_caps_and_expires(redis_plain_url)
         assert all(0 < client.ttl(key) <= ttl for key in keys)  # refreshed by each change, gone `ttl` after the last
     finally:
         client.close()
+
+
+def test_the_senders_a_users_moves_turned_are_counted_in_redis_as_way_of_counts_them(tmp_path, redis_plain_url):
+    """`spamctl users`' count of each user's turned senders, made by a script where the counts are, agrees
+    with the embedded rule (way_of a sender) on counts around the bounds: the moves and the share."""
+    client = redis.Redis.from_url(redis_plain_url)
+    engine = Engine.open(config_for(tmp_path, "a", redis_plain_url))
+    rng = random.Random(5)
+    expected: dict[str, dict[str, int]] = {}
+    written = [redis_state(engine).users]
+    try:
+        for u in range(40):
+            user = f"turned{u}"
+            counts = {1000 + s: tuple(rng.randint(0, 6) for _ in range(4)) for s in range(rng.randint(1, 12))}
+            written.append(sender_keys_of(engine.config.redis.prefix, user)[0])
+            client.hset(written[-1], mapping={
+                f"{s}:{kind}": n for s, quad in counts.items() for kind, n in zip("dfio", quad, strict=True) if n
+            })  # fmt: skip
+            for quad in counts.values():
+                way = way_of([quad], 3, 0.8)  # type: ignore[list-item]
+                if way:
+                    row = expected.setdefault(user, {"senders_to_junk": 0, "senders_to_inbox": 0})
+                    row["senders_to_junk" if way > 0 else "senders_to_inbox"] += 1
+            client.zadd(redis_state(engine).users, {user: u})
+        assert {"senders_to_junk", "senders_to_inbox"} <= {k for row in expected.values() for k, n in row.items() if n}
+        assert engine.senders.summary() == expected
+        client.script_flush()  # a node without the script (restarted): sent whole
+        assert engine.senders.summary() == expected
+    finally:
+        client.delete(*written)
+        client.close()
+        engine.close()

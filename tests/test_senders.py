@@ -172,6 +172,51 @@ def trained_engine(config: Config) -> Engine:
     return engine
 
 
+def turned_by_a_full_pass(rep: SenderReputation) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for user, sender in rep._stats:
+        way = rep.direction(user, (sender,))
+        if way:
+            row = out.setdefault(user, {"senders_to_junk": 0, "senders_to_inbox": 0})
+            row["senders_to_junk" if way > 0 else "senders_to_inbox"] += 1
+    return out
+
+
+def test_the_per_user_summary_kept_as_counts_change_is_a_full_pass_over_them_past_the_bound_and_restore():
+    """`spamctl users`' per-user counts are kept as pairs turn, turn back and are evicted; a restored copy
+    and a changed rule (a reload) count them afresh."""
+    rep = SenderReputation(300, 60)
+    n = 0
+    for rounds in range(4):
+        for user in ("alice", "bob", "carol"):
+            for sender in range(30):
+                for _ in range(3):
+                    n += 1
+                    key = deliver(rep, user, n, filed_spam=(sender + rounds) % 3 == 0, sender=sender)
+                    rep.moved(key, Label.HAM if (sender + rounds) % 3 == 0 else Label.SPAM)
+            assert rep.summary() == turned_by_a_full_pass(rep)
+    assert len(rep) == 60 and rep.summary() and sum(r["senders_to_junk"] for r in rep.summary().values()) > 0
+    copy = SenderReputation(300, 60)
+    copy.restore(rep.export())
+    assert copy.summary() == rep.summary()
+    rep.moves = 4
+    assert rep.summary() == turned_by_a_full_pass(rep) != copy.summary()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from("abc"), st.integers(0, 5), st.lists(st.integers(0, 6), min_size=4, max_size=4)))
+)
+def test_a_restored_state_counts_each_users_turned_senders_as_a_full_pass_does(rows):
+    """The per-user counts a restore derives from the snapshot's columns (numpy) agree with `way_of` a pair."""
+    rep = SenderReputation(100, 1000)
+    rep.restore({"placed": [], "stats": [[user, sender, *counts] for user, sender, counts in rows]})
+    copy = SenderReputation(100, 1000)
+    copy.restore(rep.export())
+    assert copy.summary() == rep.summary() == turned_by_a_full_pass(rep)
+    assert copy.export() == rep.export()
+
+
 def deliver_copy(engine: Engine, n: int, user: str, verdict: Verdict | None = None) -> Analyzed:
     """Score the user's copy n of the list and file it (by its verdict, or by `verdict`), as a way in does."""
     classified = engine.classify(list_digest(n, f"{user}@example.com"), user)

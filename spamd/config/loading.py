@@ -114,8 +114,11 @@ def _validate(config: Config, source: str) -> None:
     u = config.users
     if u.max_tokens < 1 or u.max_users < 1 or not u.backoff > 0:
         problems.append("users.max_tokens and users.max_users must be >= 1, users.backoff > 0")
-    if u.sender_moves < 0 or not 0 < u.sender_share <= 1 or u.max_senders < 1:
-        problems.append("users.sender_moves must be >= 0, users.sender_share in (0, 1], users.max_senders >= 1")
+    if u.sender_moves < 0 or not 0 < u.sender_share <= 1 or u.max_senders < 1 or u.max_delivered < 1:
+        problems.append(
+            "users.sender_moves must be >= 0, users.sender_share in (0, 1], users.max_senders and "
+            "users.max_delivered >= 1"
+        )
     a = config.auth
     if not (math.isfinite(a.dns_budget_s) and 0 < a.dns_budget_s <= 60) or a.trusted_hops < 0:
         problems.append("auth.dns_budget_s must be above 0 and at most 60 seconds, auth.trusted_hops >= 0")

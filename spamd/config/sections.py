@@ -319,7 +319,13 @@ class UsersConfig:
     sender_moves: int = 3
     sender_share: float = 0.8
     # (user, sender) pairs remembered at most; past it the one heard of least recently goes.
-    max_senders: int = 200_000
+    # 100,000 users x 20 rescued senders each, embedded (scripts/users_embedded_scale.py,
+    # docs/users.md): about 300 bytes a pair resident and 28 in the snapshot.
+    max_senders: int = 2_000_000
+    # Delivered messages whose place (inbox or Junk) is remembered, the most recent; a move of
+    # an older one counts as delivered to the other side and moved (as a label for mail
+    # spamd never filed). About 330 bytes each resident.
+    max_delivered: int = 200_000
 
 
 @dataclass(frozen=True)

@@ -437,8 +437,7 @@ SPAMDS_OWN = frozenset({"autolearn", "settled"})  # labels spamd gave itself: no
 
 def new_senders(config: Config) -> SenderReputation:
     users = config.users
-    # Delivered messages remembered as many as (user, sender) pairs: a move comes within days.
-    return SenderReputation(users.max_senders, users.max_senders, users.sender_moves, users.sender_share)
+    return SenderReputation(users.max_delivered, users.max_senders, users.sender_moves, users.sender_share)
 
 
 def senders_state(config: Config, loaded: LoadedState) -> SenderReputation:

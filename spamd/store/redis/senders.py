@@ -15,11 +15,11 @@ delivered messages, and the three keys expire KEEP_S after the user's last deliv
 
 from __future__ import annotations
 
-import functools
 import time
 from typing import Any
 
 import structlog
+from redis.exceptions import NoScriptError
 
 from spamd.config import UsersConfig
 from spamd.errors import StoreUnavailableError
@@ -27,6 +27,7 @@ from spamd.model.bayes import Label, Score
 from spamd.people.senders import Way, moved_score, way_of
 from spamd.store.redis.connect import Script, user_hash_tag
 from spamd.store.redis.state import RedisState
+from spamd.store.redis.users import LISTING_BATCH
 
 log = structlog.get_logger()
 
@@ -105,6 +106,38 @@ return 1
 )
 
 
+# KEYS: senders. ARGV: moves, share. The senders the user's moves turned {to Junk, to the inbox}:
+# way_of a sender (spamd/people/senders.py), counted where the counts are, for `spamctl users`
+# (the hash read and parsed in Python: 0.6 ms a user with 20 senders, 8 s for 10,000 users).
+TURNED_LUA = """
+local moves, share = tonumber(ARGV[1]), tonumber(ARGV[2])
+local counts = {}
+local flat = redis.call('HGETALL', KEYS[1])
+for j = 1, #flat, 2 do
+  local sender, which = string.match(flat[j], '^(.*):(%a)$')
+  if sender then
+    local c = counts[sender]
+    if not c then c = {d = 0, f = 0, i = 0, o = 0}; counts[sender] = c end
+    c[which] = tonumber(flat[j + 1])
+  end
+end
+local junk, inbox = 0, 0
+if moves > 0 then
+  for _, c in pairs(counts) do
+    if c.d > 0 then
+      local in_junk = math.min(math.max(c.f - c.o + c.i, 0), c.d)
+      if c.o >= moves and c.d - in_junk >= share * c.d then
+        inbox = inbox + 1
+      elseif c.i >= moves and in_junk >= share * c.d then
+        junk = junk + 1
+      end
+    end
+  end
+end
+return {junk, inbox}
+"""
+
+
 def recency_now() -> str:
     """The scripts' "when" for the recency sets: whole seconds.
 
@@ -131,6 +164,7 @@ class RedisSenders:
         self.changes = 0
         self._deliver = Script(state.client, DELIVER_LUA)
         self._move = Script(state.client, MOVE_LUA)
+        self._turned = Script(state.client, TURNED_LUA)
 
     def _run(self, script: Script, what: str, user: str, key: bytes, side: int, senders: tuple[int, ...]) -> Any:
         keys = sender_keys_of(self.prefix, user)
@@ -191,24 +225,45 @@ class RedisSenders:
             for n in self.state.call("listing users", lambda: self.state.client.zrange(self.state.users, 0, -1))
         ]
         out: dict[str, dict[str, int]] = {}
-        for user in names:
-            key = sender_keys_of(self.prefix, user)[0]
-            raw = self.state.call(
-                f"reading the senders of user {user}",
-                functools.partial(self.state.client.hgetall, key),
-                where=self.state.node_of(key),
-            )
-            by_sender: dict[str, list[int]] = {}
-            for field, value in raw.items():
-                name = field.decode() if isinstance(field, bytes) else str(field)
-                sender, _, which = name.rpartition(":")
-                by_sender.setdefault(sender, [0, 0, 0, 0])["dfio".index(which)] = int(value)
-            for counts in by_sender.values():
-                way = way_of([tuple(counts)], self.moves, self.share)  # type: ignore[list-item]
-                if way:
-                    row = out.setdefault(user, {"senders_to_junk": 0, "senders_to_inbox": 0})
-                    row["senders_to_junk" if way > 0 else "senders_to_inbox"] += 1
+        for start in range(0, len(names), LISTING_BATCH):  # one pipeline a batch, not a round trip a user
+            batch = names[start : start + LISTING_BATCH]
+
+            def read(batch: list[str] = batch) -> list[Any]:
+                if self.state.cluster:  # a cluster pipeline runs no scripts: the hashes, read here
+                    pipe = self.state.client.pipeline(transaction=False)
+                    for user in batch:
+                        pipe.hgetall(sender_keys_of(self.prefix, user)[0])
+                    return [self._turned_of(raw) for raw in pipe.execute()]
+                for sha in (True, False):  # EVAL where a node lacks the script (restarted, failed over)
+                    pipe = self.state.client.pipeline(transaction=False)
+                    for user in batch:
+                        key = sender_keys_of(self.prefix, user)[0]
+                        if sha:
+                            pipe.evalsha(self._turned.sha, 1, key, self.moves, repr(self.share))
+                        else:
+                            pipe.eval(TURNED_LUA, 1, key, self.moves, repr(self.share))
+                    replies = list(pipe.execute(raise_on_error=not sha))
+                    if not any(isinstance(r, NoScriptError) for r in replies):
+                        for reply in replies:
+                            if isinstance(reply, Exception):
+                                raise reply
+                        return replies
+                raise AssertionError("unreachable: EVAL replies or raises")
+
+            for user, (junk, inbox) in zip(batch, self.state.call("reading the users' senders", read), strict=True):
+                if junk or inbox:
+                    out[user] = {"senders_to_junk": int(junk), "senders_to_inbox": int(inbox)}
         return out
+
+    def _turned_of(self, raw: dict[Any, Any]) -> tuple[int, int]:
+        """TURNED_LUA's answer from a user's senders hash, read."""
+        by_sender: dict[str, list[int]] = {}
+        for field, value in raw.items():
+            name = field.decode() if isinstance(field, bytes) else str(field)
+            sender, _, which = name.rpartition(":")
+            by_sender.setdefault(sender, [0, 0, 0, 0])["dfio".index(which)] = int(value)
+        ways = [way_of([tuple(counts)], self.moves, self.share) for counts in by_sender.values()]  # type: ignore[list-item]
+        return sum(way > 0 for way in ways), sum(way < 0 for way in ways)
 
     def pairs(self) -> int | None:
         return None  # counting them would read every user's keys at each scrape

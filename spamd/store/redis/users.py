@@ -58,6 +58,9 @@ from spamd.store.redis.state import RedisState, SharedTraining
 
 log = structlog.get_logger()
 
+# Users read in one pipeline by `spamctl users` (a round trip a key before: see docs/redis.md).
+LISTING_BATCH = 1000
+
 
 class RedisUsers:
     """The users' layers held in Redis: apply a training's change, score with a layer, list, export and import.
@@ -179,19 +182,30 @@ class RedisUsers:
     table_bytes = 0  # no scoring tables kept: each score reads the user's counts of its tokens
 
     def summary(self) -> list[dict[str, Any]]:
-        """Per user: trainings, tokens and the Redis memory of their keys (for `spamctl users`), by name."""
+        """Per user: trainings, tokens and the Redis memory of their keys (for `spamctl users`), by name.
+
+        Read in pipelines of LISTING_BATCH users, not a round trip a key (in a cluster the pipeline
+        sends each node its users' commands)."""
         rows = []
-        for name in sorted(self.names()):
-            keys = self.keys(name)
+        names = sorted(self.names())
+        for start in range(0, len(names), LISTING_BATCH):
+            batch = names[start : start + LISTING_BATCH]
 
-            def read(keys: list[str] = keys) -> tuple[list[Any], int]:
-                totals = self.state.client.hmget(keys[2], "docs:0", "docs:1", "distinct")
-                used = sum(int(self.state.client.memory_usage(key) or 0) for key in keys)
-                return totals, used
+            def read(batch: list[str] = batch) -> list[Any]:
+                pipe = self.state.client.pipeline(transaction=False)
+                for name in batch:
+                    keys = self.keys(name)
+                    pipe.hmget(keys[2], "docs:0", "docs:1", "distinct")
+                    for key in keys:
+                        pipe.memory_usage(key)
+                return list(pipe.execute())
 
-            (ham, spam, tokens), used = self._call(name, "reading the layer", read)
-            rows.append({"user": name, "trained_ham": int(ham or 0), "trained_spam": int(spam or 0),
-                         "tokens": int(tokens or 0), "bytes": used})  # fmt: skip
+            replies = self.state.call("reading the users' layers", read)
+            width = 1 + len(self.keys(""))
+            for index, name in enumerate(batch):
+                (ham, spam, tokens), *used = replies[index * width : (index + 1) * width]
+                rows.append({"user": name, "trained_ham": int(ham or 0), "trained_spam": int(spam or 0),
+                             "tokens": int(tokens or 0), "bytes": sum(int(u or 0) for u in used)})  # fmt: skip
         return rows
 
     # ---------------------------------------------------------- export / import
