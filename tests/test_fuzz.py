@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 
 from spamd.config import ParserConfig
 from spamd.frontends.smtp import FilterSMTP
-from spamd.mail.message import ParsedMessage, html_to_text, parse_message
+from spamd.mail.markup import html_to_text
+from spamd.mail.message import ParsedMessage, parse_message
 from spamd.mail.tokenize import _DATE_ZONE_RE, _EMAIL_DOMAIN_RE, _date_zone, header_tokens, local_part, relay_hosts
 from tests import fuzz_helpers as fh
 
