@@ -586,37 +586,3 @@ def format_report(report: Report, index: Path, protocol: Protocol | None = None)
                      f"{m['sm_pct']:.2f}, {int(m['messages']):,} messages"))  # fmt: skip
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
-
-
-def eval_command(
-    config: Config, index: Path, results: Path | None, plot: Path | None, as_json: bool, progress: bool, jobs: int,
-    protocol: Protocol | None = None, user_layer: bool = True, dns: bool = False,
-) -> int:  # fmt: skip
-    """`spamctl eval INDEX`: print the report (a table, or JSON as the last line) and write extras."""
-    import json
-
-    def on_skip(entry: IndexEntry, reason: str) -> None:
-        print(f"spamctl eval: skipped {entry.name}: {reason}", file=sys.stderr)
-
-    found, report = evaluate_index(
-        config, index, progress=progress, on_skip=on_skip, jobs=jobs, protocol=protocol, user_layer=user_layer, dns=dns
-    )
-    if results is not None:
-        try:
-            with open(results, "w", encoding="utf-8") as f:
-                f.writelines(iter_result_lines(found))
-        except OSError as e:
-            raise SpamdError(f"{results}: cannot write results: {e.strerror}") from None
-    if plot is not None:
-        from spamd.evaluation.plots import plot_roc  # optional matplotlib: only when asked
-
-        scores = np.array([r.score for r in found], dtype=np.float64)
-        is_spam = np.array([r.gold == Label.SPAM for r in found], dtype=bool)
-        hm, sm = roc_points(scores, is_spam)
-        plot_roc(hm, sm, one_minus_roca(scores, is_spam), len(found), plot, f"spamd on {index.parent.name or index}")
-    if as_json:
-        described = {"feedback": (protocol or Protocol()).describe()}
-        print(json.dumps({**report.as_dict(), "index": str(index), **described, "user_layer": user_layer}))
-    else:
-        print(format_report(report, index, protocol))
-    return 0
