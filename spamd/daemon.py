@@ -10,14 +10,12 @@ milter.py, spamc/, maildir/, control.py) and scoring.py; the model in the Engine
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import dataclasses
 import importlib.util
 import os
 import resource
 import signal
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,7 +28,7 @@ from spamd.config.addresses import parse_host_port
 from spamd.engine.analyzers import AnalysisProcesses, default_processes
 from spamd.engine.engine import Engine
 from spamd.engine.scoring import Metrics, Scorer
-from spamd.errors import SpamdError, StoreUnavailableError
+from spamd.errors import SpamdError
 from spamd.frontends.delivery import DeliveryProcesses, default_delivery_processes
 from spamd.frontends.maildir.mailbox import Mailbox, user_of
 from spamd.frontends.maildir.seen import export_indexes, load_indexes, save_indexes
@@ -39,8 +37,7 @@ from spamd.frontends.milter import MilterServer
 from spamd.frontends.smtp import FilterSMTP, SmtpHandler
 from spamd.frontends.spamc.server import SpamcServer
 from spamd.model.bayes import Label
-from spamd.runtime.gc_tuning import tune_gc_for_message_streams
-from spamd.runtime.logs import configure_logging, set_level
+from spamd.runtime.logs import set_level
 from spamd.runtime.scheduling import background_executor
 from spamd.store import remove_stale_temps
 
@@ -586,71 +583,3 @@ def raise_open_files_limit() -> int:
         except (OSError, ValueError) as e:  # a seccomp filter without @resources, say
             log.warning("open_files_limit_kept", soft=soft, hard=hard, error=str(e))
     return soft
-
-
-# ---------------------------------------------------------------- entry point
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="spamd",
-        description="Online spam filter daemon (SMTP content filter, milter, SpamAssassin spamc protocol, Maildir watcher).",
-    )
-    parser.add_argument(
-        "--config", type=Path, help="TOML config file (default: embedded defaults; see config/spamd.toml)"
-    )
-    parser.add_argument(
-        "--data-dir", type=Path, help="data directory: model state and the default Maildir (overrides data_dir)"
-    )
-    parser.add_argument("--smtp", metavar="HOST:PORT", help="SMTP listen address (overrides [smtp] host and port)")
-    parser.add_argument(
-        "--milter",
-        metavar="HOST:PORT",
-        help="milter listen address for Postfix smtpd_milters (overrides [milter] listen)",
-    )
-    parser.add_argument(
-        "--spamc", metavar="HOST:PORT", help="serve SpamAssassin's spamc protocol here (overrides [spamc] listen)"
-    )
-    parser.add_argument(
-        "--redis",
-        metavar="URL",
-        help="share the model through Redis, e.g. redis://127.0.0.1:6379/0 (overrides [redis] url)",
-    )
-    parser.add_argument(
-        "--metrics", metavar="HOST:PORT", help="serve Prometheus /metrics here (overrides [metrics] listen)"
-    )
-    parser.add_argument("--web", metavar="HOST:PORT", help="serve the web console here (overrides [web] listen)")
-    return parser.parse_args(argv)
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    tune_gc_for_message_streams()
-    try:
-        daemon = Daemon(
-            args.config,
-            data_dir=args.data_dir,
-            smtp_listen=args.smtp,
-            milter_listen=args.milter,
-            spamc_listen=args.spamc,
-            redis_url=args.redis,
-            metrics_listen=args.metrics,
-            web_listen=args.web,
-        )
-        configure_logging(daemon.config.log)
-        asyncio.run(daemon.run())
-    except StoreUnavailableError as e:
-        # Redis not there (yet): 75 (EX_TEMPFAIL), which the unit's Restart=on-failure
-        # retries; its RestartPreventExitStatus=1 keeps configuration errors from looping.
-        print(f"spamd: {e}", file=sys.stderr)
-        return 75
-    except SpamdError as e:
-        print(f"spamd: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
