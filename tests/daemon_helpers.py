@@ -310,6 +310,7 @@ class DaemonProcess:
 # temporary error that authenticates nothing and fails nothing, as with a dead resolver.
 LOOPBACK_NO_DNS = "127.0.0.1:9"
 NO_DNS_BUDGET_S = 0.05
+NO_DNS_SECTION = f'[auth]\nnameservers = ["{LOOPBACK_NO_DNS}"]\ndns_budget_s = {NO_DNS_BUDGET_S}\n'
 
 
 def write_config(path: Path, text: str = "") -> Path:

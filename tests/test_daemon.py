@@ -14,6 +14,7 @@ from spamd.config import load_config
 from spamd.engine.engine import Engine
 from spamd.model.bayes import Label
 from tests.daemon_helpers import (
+    NO_DNS_SECTION,
     DaemonProcess,
     folder_files,
     imap_move,
@@ -100,7 +101,7 @@ def test_sighup_reloads_the_config(tmp_path, start):
     daemon.wait_for("daemon_started")
     config.write_text(
         '[model]\nhash_bits = 16\nspam_threshold = 0.95\n[log]\nformat = "json"\nlevel = "warning"\n'
-        '[smtp]\nmax_recipients = 3\n[maildir]\njunk_folder = ".Spam"\n'
+        '[smtp]\nmax_recipients = 3\n[maildir]\njunk_folder = ".Spam"\n' + NO_DNS_SECTION
     )
     daemon.signal(signal.SIGHUP)
     reloaded = daemon.wait_for("config_reloaded")
