@@ -315,8 +315,6 @@ NO_DNS_SECTION = f'[auth]\nnameservers = ["{LOOPBACK_NO_DNS}"]\ndns_budget_s = {
 
 def write_config(path: Path, text: str = "") -> Path:
     """A TOML config for subprocess tests: small model, JSON logs, DNS on loopback only, plus `text`."""
-    auth = (
-        "" if "[auth]" in text else f'[auth]\nnameservers = ["{LOOPBACK_NO_DNS}"]\ndns_budget_s = {NO_DNS_BUDGET_S}\n'
-    )
+    auth = "" if "[auth]" in text else NO_DNS_SECTION
     path.write_text('[model]\nhash_bits = 16\n[log]\nformat = "json"\n' + auth + text)
     return path

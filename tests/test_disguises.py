@@ -13,7 +13,7 @@ from spamd.mail.message import parse_message
 from spamd.mail.normalize import normalize
 from spamd.mail.tokenize import MAX_HIDDEN_WORDS, tokenize
 
-ON = ParserConfig()
+ON = ParserConfig(word_salad=True)  # every defence, word salad too (off by default)
 OFF = dataclasses.replace(ON, hidden_text=False, normalize=False, word_salad=False)
 
 
@@ -134,6 +134,7 @@ def test_a_visible_block_of_good_words_is_word_salad_and_sentences_are_not() -> 
     prose = " ".join(["The meeting is on Monday, and the budget review follows it."] * 8)
     assert disguise(f"From: a@b.example\nSubject: x\n\n{prose}\n".encode()) == []
     assert cut_word_salad("short text") == ("short text", 0)
+    assert disguise(raw, ParserConfig()) == []  # off by default: a person's unpunctuated note keeps its words
 
 
 def test_a_long_run_of_latin_letters_beside_a_cyrillic_one_is_normalized_in_one_pass() -> None:

@@ -375,7 +375,7 @@ def test_50_megabyte_text_part_with_caps_lifted():
     parsed = parse(raw, limits)
     assert len(parsed.texts[0]) == limits.max_text_chars
     # Read as word salad (lower-case words and nothing else), the text is its count alone.
-    salad = parse(raw, ParserConfig(max_bytes=len(raw)))
+    salad = parse(raw, ParserConfig(max_bytes=len(raw), word_salad=True))
     assert len(salad.texts[0].strip()) < 11 and salad.salad_words > limits.max_text_chars // 6
 
 
