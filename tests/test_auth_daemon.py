@@ -111,8 +111,8 @@ def test_forged_mail_from_a_rescued_sender_goes_where_its_content_sends_it(
             offers.append(path)
         for path in offers:
             imap_move(path, maildir, "")
-        wait_until_sync(lambda: users(daemon.spamctl)["alice"]["trained_ham"] >= 3 + 3)  # her history's 3, and these
-        assert users(daemon.spamctl)["alice"]["senders_to_inbox"] == 1
+        # Her three moves turn the shop's address her way (no token layer counts them: token_moves is off).
+        wait_until_sync(lambda: users(daemon.spamctl).get("alice", {}).get("senders_to_inbox") == 1)
 
         # Forged, unsigned, the same From: filed by its content, into Junk; so is a forgery with a valid
         # signature of another domain (unaligned). Content alone files each as spam by more than the bound.

@@ -155,7 +155,10 @@ def test_a_model_whose_counts_were_written_in_place_recounts_its_masses():
 @pytest.mark.parametrize("switch", sorted(SWITCHES))
 def test_per_user_scoring_and_explain_use_the_switches_as_the_shared_model_does(switch):
     config = dataclasses.replace(TINY, **SWITCHES[switch])
-    model, layers = MultinomialNB(config), UserLayers(UsersConfig())
+    model, layers = (
+        MultinomialNB(config),
+        UserLayers(UsersConfig(token_moves=True)),
+    )  # layers are built only where they score
     items = [(["cheap", "pills", "offer"], Label.SPAM, "alice"), (["meeting", "agenda", "lunch"], Label.HAM, "alice"),
              (["cheap", "offer", "casino"], Label.SPAM, None), (["agenda", "patch", "review"], Label.HAM, None),
              (["newsletter", "offer", "agenda"], Label.HAM, "alice")]  # fmt: skip
