@@ -1,8 +1,8 @@
 """An authoritative DNS server of our own on loopback (UDP and TCP), over records the test writes, and one that never answers.
 
 Threads, not the test's event loop: the resolver under test is synchronous and runs
-in the same process. It answers from a dict, so a test can change a record or make a
-name SERVFAIL while it runs.
+in the same process. It answers from a dict, so a test can change a record, make a
+name SERVFAIL or leave a domain's queries unanswered while it runs.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ class ZoneServer:
         self.ttl = ttl
         self.records: dict[tuple[str, int], list[str]] = {}
         self.servfail: set[str] = set()
+        self.silent: set[str] = set()  # domains whose names (and their subdomains') get no answer at all
         self.queries = 0
         self._lock = threading.Lock()
         self._servers: list[socketserver.BaseServer] = []
@@ -67,6 +68,8 @@ class ZoneServer:
         response.flags |= dns.flags.AA
         question = query.question[0]
         name = question.name.to_text().lower().rstrip(".")
+        if any(name == domain or name.endswith("." + domain) for domain in self.silent):
+            return None
         if name in self.servfail:
             response.set_rcode(dns.rcode.SERVFAIL)
             return response.to_wire()
