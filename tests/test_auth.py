@@ -185,6 +185,41 @@ def test_trusted_results_that_failed_authenticate_nothing(
     assert result.source == "authserv-id mx.home.example" and result.from_authenticated() == ""
 
 
+def test_a_dmarc_policy_opendmarc_wrote_in_a_comment_is_read(zone_server: ZoneServer) -> None:
+    # OpenDMARC 1.4's form; OpenDKIM's comment holds a semicolon, which does not end its statement.
+    trusted = (
+        "Authentication-Results: mx.home.example; dmarc=fail (p=reject dis=none) header.from=shop.example\r\n"
+        "Authentication-Results: mx.home.example;\r\n\tdkim=fail (1024-bit key; unprotected) header.d=shop.example\r\n"
+    )
+    result = verify(
+        authenticator(zone_server, trusted_authserv_ids=("mx.home.example",)), (trusted + RECEIVED).encode() + mail()
+    )
+    assert result.dmarc is not None and (result.dmarc.result, result.dmarc.policy) == ("fail", "reject")
+    assert result.dmarc_rejects() and [s.result for s in result.dkim] == ["fail"]
+    assert "policy.published-domain-policy=reject" in result.header()
+
+
+@pytest.mark.parametrize(
+    ("value", "policy"),
+    [
+        ("mx.home.example; dmarc=fail (sp=reject p=none) header.from=shop.example", "none"),  # sp= is not p=
+        ("mx.home.example; dmarc=fail policy.dmarc=quarantine (p=reject) header.from=shop.example", "quarantine"),
+        ("mx.home.example; dmarc=fail (nothing (nested p=reject)) header.from=shop.example", "reject"),
+        ("mx.home.example; dmarc=fail header.from=shop.example", ""),
+    ],
+)
+def test_which_policy_a_trusted_dmarc_result_names(zone_server: ZoneServer, value: str, policy: str) -> None:
+    raw = f"Authentication-Results: {value}\r\n{RECEIVED}".encode() + mail()
+    result = verify(authenticator(zone_server, trusted_authserv_ids=("mx.home.example",)), raw)
+    assert result.dmarc is not None and result.dmarc.policy == policy
+
+
+def test_a_comment_left_open_makes_the_header_count_for_nothing(zone_server: ZoneServer) -> None:
+    raw = ("Authentication-Results: mx.home.example; dkim=pass (open header.d=shop.example\r\n" + RECEIVED).encode()
+    result = verify(authenticator(zone_server, trusted_authserv_ids=("mx.home.example",)), raw + mail())
+    assert result.source == "spamd" and result.from_authenticated() == ""
+
+
 # ---------------------------------------------------------------- DNS: budget, cache, temporary errors
 
 

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 from spamd.mail.auth.records import MAX_RECORD, RecordError
 
-_COMMENT = re.compile(r"\([^()]*\)")
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-]*\Z")
 _PROPERTY = re.compile(r"([A-Za-z0-9_\-]+)\.([A-Za-z0-9_\-]+)=(.*)\Z")
 
@@ -25,6 +24,7 @@ class MethodResult:
     method: str
     result: str
     properties: tuple[tuple[str, str], ...] = ()
+    comment: str = ""  # the statement's comments, where some verifiers put more (OpenDMARC: "p=reject dis=none")
 
     def get(self, name: str) -> str:
         for key, value in self.properties:
@@ -39,13 +39,34 @@ class AuthenticationResults:
     results: tuple[MethodResult, ...]
 
 
-def _without_comments(text: str) -> str:
-    for _ in range(8):  # nested comments, a level a pass; deeper nesting is left and fails below
-        stripped = _COMMENT.sub(" ", text)
-        if stripped == text:
-            break
-        text = stripped
-    return text
+def _statements(value: str) -> list[tuple[str, str]]:
+    """Each `;`-separated statement as (its text without comments, its comments' text); a `;` or a
+    nested `(...)` inside a comment belongs to the comment. RecordError if a comment is left open."""
+    statements: list[tuple[str, str]] = []
+    text: list[str] = []
+    comment: list[str] = []
+    depth = 0
+    for char in value:
+        if char == "(":
+            depth += 1
+            if depth > 1:
+                comment.append(char)
+            else:
+                text.append(" ")
+        elif char == ")" and depth:
+            depth -= 1
+            comment.append(char if depth else " ")
+        elif depth:
+            comment.append(char)
+        elif char == ";":
+            statements.append(("".join(text), " ".join("".join(comment).split())))
+            text, comment = [], []
+        else:
+            text.append(char)
+    if depth:
+        raise RecordError(f"a comment left open in Authentication-Results: {value[:60]!r}")
+    statements.append(("".join(text), " ".join("".join(comment).split())))
+    return statements
 
 
 def _unquoted(value: str) -> str:
@@ -59,12 +80,13 @@ def parse_authentication_results(value: str) -> AuthenticationResults:
     """One header's value; RecordError if it is not `authserv-id [version]; method=result ...; ...`."""
     if len(value) > MAX_RECORD:
         raise RecordError(f"Authentication-Results of {len(value)} characters (at most {MAX_RECORD})")
-    statements = [s.strip() for s in _without_comments(value).split(";")]
-    head = statements[0].split()
+    statements = _statements(value)
+    head = statements[0][0].split()
     if not head or not _TOKEN.match(head[0]) or len(head) > 2 or (len(head) == 2 and not head[1].isdigit()):
         raise RecordError(f"no authserv-id in Authentication-Results: {value[:60]!r}")
     results = []
-    for statement in statements[1:]:
+    for statement, comment in statements[1:]:
+        statement = statement.strip()
         if not statement or statement.lower() == "none":
             continue
         words = statement.split()
@@ -85,7 +107,7 @@ def parse_authentication_results(value: str) -> AuthenticationResults:
                     _unquoted(found.group(3)),
                 )
             )
-        results.append(MethodResult(method, result.lower(), tuple(properties)))
+        results.append(MethodResult(method, result.lower(), tuple(properties), comment))
     return AuthenticationResults(head[0].lower(), tuple(results))
 
 

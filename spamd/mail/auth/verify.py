@@ -8,6 +8,7 @@ authenticates nothing and fails nothing.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -81,6 +82,7 @@ class AuthResult:
 
 
 NOTHING = AuthResult()
+_COMMENTED_POLICY = re.compile(r"(?i)(?<![\w-])p=(none|quarantine|reject)\b")
 
 
 def from_domain_of(address: str | None) -> str:
@@ -144,6 +146,12 @@ class Authenticator:
         return "pass", sealer if sealer in trusted else ""
 
 
+def _commented_policy(comment: str) -> str:
+    """The domain's policy where the verifier wrote it in a comment (OpenDMARC: "p=reject dis=none"), or ""."""
+    found = _COMMENTED_POLICY.search(comment)
+    return found.group(1).lower() if found else ""
+
+
 def from_trusted_headers(trusted: list[AuthenticationResults], from_domain: str) -> AuthResult:
     """The results our MTA's verifiers recorded, as they are."""
     signatures: list[SignatureResult] = []
@@ -160,11 +168,8 @@ def from_trusted_headers(trusted: list[AuthenticationResults], from_domain: str)
                     result.result,
                 )
             elif result.method == "dmarc" and dmarc is None:
-                dmarc = DmarcResult(
-                    normalized(result.get("header.from")),
-                    result.result,
-                    result.get("policy.dmarc"),
-                )
+                policy = result.get("policy.dmarc") or _commented_policy(result.comment)
+                dmarc = DmarcResult(normalized(result.get("header.from")), result.result, policy)
             elif result.method == "arc" and arc == "none":
                 arc = result.result
     source = "authserv-id " + trusted[0].authserv_id
