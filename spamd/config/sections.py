@@ -350,9 +350,10 @@ class AuthConfig:
     # Seconds of DNS one message may cost in all; past it the rest is a temporary error
     # (authenticates nothing, fails nothing) and the message is scored as it is.
     dns_budget_s: float = 2.0
-    # SPF for the SMTP client spamd's own listener sees (its IP, MAIL FROM, HELO). Only where
-    # that client is the sender's server: behind Postfix or another relay the client is the
-    # relay, and every message would fail SPF. Never for the milter, spamc or a Maildir.
+    # SPF for the SMTP client spamd sees: its own listener's, or the one the MTA reports to
+    # the milter (its IP, MAIL FROM, HELO). Only where that client is the sender's server:
+    # behind Postfix or another relay spamd's listener sees the relay, and every message
+    # would fail SPF. Never for spamc or a Maildir (no session).
     spf: bool = False
     # ARC sealers (d= of the ARC-Seal) whose passing chain vouches for a list's mail.
     trusted_arc_sealers: tuple[str, ...] = ()

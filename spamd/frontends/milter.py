@@ -6,12 +6,15 @@ the Scorer, for the one user the envelope recipients name (spamd.people.users.re
 several users: the shared model alone), and answers with header changes (remove every X-Spam-* header the message
 arrived with, add spamd's own), a 554 5.7.1 refusal at `milter.reject_at`, or a
 451 4.7.1 tempfail for its own failures, so the MTA keeps the message and nothing is
-lost. It never re-injects or stores mail (the MTA does) and holds no model logic.
+lost. With `[auth] spf` it also takes the SMTP session the MTA saw (the client's address,
+HELO, MAIL FROM) for SPF. It never re-injects or stores mail (the MTA does) and holds no
+model logic.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import socket
 import struct
 import time
@@ -21,6 +24,7 @@ import structlog
 
 from spamd.config import Config
 from spamd.engine.scoring import Scored, Scorer
+from spamd.mail.auth.spf import SmtpSession
 from spamd.people.users import recipient_name, recipients_user
 
 log = structlog.get_logger()
@@ -78,6 +82,14 @@ WANTED_PROTOCOL = (
     SMFIP_NOCONNECT | SMFIP_NOHELO | SMFIP_NOMAIL | SMFIP_NOEOH | SMFIP_NOUNKNOWN
     | SMFIP_NODATA | SMFIP_NR_RCPT | SMFIP_NR_HDR | SMFIP_NR_BODY
 )  # fmt: skip
+# With `[auth] spf` the session's events come too (the client's address, HELO, MAIL FROM), unanswered
+# where the MTA offers it, as the recipients are: no round trip more per message.
+SESSION_EVENTS = SMFIP_NOCONNECT | SMFIP_NOHELO | SMFIP_NOMAIL
+SESSION_NO_REPLY = SMFIP_NR_CONN | SMFIP_NR_HELO | SMFIP_NR_MAIL
+# The connect event's address families (SMFIA_*): only a TCP client has an address SPF can check.
+INET_FAMILIES = (b"4", b"6")
+# A host name or address longer than this is not one (RFC 1035: 255); a longer one is cut, and fails.
+MAX_NAME_BYTES = 512
 NO_REPLY_FLAGS = {
     SMFIC_CONNECT: SMFIP_NR_CONN,
     SMFIC_HELO: SMFIP_NR_HELO,
@@ -113,6 +125,11 @@ class MilterProtocolError(Exception):
 def packet(command: bytes, data: bytes = b"") -> bytes:
     """One milter packet: 4-byte big-endian length (command included), command, data."""
     return struct.pack("!I", len(data) + 1) + command + data
+
+
+def _first_string(data: bytes) -> str:
+    """The first NUL-terminated string of a HELO or MAIL packet (MAIL's ESMTP arguments follow it)."""
+    return data.split(b"\0", 1)[0][:MAX_NAME_BYTES].decode("utf-8", "replace").strip()
 
 
 def _cstrings(data: bytes) -> list[bytes]:
@@ -249,6 +266,10 @@ class MilterSession:
         # The envelope's recipients by the name each gives, two at most: a second name
         # already means no one user (recipients_user), so a flood of RCPTs holds nothing.
         self.recipients: dict[str, str] = {}
+        # The SMTP session the MTA saw, for SPF (only with `[auth] spf`: else these events are skipped).
+        self.client_ip = ""
+        self.helo = ""
+        self.mail_from = ""
         self.deadline = 0.0
         sock = writer.get_extra_info("socket")
         self.quickack = sock if sock is not None and hasattr(socket, "TCP_QUICKACK") else None
@@ -364,6 +385,12 @@ class MilterSession:
         elif command in (SMFIC_CONNECT, SMFIC_HELO, SMFIC_MAIL, SMFIC_RCPT, SMFIC_DATA, SMFIC_UNKNOWN):
             if command in (SMFIC_CONNECT, SMFIC_MAIL):  # a new envelope: nothing of an old message stays
                 self.end_message()
+            if command == SMFIC_CONNECT:
+                self._connect(data)
+            elif command == SMFIC_HELO:
+                self.helo = _first_string(data)
+            elif command == SMFIC_MAIL:
+                self.mail_from = _first_string(data)
             elif command == SMFIC_RCPT:
                 self._recipient(data)
             await self._continue(command)
@@ -372,6 +399,7 @@ class MilterSession:
         elif command == SMFIC_QUIT_NC:  # the MTA reuses the connection for another SMTP session
             self.end_message()
             self.macros.clear()
+            self.client_ip = self.helo = self.mail_from = ""
         elif command == SMFIC_OPTNEG:
             raise MilterProtocolError("option negotiation repeated")
         else:
@@ -387,7 +415,11 @@ class MilterSession:
         if actions & ACTIONS != ACTIONS:
             # Without them spamd could neither mark the message nor remove forged verdicts.
             raise MilterProtocolError(f"the MTA does not allow adding and changing headers (actions 0x{actions:x})")
-        chosen = WANTED_PROTOCOL & protocol
+        wanted = WANTED_PROTOCOL
+        auth = self.server.config().auth
+        if auth.enabled and auth.spf:
+            wanted = (wanted & ~SESSION_EVENTS) | SESSION_NO_REPLY
+        chosen = wanted & protocol
         self.no_reply = {command for command, flag in NO_REPLY_FLAGS.items() if chosen & flag}
         self.negotiated = True
         log.debug(
@@ -399,6 +431,26 @@ class MilterSession:
             chosen=hex(chosen),
         )
         await self._send(packet(SMFIC_OPTNEG, struct.pack("!III", min(version, PROTOCOL_VERSION), ACTIONS, chosen)))
+
+    def _connect(self, data: bytes) -> None:
+        """The client's address from the connect event: host name NUL, family, port, address NUL."""
+        self.client_ip = self.helo = self.mail_from = ""
+        _, sep, rest = data.partition(b"\0")
+        if not sep or rest[:1] not in INET_FAMILIES or len(rest) < 4:
+            return  # a local submission (unix socket, unknown family): no address to check
+        address = rest[3:].split(b"\0", 1)[0][:MAX_NAME_BYTES].decode("ascii", "replace")
+        try:
+            parsed = ipaddress.ip_address(address.removeprefix("IPv6:").removeprefix("ipv6:"))
+        except ValueError:
+            log.warning("milter_client_address_unreadable", peer=self.peer, address=address[:64], **self._ids())
+            return
+        if isinstance(parsed, ipaddress.IPv6Address) and parsed.ipv4_mapped is not None:
+            parsed = parsed.ipv4_mapped
+        self.client_ip = str(parsed)
+
+    def _session(self) -> SmtpSession | None:
+        """The SMTP session the MTA reported, for SPF; None without a client address."""
+        return SmtpSession(self.client_ip, self.mail_from, self.helo) if self.client_ip else None
 
     def _recipient(self, data: bytes) -> None:
         # The first string is the address as the client gave it, "<alice@example.com>";
@@ -435,7 +487,7 @@ class MilterSession:
         if layer_user is not None:
             ids["user_name"] = layer_user
         try:
-            scored = await self.server.scorer.score_beside_the_loop(raw, layer_user)
+            scored = await self.server.scorer.score_beside_the_loop(raw, layer_user, self._session())
         except Exception as e:  # spamd's own failure: the MTA keeps the message and the sender retries
             log.error("milter_scoring_failed", peer=self.peer, error=f"{type(e).__name__}: {e}", exc_info=e, **ids)
             self.server.on_error("milter_scoring_failed", error=f"{type(e).__name__}: {e}")
