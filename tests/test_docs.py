@@ -295,3 +295,17 @@ def test_the_snippets_the_postfix_and_dovecot_tests_use_are_there_and_parse():
     relay = tomllib.loads(snippet("postfix-content-filter-spamd.toml"))
     assert relay == {"smtp": {"mode": "relay", "next_hop_port": 10026}}
     assert "mail_location = maildir:~/Maildir" in snippet("dovecot-maildir.conf")
+
+
+def test_the_snippets_the_authentication_milter_tests_use_are_there_and_agree():
+    """One authserv-id in all of them: the milters write it, OpenDMARC and spamd trust it, Postfix strips claims of it."""
+    auth_id = "mx.example.org"
+    for name in ("opendkim.conf", "opendmarc.conf"):
+        settings = dict(line.split(None, 1) for line in snippet(name).splitlines() if line and line[0] != "#")
+        assert settings["AuthservID"] == auth_id, name
+    assert "TrustedAuthservIDs  mx.example.org" in snippet("opendmarc.conf")
+    main = main_cf_settings(snippet("postfix-auth-milters-main.cf"))
+    assert main["smtpd_milters"] == "inet:127.0.0.1:8891, inet:127.0.0.1:8893, inet:127.0.0.1:10027"
+    assert main["header_checks"] == "regexp:/etc/postfix/authres_header_checks"
+    assert r"/^Authentication-Results:.*mx\.example\.org/ IGNORE" in snippet("postfix-authres-header-checks")
+    assert tomllib.loads(snippet("postfix-auth-spamd.toml")) == {"auth": {"trusted_authserv_ids": [auth_id]}}

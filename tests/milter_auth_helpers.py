@@ -1,0 +1,216 @@
+"""Debian's real OpenDKIM and OpenDMARC as milters on loopback, asking our own DNS zone, for Postfix in front of spamd.
+
+Each runs in the foreground as the test's child (its own session, stopped with
+SIGTERM), with a configuration of its own in a private directory: docs/postfix.md's
+lines, read from the page, with this instance's port, plus what a test needs and a
+server does not:
+
+- OpenDKIM asks our loopback DNS server (tests/dns_helpers.py) through its resolver,
+  libunbound, told to forward everything there (`ResolverConfiguration`).
+- OpenDMARC asks the system's resolver (libc, port 53 only) and has no setting for a
+  nameserver; it is given the zone's DMARC records as they are published, through its
+  `TestDNSData` file (made from the same zone when the milter starts), and asks nothing else.
+- Neither takes any test client for a local one: by default both take 127.0.0.1 as local
+  (OpenDKIM would sign instead of verifying, OpenDMARC skip), and a test's mail may come
+  from there (tests/test_milter_auth.py sends through XCLIENT as outside addresses).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import dns.rdata
+import dns.rdataclass
+import dns.rdatatype
+
+from tests.daemon_helpers import wait_until_sync
+from tests.dns_helpers import ZoneServer
+from tests.doc_snippets import main_cf_settings, snippet, with_placeholders
+from tests.postfix_helpers import free_port, postfix_directory, postfix_missing
+
+OPENDKIM = Path("/usr/sbin/opendkim")
+OPENDMARC = Path("/usr/sbin/opendmarc")
+AUTHSERV_ID = "mx.test"  # the tests' own; the docs write mx.example.org
+# An address no test client uses: "local" hosts that OpenDKIM would sign for and OpenDMARC skip.
+NOT_A_CLIENT = "192.0.2.254"
+
+
+def auth_milters_missing() -> str | None:
+    """Why Postfix with OpenDKIM and OpenDMARC cannot run here (a skip reason), or None."""
+    for path, package in ((OPENDKIM, "opendkim"), (OPENDMARC, "opendmarc")):
+        if not path.exists():
+            return f"Debian's {package} is not installed ({path} missing; apt-get install {package})"
+    return postfix_missing()
+
+
+class MilterProgram:
+    """One milter daemon in the foreground on 127.0.0.1:`port`, its stderr kept in a file of its directory."""
+
+    def __init__(self, name: str, command: list[str | Path], port: int, directory: Path):
+        self.name = name
+        self.command = command
+        self.port = port
+        self.directory = directory
+        self.stderr_path = directory / f"{name}.stderr"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def socket(self) -> str:
+        """As Postfix's smtpd_milters names it."""
+        return f"inet:127.0.0.1:{self.port}"
+
+    def start(self) -> MilterProgram:
+        with self.stderr_path.open("wb") as stderr:
+            self.proc = subprocess.Popen(
+                self.command, start_new_session=True, stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr
+            )
+        wait_until_sync(self._listening, 20)
+        return self
+
+    def _listening(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"{self.name} exited ({self.proc.returncode}): {self.output()}")
+        try:
+            socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+        except OSError:
+            return False
+        return True
+
+    def output(self) -> str:
+        return self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+
+def opendkim_conf(directory: Path, port: int, zone: ZoneServer) -> Path:
+    """docs/postfix.md's opendkim.conf with our port and authserv-id, asking only `zone`."""
+    unbound = directory / "unbound.conf"
+    # Unbound refuses to ask a loopback address unless told, and validates nothing without a trust anchor.
+    unbound.write_text(
+        'server:\n  do-not-query-localhost: no\n  module-config: "iterator"\n'
+        f'forward-zone:\n  name: "."\n  forward-addr: 127.0.0.1@{zone.port}\n'
+    )
+    internal = directory / "opendkim-internal-hosts"
+    internal.write_text(NOT_A_CLIENT + "\n")
+    text = with_placeholders(
+        snippet("opendkim.conf"), {"inet:8891@127.0.0.1": f"inet:{port}@127.0.0.1", "mx.example.org": AUTHSERV_ID}
+    )
+    path = directory / "opendkim.conf"
+    path.write_text(
+        text + f"PidFile {directory}/opendkim.pid\nBackground no\nSyslog no\n"
+        f"ResolverConfiguration {unbound}\nInternalHosts {internal}\n"
+    )
+    return path
+
+
+def dmarc_test_data(zone: ZoneServer) -> str:
+    """The zone's DMARC records as OpenDMARC's TestDNSData reads them: `NAME VALUE` a line."""
+    lines = []
+    for (name, rdtype), values in zone.records.items():
+        if rdtype != dns.rdatatype.TXT or not name.startswith("_dmarc."):
+            continue
+        for value in values:
+            rdata = dns.rdata.from_text(dns.rdataclass.IN, dns.rdatatype.TXT, value)
+            lines.append(f"{name} {b''.join(rdata.strings).decode()}\n")  # type: ignore[attr-defined]
+    return "".join(lines)
+
+
+def opendmarc_conf(directory: Path, port: int, zone: ZoneServer) -> Path:
+    """docs/postfix.md's opendmarc.conf with our port and authserv-id, with the zone's DMARC records."""
+    data = directory / "opendmarc-dns"
+    data.write_text(dmarc_test_data(zone))
+    ignore = directory / "opendmarc-ignore-hosts"
+    ignore.write_text(NOT_A_CLIENT + "\n")
+    text = with_placeholders(
+        snippet("opendmarc.conf"), {"inet:8893@127.0.0.1": f"inet:{port}@127.0.0.1", "mx.example.org": AUTHSERV_ID}
+    )
+    path = directory / "opendmarc.conf"
+    path.write_text(
+        text + f"PidFile {directory}/opendmarc.pid\nBackground false\nSyslog false\n"
+        f"TestDNSData {data}\nIgnoreHosts {ignore}\n"
+    )
+    return path
+
+
+class AuthMilters:
+    """OpenDKIM and OpenDMARC, started over `zone` (whose records must be published first)."""
+
+    def __init__(self, zone: ZoneServer):
+        self.directory = postfix_directory()
+        opendkim_port, opendmarc_port = free_port(), free_port()
+        self.opendkim = MilterProgram(
+            "opendkim",
+            [OPENDKIM, "-f", "-x", opendkim_conf(self.directory, opendkim_port, zone)],
+            opendkim_port,
+            self.directory,
+        )
+        self.opendmarc = MilterProgram(
+            "opendmarc",
+            [OPENDMARC, "-f", "-c", opendmarc_conf(self.directory, opendmarc_port, zone)],
+            opendmarc_port,
+            self.directory,
+        )
+
+    def start(self) -> AuthMilters:
+        self.opendkim.start()
+        self.opendmarc.start()
+        return self
+
+    def stop(self) -> None:
+        try:
+            self.opendkim.stop()
+            self.opendmarc.stop()
+        finally:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def output(self) -> str:
+        """Both daemons' stderr, for a failing test's message."""
+        return f"opendkim: {self.opendkim.output()}\nopendmarc: {self.opendmarc.output()}"
+
+
+@contextlib.contextmanager
+def running_auth_milters(zone: ZoneServer) -> Iterator[AuthMilters]:
+    milters = AuthMilters(zone)
+    try:
+        yield milters.start()
+    finally:
+        milters.stop()
+
+
+def auth_milters_main_cf(milters: AuthMilters, spamd_milter_port: int) -> dict[str, str]:
+    """docs/postfix.md's main.cf lines for OpenDKIM, OpenDMARC and spamd, with this instance's ports,
+    and its header_checks table (in the milters' directory) with our authserv-id."""
+    table = milters.directory / "authres_header_checks"
+    table.write_text(with_placeholders(snippet("postfix-authres-header-checks"), {r"mx\.example\.org": r"mx\.test"}))
+    text = with_placeholders(
+        snippet("postfix-auth-milters-main.cf"),
+        {
+            "inet:127.0.0.1:8891": milters.opendkim.socket,
+            "inet:127.0.0.1:8893": milters.opendmarc.socket,
+            "inet:127.0.0.1:10027": f"inet:127.0.0.1:{spamd_milter_port}",
+            "/etc/postfix/authres_header_checks": str(table),
+        },
+    )
+    return main_cf_settings(text)
+
+
+def auth_spamd_toml(zone: ZoneServer) -> str:
+    """docs/postfix.md's spamd.toml lines for trusting the milters, with our authserv-id and DNS on loopback."""
+    text = with_placeholders(snippet("postfix-auth-spamd.toml"), {"mx.example.org": AUTHSERV_ID})
+    return text + f'nameservers = ["{zone.address}"]\n'
