@@ -212,7 +212,7 @@ def test_without_header_checks_a_claimed_spf_pass_is_believed_by_opendmarc_and_s
 
 @pytest.fixture(scope="module")
 def spf_spamd(tmp_path_factory: pytest.TempPathFactory, zone: ZoneServer) -> Iterator[Spamd]:
-    config = f'[auth]\nspf = true\nnameservers = ["{zone.address}"]\ndns_budget_s = 5.0\n'
+    config = f'[auth]\nspf = true\nnameservers = ["{zone.address}"]\ndns_budget_s = 10.0\n'
     spamd = Spamd(tmp_path_factory.mktemp("spf"), config, milter=True).start()
     yield spamd
     spamd.stop()
