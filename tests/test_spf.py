@@ -33,6 +33,10 @@ def spf_zone(zone_server: ZoneServer) -> ZoneServer:
     z.txt("bad.example", "v=spf1 ip4:not-an-address -all")
     z.txt("two.example", "v=spf1 -all")
     z.txt("two.example", "v=spf1 +all")
+    z.txt("empty-label.example", "v=spf1 a:foo..example -all")
+    z.txt("long-label.example", f"v=spf1 a:{'x' * 64}.example -all")
+    z.txt("not-ascii.example", "v=spf1 exists:\u00e9.example -all")
+    z.txt("long-macro.example", "v=spf1 exists:" + "%{s}." * 12 + "example -all")
     return z
 
 
@@ -51,6 +55,12 @@ def spf_zone(zone_server: ZoneServer) -> ZoneServer:
         ("203.0.113.9", "x@loop.example", "permerror"),  # more than ten look-ups
         ("203.0.113.9", "x@bad.example", "permerror"),
         ("203.0.113.9", "x@two.example", "permerror"),  # two SPF records
+        # A name in the record that is no domain name is the record's error, not a temporary one.
+        ("203.0.113.9", "x@empty-label.example", "permerror"),
+        ("203.0.113.9", "x@long-label.example", "permerror"),
+        ("203.0.113.9", "x@not-ascii.example", "permerror"),
+        # Past 253 characters an expanded name loses labels from the left, and is asked (no such name).
+        ("203.0.113.9", "x@long-macro.example", "fail"),
     ],
 )
 def test_spf_mechanisms(spf_zone: ZoneServer, client: str, mail_from: str, expected: str) -> None:
@@ -62,6 +72,13 @@ def test_spf_mechanisms(spf_zone: ZoneServer, client: str, mail_from: str, expec
 def test_a_bounce_is_checked_for_its_helo(spf_zone: ZoneServer) -> None:
     session = SmtpSession(SHOP_MX, "", "shop.example")
     assert check_spf(session, CachingResolver((spf_zone.address,)), Budget(5.0)) == ("shop.example", "pass")
+
+
+@pytest.mark.parametrize("mail_from", ["x@foo..example", "x@localhost", f"x@{'x' * 64}.example", "x@"])
+def test_a_mail_from_domain_that_is_no_domain_name_has_no_spf(spf_zone: ZoneServer, mail_from: str) -> None:
+    session = SmtpSession("203.0.113.9", mail_from, "h")
+    assert check_spf(session, CachingResolver((spf_zone.address,)), Budget(5.0))[1] == "none"
+    assert spf_zone.queries == 0
 
 
 def test_servfail_and_silence_are_temporary(spf_zone: ZoneServer, silent_nameserver: str) -> None:

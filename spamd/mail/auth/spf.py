@@ -22,6 +22,7 @@ MAX_MX = 10
 _QUALIFIERS = {"+": "pass", "-": "fail", "~": "softfail", "?": "neutral"}
 _MACRO = re.compile(r"%(?:\{([a-z])\}|(.))")
 _HOST_MECHANISM = re.compile(r"(?i)(a|mx)(?::([^/]+))?(?:/(\d{1,3}))?(?://(\d{1,3}))?")
+MAX_NAME = 253  # RFC 7208 section 7.3: a longer expanded name loses labels from the left
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +99,7 @@ class _Check:
                 return qualifier or "pass"
         if redirect is not None:
             self.count()
-            result = self.check_host(normalized(redirect), depth + 1)
+            result = self.check_host(_domain_spec(redirect), depth + 1)
             return "permerror" if result == "none" else result
         return "neutral"
 
@@ -121,7 +122,7 @@ class _Check:
                 return self.ip in ipaddress.ip_network(argument, strict=False)
             except ValueError as e:
                 raise SpfPermError(f"bad {kind}:{argument}") from e
-        target = normalized(self.expand(argument, domain)) if argument else domain
+        target = _domain_spec(self.expand(argument, domain)) if argument else domain
         if kind == "include":
             self.count()
             if not argument:
@@ -152,6 +153,26 @@ def _fail(why: str) -> str:
     raise SpfPermError(why)
 
 
+def is_domain_name(name: str) -> bool:
+    """Whether `name` can be asked of DNS: two labels or more, each of 1 to 63 printable ASCII
+    characters (no backslash), 253 in all. What else DNS allows, SPF's look-ups may ask."""
+    if not 0 < len(name) <= MAX_NAME or not all("!" <= c <= "~" and c != "\\" for c in name):
+        return False
+    labels = name.split(".")
+    return len(labels) >= 2 and all(0 < len(label) <= 63 for label in labels)
+
+
+def _domain_spec(expanded: str) -> str:
+    """A record's target domain, after its macros: cut to 253 characters from the left; SpfPermError
+    if it is not a domain name (section 4.8: a malformed domain-spec is the record's error)."""
+    name = normalized(expanded)
+    while len(name) > MAX_NAME and "." in name:
+        name = name.partition(".")[2]
+    if not is_domain_name(name):
+        raise SpfPermError(f"not a domain name: {expanded[:60]!r}")
+    return name
+
+
 def _is_spf(record: bytes) -> bool:
     return record[:6].lower() == b"v=spf1" and (len(record) == 6 or record[6:7] == b" ")
 
@@ -161,8 +182,8 @@ def check_spf(session: SmtpSession, resolver: CachingResolver, budget: Budget) -
     mail_from = session.mail_from.strip("<> ").lower()
     sender = mail_from if "@" in mail_from else f"postmaster@{normalized(session.helo)}"
     domain = normalized(sender.rpartition("@")[2])
-    if not domain:
-        return "", "none"
+    if not is_domain_name(domain):  # section 4.3: a malformed or single-label domain is "none"
+        return domain, "none"
     try:
         check = _Check(session, sender, resolver, budget)
         return domain, check.check_host(domain)
