@@ -26,8 +26,12 @@ SOA = "ns.test. hostmaster.test. 1 3600 600 86400 60"
 
 
 def txt_strings(value: str) -> str:
-    """A TXT value of any length as quoted strings of at most 255 characters each."""
-    return " ".join(f'"{value[i : i + 255]}"' for i in range(0, len(value), 255)) or '""'
+    """A TXT value of any length as quoted strings of at most 255 characters each (quotes and backslashes escaped)."""
+
+    def quoted(part: str) -> str:
+        return '"' + part.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    return " ".join(quoted(value[i : i + 255]) for i in range(0, len(value), 255)) or '""'
 
 
 class ZoneServer:

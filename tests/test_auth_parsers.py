@@ -1,12 +1,16 @@
-"""Any bytes in DKIM-Signature, ARC-*, Authentication-Results and DMARC records give a result or a clear error.
+"""Any bytes in DKIM-Signature, ARC-*, Authentication-Results, SPF and DMARC records give a result or a clear error.
 
-No DNS is asked: the resolver's budget is spent before the first look-up, so every
-key is a temporary error and the parsers are what runs.
+No DNS is asked but for SPF records: the resolver's budget is spent before the first
+look-up, so every key is a temporary error and the parsers are what runs. An SPF record
+is evaluated as it is published, by our DNS server on loopback (tests/dns_helpers.py).
 """
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spamd.config import AuthConfig, ParserConfig
@@ -15,9 +19,11 @@ from spamd.mail.auth.dkim import verify_signatures
 from spamd.mail.auth.dmarc import parse_dmarc_record
 from spamd.mail.auth.dns import Budget, CachingResolver
 from spamd.mail.auth.records import RecordError, parse_tag_list
+from spamd.mail.auth.spf import SmtpSession, check_spf
 from spamd.mail.auth.verify import Authenticator
 from spamd.mail.message import parse_message
 from spamd.people.senders import from_address
+from tests.dns_helpers import ZoneServer
 
 NOWHERE = ("127.0.0.1:9",)  # never asked: the budgets below are spent
 TAGGY = st.text(alphabet=st.sampled_from('abdhilpsvx=;: \t\r\n/.-_0123456789AZ+"()@\x00é'), max_size=300)
@@ -82,3 +88,46 @@ def test_any_arc_or_dkim_header_through_the_whole_verification_never_raises(name
     result = auth.verify(raw, parsed.headers, from_address(parsed.header("from")))
     assert result.from_authenticated() == "" and result.arc_sealer == ""
     assert isinstance(result.header(), str)
+
+
+SPF_RESULTS = ("pass", "fail", "softfail", "neutral", "none", "temperror", "permerror")
+# Records made of SPF's own words as often as of anything printable.
+SPF_WORDS = st.sampled_from(
+    ["v=spf1", "-all", "~all", "?all", "+all", "a", "mx", "ptr", "ip4:", "ip6:", "include:", "exists:", "redirect=",
+     "exp=", "/24", "//64", "%{d}", "%{i}", "%{s}", "%{l}", "%{o}", "%{h}", "%{x}", "%%", "%_", "%-", "%",
+     "fuzz.example", "192.0.2.1", "2001:db8::1", "0/0", ":", "/", ".", "..", " ", "\t", "=", '"', "\\",
+     "a:foo..example", "a:é.example", "exists:%{h}%{h}%{h}%{h}%{h}%{h}%{h}%{h}%{h}%{h}", "x" * 64, "-"]
+)  # fmt: skip
+SPF_RECORD = st.one_of(
+    st.lists(SPF_WORDS, max_size=14).map(lambda words: "v=spf1 " + " ".join(words)),
+    st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=200).map(lambda s: "v=spf1 " + s),
+)
+
+
+@pytest.fixture(scope="module")
+def spf_fuzz_zone() -> Iterator[ZoneServer]:
+    zone = ZoneServer()
+    zone.start()
+    zone.record("fuzz.example", "A", "192.0.2.1")
+    zone.record("fuzz.example", "MX", "10 fuzz.example.")
+    yield zone
+    zone.stop()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(SPF_RECORD, st.sampled_from(["192.0.2.1", "198.51.100.7", "2001:db8::1"]))
+def test_any_spf_record_gives_a_result(spf_fuzz_zone: ZoneServer, record: str, client: str) -> None:
+    spf_fuzz_zone.clear("fuzz.example")
+    spf_fuzz_zone.txt("fuzz.example", record)
+    session = SmtpSession(client, "someone@fuzz.example", "helo.fuzz.example")
+    domain, result = check_spf(session, CachingResolver((spf_fuzz_zone.address,)), Budget(30.0))
+    assert domain == "fuzz.example" and result in SPF_RESULTS
+    assert result != "temperror", record  # the server answered everything: nothing was temporary
+
+
+@settings(max_examples=300)
+@given(ANY_TEXT, ANY_TEXT, ANY_TEXT)
+def test_any_smtp_session_gives_a_result(client: str, mail_from: str, helo: str) -> None:
+    """Whatever the client's address and what it said: a result, never an exception (no DNS: the budget is spent)."""
+    _, result = check_spf(SmtpSession(client, mail_from, helo), CachingResolver(NOWHERE), Budget(0.0))
+    assert result in SPF_RESULTS
