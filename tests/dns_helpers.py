@@ -26,12 +26,14 @@ SOA = "ns.test. hostmaster.test. 1 3600 600 86400 60"
 
 
 def txt_strings(value: str) -> str:
-    """A TXT value of any length as quoted strings of at most 255 characters each (quotes and backslashes escaped)."""
+    """A TXT value of any length as quoted strings of at most 255 bytes each, in zone-file text: UTF-8, with
+    quotes, backslashes and any byte that is not printable ASCII escaped."""
+    raw = value.encode("utf-8")
 
-    def quoted(part: str) -> str:
-        return '"' + part.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    def quoted(part: bytes) -> str:
+        return '"' + "".join(chr(b) if 32 <= b < 127 and b not in b'"\\' else f"\\{b:03d}" for b in part) + '"'
 
-    return " ".join(quoted(value[i : i + 255]) for i in range(0, len(value), 255)) or '""'
+    return " ".join(quoted(raw[i : i + 255]) for i in range(0, len(raw), 255)) or '""'
 
 
 class ZoneServer:

@@ -16,13 +16,14 @@ from hypothesis import strategies as st
 from spamd.config import AuthConfig, ParserConfig
 from spamd.mail.auth.authres import parse_authentication_results, trusted_results
 from spamd.mail.auth.dkim import verify_signatures
-from spamd.mail.auth.dmarc import parse_dmarc_record
+from spamd.mail.auth.dmarc import evaluate, parse_dmarc_record
 from spamd.mail.auth.dns import Budget, CachingResolver
 from spamd.mail.auth.records import RecordError, parse_tag_list
 from spamd.mail.auth.spf import SmtpSession, check_spf
 from spamd.mail.auth.verify import Authenticator
 from spamd.mail.message import parse_message
 from spamd.people.senders import from_address
+from tests.auth_helpers import SigningKey, SigningKeys
 from tests.dns_helpers import ZoneServer
 
 NOWHERE = ("127.0.0.1:9",)  # never asked: the budgets below are spent
@@ -120,7 +121,7 @@ def test_any_spf_record_gives_a_result(spf_fuzz_zone: ZoneServer, record: str, c
     spf_fuzz_zone.clear("fuzz.example")
     spf_fuzz_zone.txt("fuzz.example", record)
     session = SmtpSession(client, "someone@fuzz.example", "helo.fuzz.example")
-    domain, result = check_spf(session, CachingResolver((spf_fuzz_zone.address,)), Budget(30.0))
+    domain, result = check_spf(session, CachingResolver((spf_fuzz_zone.address,)), Budget(10.0))
     assert domain == "fuzz.example" and result in SPF_RESULTS
     assert result != "temperror", record  # the server answered everything: nothing was temporary
 
@@ -131,3 +132,33 @@ def test_any_smtp_session_gives_a_result(client: str, mail_from: str, helo: str)
     """Whatever the client's address and what it said: a result, never an exception (no DNS: the budget is spent)."""
     _, result = check_spf(SmtpSession(client, mail_from, helo), CachingResolver(NOWHERE), Budget(0.0))
     assert result in SPF_RESULTS
+
+
+KEY_WORDS = st.sampled_from(
+    ["v=DKIM1", "k=rsa", "k=ed25519", "p=", "p=MIGfMA0GCSqGSIb3DQEBAQUAA4GNADCBiQKBgQ", "h=sha256", "t=y", "t=s",
+     "s=email", "s=*", "n=", ";", " ", "=", "==", "\\", '"', "é"]
+)  # fmt: skip
+KEY_RECORD = st.one_of(
+    st.lists(KEY_WORDS, max_size=10).map("".join),
+    st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=200),
+)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(KEY_RECORD)
+def test_any_published_dkim_key_gives_a_result(spf_fuzz_zone: ZoneServer, test_keys: SigningKeys, record: str) -> None:
+    spf_fuzz_zone.clear("fz._domainkey.fuzz.example")
+    spf_fuzz_zone.txt("fz._domainkey.fuzz.example", record)
+    signer = SigningKey("fuzz.example", "fz", test_keys.shop.private, test_keys.shop.algorithm, record)
+    raw = signer.sign(message_with(b"X-Fuzz", b"1").replace(b"a@shop.example", b"a@fuzz.example"))
+    [result] = verify_signatures(raw, CachingResolver((spf_fuzz_zone.address,)), Budget(10.0))
+    assert result.result in ("fail", "permerror"), record  # only the shop's own key record would pass
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(ANY_TEXT.map(lambda s: "v=DMARC1; " + s), TAGGY))
+def test_any_published_dmarc_record_gives_a_result(spf_fuzz_zone: ZoneServer, record: str) -> None:
+    spf_fuzz_zone.clear("_dmarc.fuzz.example")
+    spf_fuzz_zone.txt("_dmarc.fuzz.example", record)
+    result = evaluate("fuzz.example", ["fuzz.example"], None, CachingResolver((spf_fuzz_zone.address,)), Budget(10.0))
+    assert result.result in ("pass", "none", "permerror"), record  # never a temperror: the server answered
