@@ -12,13 +12,7 @@ import pytest
 
 # Fixtures shared by several test modules, found by name rather than imported into each
 # (an imported fixture is shadowed by the test's parameter of the same name).
-pytest_plugins = [
-    "tests.cli_helpers",
-    "tests.redis_helpers",
-    "tests.dns_helpers",
-    "tests.auth_helpers",
-    "tests.milter_auth_helpers",
-]
+pytest_plugins = ["tests.cli_helpers", "tests.redis_helpers", "tests.dns_helpers", "tests.auth_helpers"]
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
