@@ -26,6 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tests.cli_helpers import DEADLINE_SLACK
 from tests.daemon_helpers import DaemonProcess, wait_until_sync
 from tests.doc_snippets import snippet
 
@@ -149,7 +150,9 @@ class Dovecot:
         return self.home(user) / "Maildir"
 
     def imap(self, user: str) -> imaplib.IMAP4:
-        client = imaplib.IMAP4("127.0.0.1", self.port, timeout=10)
+        # A MOVE into or out of Junk waits for IMAPSieve's spamctl, one process a message:
+        # seconds on a machine whose cores are busy, so the slack of every test deadline.
+        client = imaplib.IMAP4("127.0.0.1", self.port, timeout=10 * DEADLINE_SLACK)
         client.login(user, PASSWORD)
         return client
 
