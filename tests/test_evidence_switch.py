@@ -18,7 +18,7 @@ from spamd.config import Config, ModelConfig
 from spamd.engine.engine import Engine
 from spamd.errors import CorruptStateError
 from spamd.model.bayes import Label, Score
-from spamd.model.families import EvidenceHistory, count_settings
+from spamd.model.families import UNRECORDED_COUNT_SETTINGS, EvidenceHistory, count_settings
 from spamd.store.snapshot import check_count_settings
 from tests import core_helpers as h
 from tests.cli_helpers import HAM, SPAM, run_spamctl
@@ -27,7 +27,7 @@ from tests.redis_helpers import redis_state, with_redis
 
 PHISH = b"From: Walmart Notices Center <walmartnoticescenter@sinhil.com>\nSubject: your order\n\nverify now\n"
 ON = ModelConfig(hash_bits=12, sender_claims=True)
-OFF = ModelConfig(hash_bits=12)
+OFF = ModelConfig(hash_bits=12, sender_claims=False)
 
 
 def write_config(path: Path, model: str = "") -> Path:
@@ -187,7 +187,7 @@ def stats_of(config: Path, data: Path) -> dict:
 @pytest.mark.slow
 def test_a_daemon_restarted_with_a_family_switched_on_then_off_starts_scores_and_trains(tmp_path):
     data = tmp_path / "data"
-    config = write_config(tmp_path / "spamd.toml")
+    config = write_config(tmp_path / "spamd.toml", "sender_claims = false\n")
     files = []
     for label, messages in (("spam", SPAM), ("ham", HAM)):
         for i, raw in enumerate(messages):
@@ -201,7 +201,7 @@ def test_a_daemon_restarted_with_a_family_switched_on_then_off_starts_scores_and
     phish.write_bytes(PHISH)
 
     for switched, families in (("on", ["sender_claims"]), ("off", [])):
-        write_config(config, "sender_claims = true\n" if switched == "on" else "")
+        write_config(config, f"sender_claims = {'true' if switched == 'on' else 'false'}\n")
         daemon = DaemonProcess("--config", config, "--data-dir", data, "--smtp", "127.0.0.1:0")
         try:
             event = daemon.wait_for("evidence_family_switched")
@@ -237,3 +237,18 @@ def test_spamctl_stats_names_no_family_on_a_default_model(tmp_path: Path):
     done = run_spamctl("--config", config, "--data-dir", tmp_path / "data", "stats")
     assert done.returncode == 0, done.stderr
     assert "evidence families" in done.stdout and "none" in done.stdout
+
+
+def test_records_and_snapshots_that_do_not_say_were_built_with_no_family_on(tmp_path):
+    """What an older spamd wrote without count settings meant no family on, whatever today's defaults switch on."""
+    base = h.small_config(tmp_path)
+    engine = Engine.open(with_model(base, OFF), durable=False)
+    train_some(engine)  # records that name no settings: as before they were kept
+    engine.close()
+    assert count_settings(OFF) == UNRECORDED_COUNT_SETTINGS
+    engine = Engine.open(with_model(base, ON), durable=False)
+    try:
+        [row] = engine.stats()["evidence_families"]
+        assert row["since_seq"] == len(SPAM) + len(HAM) + 1  # switched on now, not at the first record
+    finally:
+        engine.close()

@@ -54,6 +54,16 @@ def count_settings(config: ModelConfig) -> dict[str, object]:
     return settings
 
 
+# The count settings of a model stored, or a record written, before they were kept: the
+# defaults then, no family on. Not today's defaults, which may switch a family on.
+UNRECORDED_COUNT_SETTINGS: dict[str, object] = {
+    "stored_counts": "log",
+    "char_ngrams": 0,
+    "ngram_chars": 0,
+    "osb": False,
+}
+
+
 def evidence_families(config: ModelConfig) -> tuple[str, ...]:
     """The mail-evidence families (spamd.mail.tokenize.EVIDENCE_FAMILIES) switched on in `config`, in their order."""
     return tuple(name for name in EVIDENCE_FAMILIES if getattr(config, name))

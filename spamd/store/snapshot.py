@@ -13,7 +13,13 @@ import numpy as np
 from spamd.config import ModelConfig, UsersConfig
 from spamd.errors import CorruptStateError
 from spamd.model.bayes import Label, MultinomialNB
-from spamd.model.families import EvidenceHistory, count_settings, evidence_in, settings_that_differ
+from spamd.model.families import (
+    UNRECORDED_COUNT_SETTINGS,
+    EvidenceHistory,
+    count_settings,
+    evidence_in,
+    settings_that_differ,
+)
 from spamd.people.users import UserLayers
 from spamd.store.records import Ledger
 
@@ -65,7 +71,7 @@ def encode_snapshot(
             "created": time.time(),
             "hash_bits": model.config.hash_bits,
             # What the counts mean ([model] stored_counts and the families): an older
-            # snapshot without it was built with the defaults.
+            # snapshot without it was built with UNRECORDED_COUNT_SETTINGS.
             "count_settings": count_settings(model.config),
             "rows": rows,
             "token_totals": _pack_array(model.token_totals),
@@ -153,7 +159,7 @@ def decode_snapshot(
                 f"{where}: built with model.hash_bits = {d['hash_bits']}, the config says "
                 f"{model_config.hash_bits}; set it back, or move the state directory aside and retrain"
             )
-        stored_settings = d.get("count_settings", count_settings(ModelConfig()))
+        stored_settings = d.get("count_settings", UNRECORDED_COUNT_SETTINGS)
         check_count_settings(stored_settings, model_config, where)
         evidence = EvidenceHistory.restore(d.get("evidence_since"), evidence_in(stored_settings))
         model = MultinomialNB(model_config)

@@ -19,12 +19,18 @@ import redis
 import structlog
 from redis.exceptions import ClusterError, MovedError
 
-from spamd.config import Config, ModelConfig
+from spamd.config import Config
 from spamd.config.addresses import redact_url
 from spamd.errors import CorruptStateError, StoreError, StoreUnavailableError
 from spamd.learning.classifier import Analyzed
 from spamd.model.bayes import Label, MultinomialNB
-from spamd.model.families import EvidenceHistory, count_settings, evidence_families, evidence_in
+from spamd.model.families import (
+    UNRECORDED_COUNT_SETTINGS,
+    EvidenceHistory,
+    count_settings,
+    evidence_families,
+    evidence_in,
+)
 from spamd.store.local import log_evidence_switch
 from spamd.store.records import Ledger
 from spamd.store.redis.connect import (
@@ -256,7 +262,8 @@ class RedisState:
         """Claim the model's bucket space and count settings, or refuse one built with another `model.hash_bits` or families."""
         model = self.config.model
         bits = model.hash_bits
-        mine, defaults = (json.dumps(count_settings(m), sort_keys=True) for m in (model, ModelConfig()))
+        mine = json.dumps(count_settings(model), sort_keys=True)
+        defaults = json.dumps(UNRECORDED_COUNT_SETTINGS, sort_keys=True)
         stored, settings = self.call(
             "the start-up check", lambda: self._claim(keys=[self.totals], args=[bits, mine, defaults])
         )
