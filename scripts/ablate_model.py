@@ -117,7 +117,10 @@ CANDIDATES = [
     Candidate("decisive75", {"decisive_tokens": 75}),
     Candidate("decisive150", {"decisive_tokens": 150}),
     # The mail-evidence families (spamd/mail/senders_claimed.py, links.py, attachments.py, bulk.py).
+    # sender_claims is on by default: "sender_claims" and its pairs were measured when it
+    # was not (they now equal the defaults and the other family); no-sender_claims is without.
     Candidate("sender_claims", {"sender_claims": True}),
+    Candidate("no-sender_claims", {"sender_claims": False}),
     Candidate("link_targets", {"link_targets": True}),
     Candidate("attachment_kinds", {"attachment_kinds": True}),
     Candidate("bulk_marks", {"bulk_marks": True}),

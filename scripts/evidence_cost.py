@@ -33,8 +33,8 @@ CHUNK = 100
 
 
 def analyzer(families: tuple[str, ...]) -> Callable[[bytes], Features]:
-    """raw -> features under the default config with `families` switched on."""
-    config = Config(model=ModelConfig(**dict.fromkeys(families, True)))  # type: ignore[arg-type]
+    """raw -> features under the default config with `families` switched on and the others off."""
+    config = Config(model=ModelConfig(**{name: name in families for name in EVIDENCE_FAMILIES}))  # type: ignore[arg-type]
     classifier = Classifier(config, None)  # type: ignore[arg-type]
     bits = config.model.hash_bits
     return lambda raw: featurize(classifier.tokens(raw), bits)

@@ -266,9 +266,11 @@ def test_one_click_unsubscribe_feedback_id_and_a_providers_marks():
 # ---------------------------------------------------------------- families in [model]
 
 
-def test_the_families_are_off_by_default_and_add_their_tokens_when_switched_on():
+def test_sender_claims_alone_is_on_by_default_and_each_family_adds_its_tokens_when_switched_on():
     raw = b"From: Walmart <w@sinhil.com>\nSubject: hi\n\nsee https://bit.ly/x\n"
-    plain = Classifier(Config(), None).tokens(raw)  # type: ignore[arg-type]
+    assert evidence_families(ModelConfig()) == ("sender_claims",)
+    off = ModelConfig(sender_claims=False)
+    plain = Classifier(Config(model=off), None).tokens(raw)  # type: ignore[arg-type]
     switched = Classifier(Config(model=ALL_EVIDENCE), None).tokens(raw)  # type: ignore[arg-type]
     assert not [t for t in plain if t.startswith(("from-org:", "link:", "bulk:"))]
     assert switched[: len(plain)] == plain
