@@ -141,7 +141,8 @@ class ModelConfig:
     # attachment_kinds 0.990 / 1.034 / 1.007 / 1.000 / 0.995; the 20 development streams
     # sender_claims 0.954 / 0.996 / 0.906 / 0.999 / 0.955; earlier, seed 1
     # only: link_targets 0.992 / 1.028 / 1.057, attachment_kinds 0.992 / 1.009 / 1.118,
-    # bulk_marks 1.018 / 1.003 / 1.110. Analysis time (scripts/evidence_cost.py, thread
+    # bulk_marks 1.018 / 1.003 / 1.110 (on top of sender_claims, people seeds 1-3: 1.222 /
+    # 1.045 / 1.018). Analysis time (scripts/evidence_cost.py, thread
     # CPU time): sender_claims 1.02-1.07x, all four 1.10-1.19x.
     sender_claims: bool = True
     link_targets: bool = False
