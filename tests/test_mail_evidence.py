@@ -19,7 +19,7 @@ from spamd.mail.links import link_tokens, split_url
 from spamd.mail.message import ParsedMessage, parse_message
 from spamd.mail.senders_claimed import claimed_sender_tokens, split_address
 from spamd.mail.tokenize import EVIDENCE_FAMILIES, evidence_tokens
-from spamd.model.families import count_settings, evidence_families, with_families
+from spamd.model.families import UNRECORDED_COUNT_SETTINGS, count_settings, evidence_families, with_families
 from tests.cli_helpers import HAM, SPAM, run_spamctl
 
 LIMITS = ParserConfig()
@@ -266,9 +266,11 @@ def test_one_click_unsubscribe_feedback_id_and_a_providers_marks():
 # ---------------------------------------------------------------- families in [model]
 
 
-def test_the_families_are_off_by_default_and_add_their_tokens_when_switched_on():
+def test_sender_claims_alone_is_on_by_default_and_each_family_adds_its_tokens_when_switched_on():
     raw = b"From: Walmart <w@sinhil.com>\nSubject: hi\n\nsee https://bit.ly/x\n"
-    plain = Classifier(Config(), None).tokens(raw)  # type: ignore[arg-type]
+    assert evidence_families(ModelConfig()) == ("sender_claims",)
+    off = ModelConfig(sender_claims=False)
+    plain = Classifier(Config(model=off), None).tokens(raw)  # type: ignore[arg-type]
     switched = Classifier(Config(model=ALL_EVIDENCE), None).tokens(raw)  # type: ignore[arg-type]
     assert not [t for t in plain if t.startswith(("from-org:", "link:", "bulk:"))]
     assert switched[: len(plain)] == plain
@@ -279,7 +281,8 @@ def test_the_families_are_off_by_default_and_add_their_tokens_when_switched_on()
 
 
 def test_the_switched_families_are_part_of_what_the_counts_mean():
-    assert "evidence" not in count_settings(ModelConfig())  # a model stored before them reads as built without
+    off = ModelConfig(**dict.fromkeys(EVIDENCE_FAMILIES, False))  # type: ignore[arg-type]
+    assert count_settings(off) == UNRECORDED_COUNT_SETTINGS  # a model stored before them reads as built without
     assert count_settings(ModelConfig(bulk_marks=True, sender_claims=True))["evidence"] == "sender_claims,bulk_marks"
     assert evidence_families(ALL_EVIDENCE) == tuple(EVIDENCE_FAMILIES)
 

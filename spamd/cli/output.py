@@ -51,6 +51,19 @@ _OUTCOME_COLUMNS = (
 )
 
 
+def _evidence(families: list[dict[str, Any]] | None) -> str:
+    """The mail-evidence families on and since when the model learns each (a family switched on learns from then)."""
+    if not families:
+        return "none"
+    parts = []
+    for f in families:
+        since = f"since record {f['since_seq']}" if f.get("since_seq") else "since the first record"
+        if f.get("since"):
+            since += time.strftime(", switched on %Y-%m-%d %H:%M UTC", time.gmtime(f["since"]))
+        parts.append(f"{f['family']} ({since})")
+    return "; ".join(parts)
+
+
 def format_stats(stats: dict[str, Any]) -> str:
     daemon = stats.get("mode") == "daemon"
     # The daemon's own figures (throughput, latency, errors) sit in a "daemon" section.
@@ -83,6 +96,7 @@ def format_stats(stats: dict[str, Any]) -> str:
             f"seq {stats.get('journal_seq', 0)}, {stats.get('journal_records', 0)} records since the snapshot, "
             f"{human_bytes(stats.get('journal_bytes'))}",
         ),
+        ("evidence families", _evidence(stats.get("evidence_families"))),
     ]
     if daemon:
         p50, p99 = extra.get("latency_ms_p50"), extra.get("latency_ms_p99")

@@ -21,6 +21,7 @@ from spamd.learning.outcomes import Outcome
 from spamd.mail.auth.verify import NOTHING
 from spamd.mail.message import parse_message, strip_own_headers
 from spamd.model.bayes import Contribution, Label, Score, Verdict
+from spamd.model.families import EvidenceHistory, evidence_families
 from spamd.people.accuracy import LiveAccuracy, is_person
 from spamd.people.senders import (
     SenderCounts,
@@ -33,6 +34,7 @@ from spamd.people.senders import (
 )
 from spamd.people.users import is_user_name
 from spamd.store import LoadedState, Recovery, StateStore, Store, TrainerLike, decode_snapshot, encode_snapshot
+from spamd.store.local import log_evidence_switch
 
 if TYPE_CHECKING:
     from spamd.store.redis.store import RedisStore
@@ -54,6 +56,7 @@ class Engine:
         counters: dict[str, int] | None = None,
         live: LiveAccuracy | None = None,
         senders: SenderCounts | None = None,
+        evidence: EvidenceHistory | None = None,
     ):
         self.config = config
         self.store = store
@@ -77,6 +80,8 @@ class Engine:
         # (label, source, outcome) -> training events since start, for /metrics.
         self.trainings: Counter[tuple[str, str, str]] = Counter()
         self._saved_counters = self.counters()  # as the newest snapshot holds them
+        # Since when the model learns each mail-evidence family on (kept in snapshots; in Redis, there).
+        self.evidence = evidence if evidence is not None else EvidenceHistory()
 
     @classmethod
     def open(cls, config: Config, durable: bool = True) -> Engine:
@@ -97,7 +102,16 @@ class Engine:
             raise
         trainer = Trainer(loaded.model, loaded.ledger, store, loaded.seq, loaded.users)
         live = live_state(config, loaded)
-        return cls(config, store, trainer, loaded.recovery, loaded.counters, live, senders_state(config, loaded))
+        engine = cls(
+            config, store, trainer, loaded.recovery, loaded.counters, live, senders_state(config, loaded),
+            loaded.evidence,
+        )  # fmt: skip
+        if loaded.evidence_switched:  # the new set of families, kept at once (the journal's records say it too)
+            try:
+                engine.snapshot()
+            except StoreError as e:
+                loaded.recovery.problems.append(f"the switched evidence families are not in a snapshot yet ({e})")
+        return engine
 
     def close(self) -> None:
         self.store.close()
@@ -245,7 +259,9 @@ class Engine:
         store, trainer = self._embedded()
         seq = trainer.seq
         counters = self.counters()
-        encoded = encode_snapshot(trainer.model, trainer.ledger, seq, counters, self.live_export(), trainer.users)
+        encoded = encode_snapshot(
+            trainer.model, trainer.ledger, seq, counters, self.live_export(), trainer.users, self.evidence
+        )
         store.rotate_journal(seq)  # StoreError on a full disk: nothing changed
         self._saved_counters = counters
         self._saved_live_changes = self.live_changes
@@ -291,8 +307,9 @@ class Engine:
             return self._shared().export_snapshot(self.counters())
         _, trainer = self._embedded()
         return encode_snapshot(
-            trainer.model, trainer.ledger, trainer.seq, self.counters(), self.live_export(), trainer.users
-        )
+            trainer.model, trainer.ledger, trainer.seq, self.counters(), self.live_export(), trainer.users,
+            self.evidence,
+        )  # fmt: skip
 
     def import_snapshot(self, data: bytes, where: str) -> dict[str, Any]:
         """Replace model and ledger with a verified export, written as the newest snapshot.
@@ -315,8 +332,14 @@ class Engine:
             raise StoreError(f"import refused, nothing changed: {e}") from None
         seq = trainer.seq + 1
         counters = self.counters()
-        encoded = encode_snapshot(imported.model, imported.ledger, seq, counters, self.live_export(), imported.users)
+        evidence = imported.evidence  # the import's families, then this config's from here on
+        on, off = evidence.follow(evidence_families(self.config.model), seq + 1, time.time())
+        encoded = encode_snapshot(
+            imported.model, imported.ledger, seq, counters, self.live_export(), imported.users, evidence
+        )
         path = store.write_snapshot(encoded, seq)  # StoreError here leaves the live state as it was
+        log_evidence_switch(on, off, seq + 1, where)
+        self.evidence = evidence
         model.counts[:] = imported.model.counts
         model.token_totals[:] = imported.model.token_totals
         model.doc_totals[:] = imported.model.doc_totals
@@ -376,6 +399,7 @@ class Engine:
             "snapshot_seq": store.last_snapshot_seq,
             "snapshot_age_s": snapshot_age,
             "snapshot_bytes": snapshot_bytes,
+            "evidence_families": self.evidence.describe(),
             "uptime_s": time.time() - self.started,
             "recovery_problems": list(self.recovery.problems),
             "live_accuracy": self.live.summary(),
@@ -400,6 +424,7 @@ class Engine:
             "users": len(self.users),
             "users_expired": self.users.expired,
             "journal_seq": totals["seq"],
+            "evidence_families": store.state.evidence_now().describe(),
             "uptime_s": time.time() - self.started,
             "recovery_problems": [],
             **store.stats(),

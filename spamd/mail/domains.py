@@ -14,37 +14,16 @@ import re
 
 from publicsuffixlist import PublicSuffixList
 
+from spamd.mail.normalize import CONFUSABLES
+
 MAX_HOST_CHARS = 253  # the DNS limit
 MAX_LABEL_CHARS = 63
 _HOST_CHARS_RE = re.compile(r"[^a-z0-9.\-_\u0080-\U0010ffff]")
-# Letters that read as Latin ones: digits in place of letters in ASCII names, and the
-# Cyrillic and Greek letters that look like Latin ones in IDN names (a few of Unicode's
-# confusables.txt, the ones seen in phishing domains; unmeasured which matter most).
-_SKELETON = str.maketrans(
-    {
-        "0": "o",
-        "1": "l",
-        "3": "e",
-        "5": "s",
-        "\u0430": "a",
-        "\u0435": "e",
-        "\u043e": "o",
-        "\u0440": "p",
-        "\u0441": "c",
-        "\u0443": "y",
-        "\u0445": "x",
-        "\u0456": "i",
-        "\u0458": "j",
-        "\u0455": "s",
-        "\u0501": "d",
-        "\u0261": "g",
-        "\u03bf": "o",
-        "\u03b1": "a",
-        "\u03bd": "v",
-        "\u03c1": "p",
-        "\u0131": "i",
-    }
-)
+# Letters that read as Latin ones: the Cyrillic and Greek look-alikes of the text's
+# normalizer (one table, spamd.mail.normalize), and what only names use: digits in place
+# of letters in ASCII names, and the Latin script g and dotless i of IDN names (seen in
+# phishing domains; unmeasured which matter most).
+_SKELETON = CONFUSABLES | str.maketrans({"0": "o", "1": "l", "3": "e", "5": "s", "\u0261": "g", "\u0131": "i"})
 
 
 @functools.cache

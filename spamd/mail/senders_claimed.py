@@ -151,6 +151,7 @@ _FILLER_WORDS = frozenset(
 _NAME_WORD_RE = re.compile(r"[^\W_]{3,30}")
 # A domain written inside the display name: "paypal.com", "service@paypal.com".
 _NAME_DOMAIN_RE = re.compile(r"(?:[a-z0-9\-]{1,63}\.){1,8}[a-z]{2,24}")
+_ADDRESS_END_RE = re.compile(r"[\s>;,]")
 _DKIM_DOMAIN_RE = re.compile(r"(?:^|;)\s*d\s*=\s*([^;\s]{1,253})")
 
 
@@ -172,7 +173,7 @@ def split_address(value: str) -> tuple[str, str]:
         address, _, comment = value.partition("(")
         display = comment.rpartition(")")[0] if ")" in comment else comment
     at = address.rfind("@")
-    domain = clean_host(re.split(r"[\s>;,]", address[at + 1 :].strip(), maxsplit=1)[0]) if at != -1 else ""
+    domain = clean_host(_ADDRESS_END_RE.split(address[at + 1 :].strip(), maxsplit=1)[0]) if at != -1 else ""
     return display.strip().strip("\"'").strip(), domain
 
 

@@ -19,6 +19,9 @@ token as any token; with the bigrams on, a larger hash_bits buys the loss back.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from spamd.config import ModelConfig
@@ -51,9 +54,76 @@ def count_settings(config: ModelConfig) -> dict[str, object]:
     return settings
 
 
+# The count settings of a model stored, or a record written, before they were kept: the
+# defaults then, no family on. Not today's defaults, which may switch a family on.
+UNRECORDED_COUNT_SETTINGS: dict[str, object] = {
+    "stored_counts": "log",
+    "char_ngrams": 0,
+    "ngram_chars": 0,
+    "osb": False,
+}
+
+
 def evidence_families(config: ModelConfig) -> tuple[str, ...]:
     """The mail-evidence families (spamd.mail.tokenize.EVIDENCE_FAMILIES) switched on in `config`, in their order."""
     return tuple(name for name in EVIDENCE_FAMILIES if getattr(config, name))
+
+
+def evidence_in(settings: Mapping[str, object]) -> tuple[str, ...]:
+    """The mail-evidence families a model's stored count settings name (none when it does not say)."""
+    value = settings.get("evidence")
+    return tuple(name for name in str(value).split(",") if name) if value else ()
+
+
+def settings_that_differ(stored: Mapping[str, object], wanted: Mapping[str, object]) -> list[str]:
+    """The count settings of `wanted` that `stored` holds otherwise, but for the mail-evidence families.
+
+    Those only add tokens of their own prefixes: a model built without one holds no
+    counts of its tokens, which is what it would hold had the family been on and seen
+    nothing yet. So switching one on (or off) keeps every count's meaning, and the model
+    learns the family from then on; every other setting changes what the counts mean.
+    """
+    return [key for key, value in wanted.items() if key != "evidence" and stored.get(key) != value]
+
+
+@dataclass
+class EvidenceHistory:
+    """Since when a model learns each mail-evidence family it has on: family -> (first record's seq, time switched on).
+
+    Seq 0 and time 0: since the model's first record, or since before this was kept.
+    Not the counts (which need no change when a family is switched): what `spamctl stats`
+    tells of them, kept with the model (snapshot, Redis).
+    """
+
+    since: dict[str, tuple[int, float]] = field(default_factory=dict)
+
+    def follow(self, families: Sequence[str], seq: int, when: float) -> tuple[list[str], list[str]]:
+        """Take `families` as the ones on from record `seq`: (those switched on, those switched off)."""
+        on = [name for name in families if name not in self.since]
+        off = [name for name in self.since if name not in families]
+        for name in on:
+            self.since[name] = (seq, when)
+        for name in off:
+            del self.since[name]
+        return on, off
+
+    def export(self) -> dict[str, list[float]]:
+        return {name: [seq, when] for name, (seq, when) in self.since.items()}
+
+    @classmethod
+    def restore(cls, data: object, families: Sequence[str]) -> EvidenceHistory:
+        """The history kept with a model whose count settings name `families` (a family it does not date: since 0)."""
+        kept = data if isinstance(data, Mapping) else {}
+        since: dict[str, tuple[int, float]] = {}
+        for name in families:
+            value = kept.get(name)
+            ok = isinstance(value, (list, tuple)) and len(value) == 2
+            since[name] = (int(value[0]), float(value[1])) if ok else (0, 0.0)  # type: ignore[index]
+        return cls(since)
+
+    def describe(self) -> list[dict[str, object]]:
+        """For stats: each family on, the first record learned with it and when it was switched on (None: unknown)."""
+        return [{"family": name, "since_seq": seq, "since": when or None} for name, (seq, when) in self.since.items()]
 
 
 def is_weighted(config: ModelConfig) -> bool:

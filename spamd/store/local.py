@@ -32,6 +32,7 @@ import structlog
 from spamd.config import ModelConfig, StoreConfig, UsersConfig
 from spamd.errors import CorruptStateError, StateLockedError, StoreError
 from spamd.model.bayes import Label, MultinomialNB
+from spamd.model.families import EvidenceHistory, evidence_families, evidence_in
 from spamd.people.users import UserLayers
 from spamd.store.durable import fsync_directory, remove_stale_temps, write_atomically
 from spamd.store.journal import JOURNAL_MAGIC, JournalScan, frame_record, scan_journal
@@ -72,6 +73,24 @@ class LoadedState:
         default_factory=list
     )
     users: UserLayers = field(default_factory=lambda: UserLayers(UsersConfig()))
+    # Since when each mail-evidence family on is learned; `evidence_switched`: the config
+    # switched one on or off against what the model was built with (worth a snapshot).
+    evidence: EvidenceHistory = field(default_factory=EvidenceHistory)
+    evidence_switched: bool = False
+
+
+def log_evidence_switch(on: list[str], off: list[str], seq: int, where: str) -> None:
+    """Say that a mail-evidence family was switched on or off against a stored model (no count changes meaning)."""
+    for name in on:
+        log.warning(
+            "evidence_family_switched", family=name, to="on", where=where, from_record=seq,
+            effect="learns from now: the model holds no counts of its tokens yet, they weigh as they are learned",
+        )  # fmt: skip
+    for name in off:
+        log.warning(
+            "evidence_family_switched", family=name, to="off", where=where, after_record=seq - 1,
+            effect="no longer made or learned: the counts it learned stay and are not read",
+        )  # fmt: skip
 
 
 class Store:
@@ -169,6 +188,7 @@ class Store:
                 users=UserLayers(self.users_config),
             )  # fmt: skip
         seq = snapshot.seq
+        evidence = snapshot.evidence
         replayed = []
         segments = self._files(_JOURNAL_RE)
         for index, (_, path) in enumerate(segments):
@@ -197,6 +217,7 @@ class Store:
                         "directory aside and retrain"
                     )
                 check_count_settings(record.counts_built_with, self.model_config, f"{path}: record {record.seq}")
+                evidence.follow(evidence_in(record.counts_built_with), record.seq, record.time)
                 apply_record(snapshot.model, snapshot.ledger, record, snapshot.users)
                 replayed.append(
                     (record.key, record.label, record.previous, record.user, record.source, record.time, record.user_name, record.senders)
@@ -207,9 +228,13 @@ class Store:
         self.last_snapshot_time = snapshot.created or None
         last_records = len(scan.records) if segments else 0
         self._open_segment(segments[-1][1] if segments else None, seq, last_records)
+        on, off = evidence.follow(evidence_families(self.model_config), seq + 1, time.time())
+        if seq and (on or off):  # (a new model is built with what the config says: nothing switched)
+            log_evidence_switch(on, off, seq + 1, str(self.state_dir))
         return LoadedState(
-            snapshot.model, snapshot.ledger, seq, recovery, snapshot.counters, snapshot.live, replayed, snapshot.users
-        )
+            snapshot.model, snapshot.ledger, seq, recovery, snapshot.counters, snapshot.live, replayed, snapshot.users,
+            evidence, bool(seq and (on or off)),
+        )  # fmt: skip
 
     def _cut_torn_tail(self, path: Path, data: bytes, scan: JournalScan, recovery: Recovery) -> None:
         """Keep the torn bytes aside for inspection, then truncate the segment to its whole records."""

@@ -8,9 +8,8 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from spamd.config import ModelConfig
 from spamd.model.bayes import Features, Label, MultinomialNB
-from spamd.model.families import count_settings
+from spamd.model.families import UNRECORDED_COUNT_SETTINGS
 from spamd.people.users import UserLayers, check_user_name, user_ledger_key
 
 
@@ -31,8 +30,9 @@ class TrainingRecord:
     # Whose training (spamd/people/users.py): it teaches that user's layer as well as the
     # shared model. None: the shared model alone, as before users existed.
     user_name: str | None = None
-    # What the counts mean (ModelConfig.count_settings): replay under other [model]
-    # families is refused. None: the defaults (records written before they were kept).
+    # What the counts mean (spamd.model.families.count_settings): replay under other
+    # [model] families is refused, but for the mail-evidence families. None: the settings
+    # before they were kept, no family on (UNRECORDED_COUNT_SETTINGS).
     count_settings: dict[str, Any] | None = None
     # Who the message is from (spamd/people/senders.py), kept with a user's training so a
     # replay counts it where that user's mail from those senders goes.
@@ -48,7 +48,7 @@ class TrainingRecord:
         extra: dict[str, Any] = {} if self.user_name is None else {"user_name": self.user_name}
         if self.user_name is not None and self.senders:
             extra["senders"] = list(self.senders)
-        # Likewise the count settings, written only when they are not the defaults.
+        # Likewise the count settings, written only when they are not those before they were kept.
         if self.count_settings is not None and self.count_settings != _DEFAULT_COUNT_SETTINGS:
             extra["count_settings"] = self.count_settings
         return msgpack.packb(
@@ -92,11 +92,11 @@ class TrainingRecord:
 
     @property
     def counts_built_with(self) -> Any:
-        """The count settings the record was made under (the defaults when it does not say)."""
+        """The count settings the record was made under (those before they were kept when it does not say)."""
         return _DEFAULT_COUNT_SETTINGS if self.count_settings is None else self.count_settings
 
 
-_DEFAULT_COUNT_SETTINGS = count_settings(ModelConfig())
+_DEFAULT_COUNT_SETTINGS = UNRECORDED_COUNT_SETTINGS
 
 
 def _senders(value: Any) -> tuple[int, ...]:

@@ -13,7 +13,13 @@ import numpy as np
 from spamd.config import ModelConfig, UsersConfig
 from spamd.errors import CorruptStateError
 from spamd.model.bayes import Label, MultinomialNB
-from spamd.model.families import count_settings
+from spamd.model.families import (
+    UNRECORDED_COUNT_SETTINGS,
+    EvidenceHistory,
+    count_settings,
+    evidence_in,
+    settings_that_differ,
+)
 from spamd.people.users import UserLayers
 from spamd.store.records import Ledger
 
@@ -42,6 +48,7 @@ def encode_snapshot(
     counters: dict[str, int] | None = None,
     live: dict[str, Any] | None = None,
     users: UserLayers | None = None,
+    evidence: EvidenceHistory | None = None,
 ) -> bytes:
     """Model and ledger as snapshot bytes. Counts are stored sparse (ids + values per class).
 
@@ -50,7 +57,8 @@ def encode_snapshot(
     `live` (spamd/people/accuracy.py: remembered verdicts and per-day counts). Both are
     optional keys of the version-1 payload: older snapshots load without them, and an
     older spamd reading this one ignores them. So are the per-user layers (`users`,
-    spamd/people/users.py), written only when there are any.
+    spamd/people/users.py), written only when there are any, and since when each
+    mail-evidence family on is learned (`evidence`, spamd/model/families.py).
     """
     rows = {}
     for label in Label:
@@ -63,7 +71,7 @@ def encode_snapshot(
             "created": time.time(),
             "hash_bits": model.config.hash_bits,
             # What the counts mean ([model] stored_counts and the families): an older
-            # snapshot without it was built with the defaults.
+            # snapshot without it was built with UNRECORDED_COUNT_SETTINGS.
             "count_settings": count_settings(model.config),
             "rows": rows,
             "token_totals": _pack_array(model.token_totals),
@@ -73,6 +81,7 @@ def encode_snapshot(
             "counters": {str(k): int(v) for k, v in (counters or {}).items()},
             "live": live or {},
             **({"users": users.export()} if users else {}),
+            **({"evidence_since": evidence.export()} if evidence and evidence.since else {}),
         },
         use_bin_type=True,
     )
@@ -99,22 +108,27 @@ class Snapshot:
     live: dict[str, Any] = field(default_factory=dict)
     # Per-user layers; none in snapshots written before them or without per-user training.
     users: UserLayers = field(default_factory=lambda: UserLayers(UsersConfig()))
+    # The mail-evidence families the counts were built with, and since when each is learned.
+    evidence: EvidenceHistory = field(default_factory=EvidenceHistory)
 
 
 def check_count_settings(
     stored: object, model_config: ModelConfig, where: str, remedy: str = "move the state directory aside and retrain"
 ) -> None:
-    """CorruptStateError unless the model at `where` was built with the config's [model] count settings."""
+    """CorruptStateError unless the model at `where` was built with the config's [model] count settings.
+
+    The mail-evidence families may differ: switching one adds or stops tokens of its
+    own and changes no count's meaning (spamd.model.families.settings_that_differ).
+    """
     wanted = count_settings(model_config)
     if stored == wanted:
         return
     if not isinstance(stored, dict):
         raise CorruptStateError(f"{where}: the count settings are not a map ({stored!r})")
-    differ = ", ".join(
-        f"model.{key} = {stored.get(key)!r} (the config says {value!r})"
-        for key, value in wanted.items()
-        if stored.get(key) != value
-    )
+    keys = settings_that_differ(stored, wanted)
+    if not keys:
+        return
+    differ = ", ".join(f"model.{key} = {stored.get(key)!r} (the config says {wanted[key]!r})" for key in keys)
     raise CorruptStateError(
         f"{where}: built with {differ}: the counts mean something else under these settings; set them back, or {remedy}"
     )
@@ -145,7 +159,9 @@ def decode_snapshot(
                 f"{where}: built with model.hash_bits = {d['hash_bits']}, the config says "
                 f"{model_config.hash_bits}; set it back, or move the state directory aside and retrain"
             )
-        check_count_settings(d.get("count_settings", count_settings(ModelConfig())), model_config, where)
+        stored_settings = d.get("count_settings", UNRECORDED_COUNT_SETTINGS)
+        check_count_settings(stored_settings, model_config, where)
+        evidence = EvidenceHistory.restore(d.get("evidence_since"), evidence_in(stored_settings))
         model = MultinomialNB(model_config)
         for label in Label:
             ids = _unpack_array(d["rows"][str(label)]["ids"]).astype(np.int64)
@@ -162,7 +178,7 @@ def decode_snapshot(
         if not isinstance(live, dict):
             raise ValueError("live accuracy section is not a map")
         users = UserLayers.restore(d.get("users") or {}, users_config or UsersConfig(), model.n_buckets)
-        return Snapshot(int(d["seq"]), float(d["created"]), model, ledger, counters, live, users)
+        return Snapshot(int(d["seq"]), float(d["created"]), model, ledger, counters, live, users, evidence)
     except CorruptStateError:
         raise
     except (KeyError, ValueError, TypeError, AttributeError) as e:

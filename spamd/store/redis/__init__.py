@@ -7,8 +7,9 @@ all, so every script runs on one slot: spamd.store.redis.connect):
 
     <p>ham, <p>spam     hashes bucket id -> stored count (the embedded model's rows;
                         a bucket at 0 is deleted, so each holds at most 2**hash_bits fields)
-    <p>totals           hash: tokens:0/1, docs:0/1, distinct, seq, hash_bits, and
-                        count_settings (JSON: [model] stored_counts and families)
+    <p>totals           hash: tokens:0/1, docs:0/1, distinct, seq, hash_bits,
+                        count_settings (JSON: [model] stored_counts and families), and
+                        evidence_since (JSON: mail-evidence family -> [first seq, time on])
     <p>ledger           hash message key (16 bytes; per (user, message) for a user's
                         training) -> label | 2 if a person decided (| 4.. while the
                         user's layer has yet to apply it: spamd.store.redis.scripts)

@@ -198,9 +198,10 @@ return table.concat(out, ' ')
 """
 
 
-# KEYS: totals. ARGV: model.hash_bits, the config's count settings (JSON), the defaults'.
+# KEYS: totals. ARGV: model.hash_bits, the config's count settings (JSON), and those
+# of a model stored before they were kept (UNRECORDED_COUNT_SETTINGS).
 # Claims the bucket space and what the counts mean for a new model; a model trained
-# before the settings were kept (a seq, no count_settings) was built with the defaults.
+# before the settings were kept (a seq, no count_settings) was built with those.
 # Returns {hash_bits, count_settings} as the model holds them.
 CLAIM_LUA = """
 local totals = KEYS[1]

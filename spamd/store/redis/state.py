@@ -19,12 +19,19 @@ import redis
 import structlog
 from redis.exceptions import ClusterError, MovedError
 
-from spamd.config import Config, ModelConfig
+from spamd.config import Config
 from spamd.config.addresses import redact_url
 from spamd.errors import CorruptStateError, StoreError, StoreUnavailableError
 from spamd.learning.classifier import Analyzed
 from spamd.model.bayes import Label, MultinomialNB
-from spamd.model.families import count_settings
+from spamd.model.families import (
+    UNRECORDED_COUNT_SETTINGS,
+    EvidenceHistory,
+    count_settings,
+    evidence_families,
+    evidence_in,
+)
+from spamd.store.local import log_evidence_switch
 from spamd.store.records import Ledger
 from spamd.store.redis.connect import (
     NOT_UNAVAILABLE,
@@ -49,6 +56,8 @@ BACKOFF_FIRST_S = 0.1
 BACKOFF_MAX_S = 5.0
 
 _TOTAL_FIELDS = ("tokens:0", "tokens:1", "docs:0", "docs:1", "distinct")
+# The totals hash's fields that are JSON, not numbers.
+_NOT_COUNTS = (b"count_settings", b"evidence_since")
 
 # The key WAIT's marker write touches (one per slot that needs confirming): SET with a
 # short expiry, so it costs nothing at rest; the write makes the connection's WAIT
@@ -253,7 +262,8 @@ class RedisState:
         """Claim the model's bucket space and count settings, or refuse one built with another `model.hash_bits` or families."""
         model = self.config.model
         bits = model.hash_bits
-        mine, defaults = (json.dumps(count_settings(m), sort_keys=True) for m in (model, ModelConfig()))
+        mine = json.dumps(count_settings(model), sort_keys=True)
+        defaults = json.dumps(UNRECORDED_COUNT_SETTINGS, sort_keys=True)
         stored, settings = self.call(
             "the start-up check", lambda: self._claim(keys=[self.totals], args=[bits, mine, defaults])
         )
@@ -263,7 +273,36 @@ class RedisState:
                 f"{where} holds a model with model.hash_bits = {stored.decode()}, the config says {bits}; "
                 "set it back, or use another [redis] prefix"
             )
-        check_count_settings(json.loads(settings), model, where, "use another [redis] prefix")
+        stored_settings = json.loads(settings)
+        check_count_settings(stored_settings, model, where, "use another [redis] prefix")
+        if stored_settings != json.loads(mine):  # only the mail-evidence families differ: record the switch
+            self._switch_evidence(stored_settings, mine, where)
+
+    def _switch_evidence(self, stored_settings: dict[str, Any], mine: str, where: str) -> None:
+        """The config switched a mail-evidence family on or off: the model keeps its counts and says so from now.
+
+        Not atomic with other daemons' starts: two with different families flip the
+        setting each time one starts, which changes no count (each makes its own tokens).
+        """
+        seq, kept = self.call("the start-up check", lambda: self.client.hmget(self.totals, ["seq", "evidence_since"]))
+        evidence = EvidenceHistory.restore(json.loads(kept) if kept else {}, evidence_in(stored_settings))
+        first = int(seq or 0) + 1
+        on, off = evidence.follow(evidence_families(self.config.model), first, time.time())
+        self.call(
+            "the start-up check",
+            lambda: self.client.hset(
+                self.totals, mapping={"count_settings": mine, "evidence_since": json.dumps(evidence.export())}
+            ),
+        )
+        log_evidence_switch(on, off, first, where)
+
+    def evidence_now(self) -> EvidenceHistory:
+        """Since when the model learns each mail-evidence family on, as Redis holds it now."""
+        settings, kept = self.call(
+            "reading the totals", lambda: self.client.hmget(self.totals, ["count_settings", "evidence_since"])
+        )
+        families = evidence_in(json.loads(settings)) if settings else ()
+        return EvidenceHistory.restore(json.loads(kept) if kept else {}, families)
 
     def close(self) -> None:
         self.client.close()
@@ -345,7 +384,7 @@ class RedisState:
             if row:
                 ids = np.fromiter((int(k) for k in row), dtype=np.int64, count=len(row))
                 model.counts[label, ids] = np.fromiter((int(v) for v in row.values()), dtype=np.uint32, count=len(row))
-        t = {k.decode(): int(v) for k, v in totals.items() if k != b"count_settings"}  # checked at start
+        t = {k.decode(): int(v) for k, v in totals.items() if k not in _NOT_COUNTS}  # checked at start
         model.token_totals[:] = [t.get("tokens:0", 0), t.get("tokens:1", 0)]
         model.doc_totals[:] = [t.get("docs:0", 0), t.get("docs:1", 0)]
         model.distinct = t.get("distinct", 0)
@@ -358,7 +397,7 @@ class RedisState:
                 ledger.set(bytes(key), Label(int(value) & 1), bool(int(value) & 2))
         return model, ledger, t.get("seq", 0)
 
-    def replace(self, model: MultinomialNB, ledger: Ledger, seq: int) -> None:
+    def replace(self, model: MultinomialNB, ledger: Ledger, seq: int, evidence: EvidenceHistory | None = None) -> None:
         """Make Redis hold exactly this model and ledger, in one MULTI/EXEC (other daemons see all or nothing)."""
         chunk = 10_000
 
@@ -376,6 +415,7 @@ class RedisState:
                 "docs:0": int(model.doc_totals[0]), "docs:1": int(model.doc_totals[1]),
                 "distinct": int(model.distinct), "seq": seq, "hash_bits": model.config.hash_bits,
                 "count_settings": json.dumps(count_settings(model.config), sort_keys=True),
+                "evidence_since": json.dumps((evidence or EvidenceHistory()).export()),
             })  # fmt: skip
             items = list(ledger.as_dict().items())
             for start in range(0, len(items), chunk):

@@ -5,12 +5,14 @@ No snapshots or journal: Redis is the store; export and import go through RedisS
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from spamd.config import Config
 from spamd.errors import CorruptStateError, StoreError, StoreUnavailableError
 from spamd.model.bayes import Label
-from spamd.store.local import Recovery, Store
+from spamd.model.families import evidence_families
+from spamd.store.local import Recovery, Store, log_evidence_switch
 from spamd.store.redis.senders import RedisSenders
 from spamd.store.redis.state import RedisState
 from spamd.store.redis.users import RedisUsers
@@ -48,7 +50,7 @@ class RedisStore:
     def export_snapshot(self, counters: dict[str, int]) -> bytes:
         model, ledger, seq = self.state.load()
         users = self.users.load() if self.users is not None else None
-        return encode_snapshot(model, ledger, seq, counters, None, users)
+        return encode_snapshot(model, ledger, seq, counters, None, users, self.state.evidence_now())
 
     def import_snapshot(self, data: bytes, where: str) -> dict[str, Any]:
         try:
@@ -59,7 +61,10 @@ class RedisStore:
             raise StoreError(f"import refused, nothing changed: {e}") from None
         seq = self.state.totals_now()["seq"] + 1
         before = self.users.names() if self.users is not None else []
-        self.state.replace(imported.model, imported.ledger, seq)
+        evidence = imported.evidence  # the import's families, then this config's from here on
+        on, off = evidence.follow(evidence_families(self.config.model), seq + 1, time.time())
+        self.state.replace(imported.model, imported.ledger, seq, evidence)
+        log_evidence_switch(on, off, seq + 1, where)
         if self.users is not None:
             self.users.replace(
                 imported.users, before
