@@ -6,59 +6,17 @@ published by tests.dns_helpers' loopback server: never the internet's DNS.
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
-import dkim
-import nacl.encoding
-import nacl.signing
 import pytest
 
 from spamd.config import AuthConfig
+from spamd.evaluation.signing_keys import SigningKey, ed25519_key, rsa_key
 from spamd.mail.auth.dns import CachingResolver
 from spamd.mail.auth.verify import Authenticator
 from tests.dns_helpers import ZoneServer
-
-
-@dataclass(frozen=True)
-class SigningKey:
-    domain: str
-    selector: str
-    private: bytes
-    algorithm: bytes
-    dns_value: str  # the TXT record at SELECTOR._domainkey.DOMAIN
-
-    def sign(self, message: bytes, length: bool = False, headers: list[bytes] | None = None) -> bytes:
-        """`message` with this key's DKIM-Signature on top."""
-        signature = dkim.sign(
-            message, self.selector.encode(), self.domain.encode(), self.private,
-            signature_algorithm=self.algorithm, length=length,
-            include_headers=headers or [b"from", b"to", b"subject", b"date", b"list-id"],
-        )  # fmt: skip
-        return signature + message
-
-
-def rsa_key(directory: Path, domain: str, selector: str) -> SigningKey:
-    pem = directory / f"{selector}.{domain}.pem"
-    subprocess.run(["openssl", "genrsa", "-out", str(pem), "1024"], check=True, capture_output=True)
-    der = subprocess.run(
-        ["openssl", "rsa", "-in", str(pem), "-pubout", "-outform", "DER"],
-        check=True,
-        capture_output=True,
-    ).stdout
-    public = base64.b64encode(der).decode()
-    return SigningKey(domain, selector, pem.read_bytes(), b"rsa-sha256", f"v=DKIM1; k=rsa; p={public}")
-
-
-def ed25519_key(domain: str, selector: str) -> SigningKey:
-    key = nacl.signing.SigningKey.generate()
-    private = key.encode(encoder=nacl.encoding.Base64Encoder)
-    public = key.verify_key.encode(encoder=nacl.encoding.Base64Encoder).decode()
-    return SigningKey(domain, selector, private, b"ed25519-sha256", f"v=DKIM1; k=ed25519; p={public}")
 
 
 @dataclass(frozen=True)
