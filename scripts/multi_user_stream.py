@@ -15,9 +15,18 @@ the share of each user's copies filed their way (by verdict: spam to Junk, anyth
 else to INBOX) after at most 5 of their own corrections. Last, the cost of scoring
 for a user against the shared model alone, in this process.
 
+With `--sign`, each disputed list's messages are DKIM-signed (a copy under `--out`) by a
+test key of the list's own domain (the List-Id's organizational domain), made on the spot;
+a DNS server of our own on loopback (spamd.evaluation.loopback_dns) publishes the keys and
+a DMARC record, and `spamctl eval --dns` asks only it ([auth] nameservers): the list is then
+an authenticated sender, as a list that signs its mail is. Without it the lists' mail is
+unauthenticated, as in the corpora, and a rescued list gets only the bounded push.
+
     python scripts/multi_user_stream.py ../shared/corpora/spamassassin/index --out /tmp/multi-user
     python scripts/multi_user_stream.py ../shared/corpora/trec07p-dev/full/index --out /tmp/mu-trec \
         --disputed r-help.stat.math.ethz.ch --disputed samba-cvs.lists.samba.org --feedback errors
+    python scripts/multi_user_stream.py ../shared/corpora/spamassassin/index --out /tmp/mu-signed \
+        --sign --disagree-only --cost-messages 0
 
 Files in an index that are no mail message are named on stderr and skipped.
 """
@@ -32,7 +41,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from spamd.evaluation.signing_keys import SigningKey
 
 USERS = ("alice", "bob", "carol")
 DEFAULT_DISPUTED = "rpm-zzzlist.freshrpms.net"
@@ -55,12 +69,14 @@ def slug(disputed: str) -> str:
     return "".join(c if c.isalnum() or c in ".-" else "_" for c in disputed)[:60]
 
 
-def build_indexes(index: Path, out: Path, disputed: list[str], seed: int) -> tuple[Path, dict[str, tuple[Path, int]]]:
+def build_indexes(
+    index: Path, out: Path, disputed: list[str], seed: int, signed: Callable[[Path, str], Path] | None = None
+) -> tuple[Path, dict[str, tuple[Path, int]]]:
     """Write agree.index and a disagree index per disputed list under `out` (absolute paths).
 
     Returns the agree index and, per list, its disagree index and the number of its
     messages. Every index deals the corpus to the same users (one seed): they differ
-    only in the disputed list's messages.
+    only in the disputed list's messages, which `signed(path, list)` replaces by a signed copy.
     """
     from spamd.evaluation.trec import read_index
 
@@ -75,7 +91,8 @@ def build_indexes(index: Path, out: Path, disputed: list[str], seed: int) -> tup
             if disputed_path(str(path), name):
                 n_disputed += 1
                 owner = USERS[n_disputed % 2]  # alternately alice and bob
-                lines.append(f"{'spam' if owner == 'alice' else 'ham'} {path} {owner}\n")
+                copy = signed(path, name) if signed is not None else path
+                lines.append(f"{'spam' if owner == 'alice' else 'ham'} {copy} {owner}\n")
             else:
                 lines.append(f"{label} {path} {user}\n")
         target = out / f"disagree-{slug(name)}.index"
@@ -85,7 +102,7 @@ def build_indexes(index: Path, out: Path, disputed: list[str], seed: int) -> tup
 
 
 def run_eval(
-    index: Path, user_layer: bool, config: Path | None, feedback: str = "full"
+    index: Path, user_layer: bool, config: Path | None, feedback: str = "full", dns: bool = False
 ) -> tuple[dict, list[tuple[str, bool]]]:
     """`spamctl eval --json` on `index`; the report and each message's (gold, judged spam) in index order."""
     with tempfile.NamedTemporaryFile(suffix=".results") as results:
@@ -94,6 +111,8 @@ def run_eval(
         if config is not None:
             command[1:1] = ["--config", str(config)]
         command.append("--score-per-user" if user_layer else "--no-user-layer")
+        if dns:
+            command.append("--dns")
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
             raise SystemExit(f"{' '.join(command)}: exit {done.returncode}: {done.stderr.strip()[-500:]}")
@@ -134,6 +153,57 @@ def disputed_path(path: str, disputed: str) -> bool:
     if path not in _LIST_IDS:
         _LIST_IDS[path] = list_id(Path(path))
     return disputed in _LIST_IDS[path]
+
+
+class ListSigner:
+    """Signs disputed lists' messages with a test key of each list's domain, published by a loopback DNS server."""
+
+    SELECTOR = "spamd-test"
+
+    def __init__(self, out: Path):
+        from spamd.evaluation.loopback_dns import ZoneServer
+
+        self.directory = out / "signed"
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.zone = ZoneServer()
+        self.keys: dict[str, SigningKey] = {}
+        self.copies: dict[tuple[Path, str], Path] = {}
+        self.unsigned = 0  # messages dkimpy could not sign (left as they were)
+
+    def key(self, disputed: str) -> SigningKey:
+        from spamd.evaluation.signing_keys import rsa_key
+        from spamd.mail.auth.domains import organizational_domain
+
+        domain = organizational_domain(disputed)
+        if domain not in self.keys:
+            self.keys[domain] = rsa_key(self.directory, domain, self.SELECTOR)
+            self.zone.txt(f"{self.SELECTOR}._domainkey.{domain}", self.keys[domain].dns_value)
+            self.zone.txt(f"_dmarc.{domain}", "v=DMARC1; p=none")
+        return self.keys[domain]
+
+    def __call__(self, path: Path, disputed: str) -> Path:
+        if (path, disputed) not in self.copies:
+            copy = self.directory / f"{len(self.copies):06d}.eml"
+            raw = path.read_bytes()
+            try:
+                copy.write_bytes(self.key(disputed).sign(raw))
+            except Exception as e:  # dkimpy refuses some malformed heads: the copy stays unsigned
+                print(f"{path}: not signed: {e}", file=sys.stderr)
+                self.unsigned += 1
+                copy.write_bytes(raw)
+            self.copies[(path, disputed)] = copy
+        return self.copies[(path, disputed)]
+
+    def config(self, base: Path | None) -> Path:
+        """A spamd.toml that asks only our server (`base`'s settings too, which must not have [auth])."""
+        import tomllib
+
+        text = base.read_text() if base is not None else ""
+        if "auth" in tomllib.loads(text):
+            raise SystemExit(f"{base}: --sign writes [auth] itself; take it out of the config")
+        path = self.directory / "spamd.toml"
+        path.write_text(f'{text}\n[auth]\nnameservers = ["{self.zone.address}"]\n')
+        return path
 
 
 def scoring_cost(index: Path, messages: int) -> tuple[float, float]:
@@ -192,17 +262,35 @@ def main() -> int:
         default=2000,
         help="messages trained, then as many scored, for the cost (0: no cost measured)",
     )
+    parser.add_argument(
+        "--sign",
+        action="store_true",
+        help="DKIM-sign the disputed lists' mail by a test key of each list's domain, served by a loopback DNS server",
+    )
+    parser.add_argument(
+        "--disagree-only",
+        action="store_true",
+        help="only the disagree streams with the user layer (the disputed-list figure)",
+    )
     args = parser.parse_args()
-    agree, disagree = build_indexes(args.index, args.out, args.disputed or [DEFAULT_DISPUTED], args.seed)
+    signer = ListSigner(args.out) if args.sign else None
+    agree, disagree = build_indexes(args.index, args.out, args.disputed or [DEFAULT_DISPUTED], args.seed, signer)
+    config = args.config
+    if signer is not None:
+        signer.zone.start()
+        config = signer.config(args.config)
+        print(
+            f"signed {len(signer.copies) - signer.unsigned} messages ({signer.unsigned} not) by {sorted(signer.keys)}"
+        )
     for name, (path, n_disputed) in disagree.items():
         if not n_disputed:
             raise SystemExit(f"no message of {args.index} has a List-Id with {name!r} in it")
         print(f"{path}: {n_disputed} messages of {name} disputed")
     summary: dict[str, object] = {}
     runs = [("agree", agree, None)] + [(f"disagree {name}", path, name) for name, (path, _) in disagree.items()]
-    for title, index, disputed in runs:
-        for user_layer in (False, True):
-            report, verdicts = run_eval(index, user_layer, args.config, args.feedback)
+    for title, index, disputed in runs[1:] if args.disagree_only else runs:
+        for user_layer in (True,) if args.disagree_only else (False, True):
+            report, verdicts = run_eval(index, user_layer, config, args.feedback, dns=signer is not None)
             how = "user layer" if user_layer else "shared only"
             per_user = {u: round(m["one_minus_roca_pct"], 4) for u, m in report["users"].items()}
             print(f"{title:8} {how:11}  (1-ROCA)% {report['one_minus_roca_pct']:.4f}  per user {per_user}", flush=True)
@@ -221,6 +309,8 @@ def main() -> int:
         )
         summary["cost_us"] = {"user": user_us, "shared": shared_us}
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
+    if signer is not None:
+        signer.zone.stop()
     return 0
 
 
