@@ -479,6 +479,7 @@ def evaluate_index(
     protocol: Protocol | None = None,
     user_layer: bool = True,
     dns: bool = False,
+    batches_of: Callable[[list[IndexEntry]], Iterable[Batch]] | None = None,
 ) -> tuple[list[Result], Report]:
     """Run the protocol (default: TREC immediate full feedback) through the real Engine (parse, score, journaled training) on a fresh model.
 
@@ -493,6 +494,8 @@ def evaluate_index(
     Sender authentication looks nothing up in DNS unless `dns`: a corpus's keys and records of
     years ago are gone, and a figure must not depend on today's DNS or on the network. The same
     verification runs, from what the message carries; each look-up is a temporary error.
+    `batches_of` gives the index's batches analyzed beforehand (a measurement that replays one
+    corpus's messages under many settings analyzes them once); `jobs` and `dns` then do nothing.
     """
     import dataclasses
     import tempfile
@@ -535,11 +538,12 @@ def evaluate_index(
 
             bar = _progress_bar(len(entries)) if progress else None
             try:
-                batches = (
-                    analyze_in_workers(config, entries, jobs)
-                    if jobs > 0
-                    else read_batches(entries, engine.classifier.analyze_many)
-                )
+                if batches_of is not None:
+                    batches: Iterable[Batch] = batches_of(entries)
+                elif jobs > 0:
+                    batches = analyze_in_workers(config, entries, jobs)
+                else:
+                    batches = read_batches(entries, engine.classifier.analyze_many)
                 results, skipped, seconds, trained = run_online(
                     with_users(batches),
                     score,
