@@ -37,6 +37,7 @@ import argparse
 import dataclasses
 import json
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -170,11 +171,13 @@ class ListSigner:
         self.copies: dict[tuple[Path, str], Path] = {}
         self.unsigned = 0  # messages dkimpy could not sign (left as they were)
 
-    def key(self, disputed: str) -> SigningKey:
+    def key(self, path: Path, disputed: str) -> SigningKey:
+        """The key of the list's own domain: the organizational domain of the List-Id that matched (the part in <>)."""
         from spamd.evaluation.signing_keys import rsa_key
         from spamd.mail.auth.domains import organizational_domain
 
-        domain = organizational_domain(disputed)
+        ids = [found for found in re.findall(r"<([^<>]+)>", list_id(path)) if disputed in found] or [disputed]
+        domain = organizational_domain(ids[0].strip().lower())
         if domain not in self.keys:
             self.keys[domain] = rsa_key(self.directory, domain, self.SELECTOR)
             self.zone.txt(f"{self.SELECTOR}._domainkey.{domain}", self.keys[domain].dns_value)
@@ -186,13 +189,33 @@ class ListSigner:
             copy = self.directory / f"{len(self.copies):06d}.eml"
             raw = path.read_bytes()
             try:
-                copy.write_bytes(self.key(disputed).sign(raw))
+                copy.write_bytes(self.key(path, disputed).sign(raw))
             except Exception as e:  # dkimpy refuses some malformed heads: the copy stays unsigned
                 print(f"{path}: not signed: {e}", file=sys.stderr)
                 self.unsigned += 1
                 copy.write_bytes(raw)
             self.copies[(path, disputed)] = copy
         return self.copies[(path, disputed)]
+
+    def authenticated(self) -> dict[str, tuple[int, int]]:
+        """Per disputed list: how many of its signed copies verify as their List-Id (through spamd's own checks), of all."""
+        from spamd.config import AuthConfig, ParserConfig
+        from spamd.mail.auth.dns import CachingResolver
+        from spamd.mail.auth.verify import Authenticator
+        from spamd.mail.message import parse_message
+        from spamd.people.senders import authenticated_as, from_address, sender_names
+
+        config = AuthConfig(nameservers=(self.zone.address,))
+        authenticator = Authenticator(config, CachingResolver(config.nameservers))
+        counts: dict[str, tuple[int, int]] = {}
+        for (_, disputed), copy in self.copies.items():
+            raw = copy.read_bytes()
+            message = parse_message(raw, ParserConfig())
+            auth = authenticator.verify(raw, message.headers, from_address(message.header("from")))
+            names = [n for n in sender_names(message) if n.startswith("list-id=") and disputed in n]
+            ok, total = counts.get(disputed, (0, 0))
+            counts[disputed] = (ok + any(authenticated_as(n, auth) for n in names), total + 1)
+        return counts
 
     def config(self, base: Path | None) -> Path:
         """A spamd.toml that asks only our server (`base`'s settings too, which must not have [auth])."""
@@ -282,6 +305,8 @@ def main() -> int:
         print(
             f"signed {len(signer.copies) - signer.unsigned} messages ({signer.unsigned} not) by {sorted(signer.keys)}"
         )
+        for name, (ok, total) in signer.authenticated().items():
+            print(f"{name}: {ok} of {total} signed copies authenticated as the list")
     for name, (path, n_disputed) in disagree.items():
         if not n_disputed:
             raise SystemExit(f"no message of {args.index} has a List-Id with {name!r} in it")
