@@ -54,21 +54,28 @@ from pathlib import Path
 
 import numpy as np
 
-from spamd.config import Config, ModelConfig
+from spamd.config import AuthConfig, Config, ModelConfig
 from spamd.evaluation.feedback import Event, Feedback, People, Protocol
 from spamd.evaluation.trec import IndexEntry, one_minus_roca, read_index, read_mail, say_skipped
 from spamd.evaluation.variants import VARIANTS, write_variant
 from spamd.learning.outcomes import left_unlearned
+from spamd.mail.auth.outcomes import outcome_tokens
+from spamd.mail.auth.verify import Authenticator
 from spamd.mail.message import parse_message, strip_own_headers
 from spamd.mail.tokenize import EVIDENCE_FAMILIES, evidence_tokens, tokenize
 from spamd.model.bayes import Features, Label, MultinomialNB, Verdict, featurize
 from spamd.model.families import evidence_families, families_of, is_weighted, join_families, message_sources
+from spamd.people.senders import from_address
 
 # What an analyzed message keeps for every candidate: its tokens, the decoded
 # headers and text the n-gram families read, and each mail-evidence family's tokens.
 Analyzed = tuple[list[str], str, str, dict[str, list[str]]]
 # Part of the cache key: a cache written by another version of the analysis is not read.
-_ANALYSIS_VERSION = b"evidence-2"
+_ANALYSIS_VERSION = b"evidence-3"
+# Sender authentication as the analysis runs it offline (no DNS: a corpus's keys are long
+# gone; each look-up is a temporary error), trusting the Authentication-Results of these
+# authserv-ids below any number of Received headers when --trusted-authserv-ids names them.
+_AUTH = AuthConfig(dns_budget_s=0.0)
 
 
 @dataclass(frozen=True)
@@ -130,18 +137,33 @@ CANDIDATES = [
     Candidate("sender_claims+bulk_marks", {"sender_claims": True, "bulk_marks": True}),
     Candidate("sender_claims+link_targets", {"sender_claims": True, "link_targets": True}),
     Candidate("sender_claims+attachment_kinds", {"sender_claims": True, "attachment_kinds": True}),
+    # Sender authentication's outcomes as tokens (spamd/mail/auth/outcomes.py).
+    Candidate("auth_outcomes", {"auth_outcomes": True}),
 ]
 _BY_NAME = {c.name: c for c in CANDIDATES}
 _CONFIG = Config()
+
+
+_AUTHENTICATORS: dict[AuthConfig, Authenticator] = {}
+
+
+def _authenticator(config: AuthConfig) -> Authenticator:
+    """One per process and config (its resolver reads the system's configuration once)."""
+    if config not in _AUTHENTICATORS:
+        _AUTHENTICATORS[config] = Authenticator(config)
+    return _AUTHENTICATORS[config]
 
 
 def analyze(path: str) -> Analyzed | str:
     raw, why = read_mail(path)
     if raw is None:
         return why
-    msg = parse_message(strip_own_headers(raw), _CONFIG.parser)
+    stripped = strip_own_headers(raw)
+    msg = parse_message(stripped, _CONFIG.parser)
     head, text = message_sources(msg)
     evidence = {name: evidence_tokens(msg, [name]) for name in EVIDENCE_FAMILIES}
+    auth = _authenticator(_AUTH).verify(stripped, msg.headers, from_address(msg.header("from")))
+    evidence["auth_outcomes"] = outcome_tokens(auth)
     return tokenize(msg), head[:8000], text[:16000], evidence
 
 
@@ -150,8 +172,9 @@ def cached_stream(index: Path, work: Path) -> tuple[Path, int]:
 
     (The derived streams' indexes are alike word for word: only their directories differ.)
     """
+    trusted = ",".join(_AUTH.trusted_authserv_ids).encode()
     key = hashlib.blake2b(
-        _ANALYSIS_VERSION + str(index.resolve()).encode() + b"\0" + index.read_bytes(), digest_size=8
+        _ANALYSIS_VERSION + trusted + str(index.resolve()).encode() + b"\0" + index.read_bytes(), digest_size=8
     ).hexdigest()
     cache = work / f"analyzed-{key}.pickle"
     if cache.exists():
@@ -179,6 +202,8 @@ def features(config: ModelConfig, item: Analyzed, family_tables: bool) -> Featur
     """The message's features under `config`'s families: in the one table as spamd makes them, or a table per family."""
     tokens, head, text, evidence = item
     tokens = tokens + [t for name in evidence_families(config) for t in evidence[name]]
+    if config.auth_outcomes:
+        tokens = tokens + evidence["auth_outcomes"]
     families = families_of(head, text, config)
     if not family_tables or not families:
         joined, weights = join_families(tokens, families, config)
@@ -286,9 +311,20 @@ def main() -> int:
         action="store_true",
         help="only time each candidate's score and learn_one on the first stream, one process (no table of accuracy)",
     )
+    parser.add_argument(
+        "--trusted-authserv-ids",
+        default="",
+        help="comma-separated: trust these Authentication-Results however deep below the Received headers "
+        "(the corpus's original receivers, as if they were your own servers; a measurement, not a deployment)",
+    )
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write every stream's figures here")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "spamd-ablate-model")
     args = parser.parse_args()
+    if args.trusted_authserv_ids:
+        global _AUTH  # read by the analysis in the pool's forked workers
+        _AUTH = AuthConfig(
+            dns_budget_s=0.0, trusted_authserv_ids=tuple(args.trusted_authserv_ids.split(",")), trusted_hops=1000
+        )
     names = (
         list(_BY_NAME)
         if args.candidates == "all"

@@ -148,6 +148,10 @@ class ModelConfig:
     link_targets: bool = False
     attachment_kinds: bool = False
     bulk_marks: bool = False
+    # Sender authentication's outcomes as tokens (spamd/mail/auth/outcomes.py: auth:dkim:pass,
+    # auth:dmarc:fail:p=reject, auth:aligned:DOMAIN). Needs [auth] enabled; a training then
+    # verifies the message too. Off: measured in docs/accuracy.md "Authentication outcomes".
+    auth_outcomes: bool = False
     # Estimation (spamd/model/estimation.py), both off (docs/accuracy.md "Estimation and the
     # training rule"; scripts/ablate_model.py, 20 streams, geometric mean of the (1-ROCA)%
     # ratios full / errors / people). Rennie's weight normalization: each class's

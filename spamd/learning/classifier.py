@@ -11,9 +11,12 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import numpy as np
+
 from spamd.config import Config, UsersConfig
+from spamd.mail.auth.outcomes import outcome_tokens
 from spamd.mail.auth.spf import SmtpSession
-from spamd.mail.auth.verify import Authenticator, AuthResult
+from spamd.mail.auth.verify import NOTHING, Authenticator, AuthResult
 from spamd.mail.message import ParsedMessage, parse_message, strip_own_headers, stripped_message_key
 from spamd.mail.tokenize import tokenize
 from spamd.model.bayes import Features, ModelView, Score, featurize, verdict_of
@@ -68,8 +71,12 @@ class Classifier:
 
     def tokens(self, raw: bytes) -> list[str]:
         """The message's tokens, the families' ([model] char_ngrams, osb) after the tokenizer's."""
-        message = parse_message(strip_own_headers(raw), self.config.parser)
-        return with_families(tokenize(message), message, self.config.model)[0]
+        stripped = strip_own_headers(raw)
+        message = parse_message(stripped, self.config.parser)
+        tokens = with_families(tokenize(message), message, self.config.model)[0]
+        if self.config.model.auth_outcomes:
+            tokens += outcome_tokens(self.authenticate(stripped, message) if self.config.auth.enabled else NOTHING)
+        return tokens
 
     def analyze(self, raw: bytes, authenticate: bool = True, session: SmtpSession | None = None) -> Analyzed:
         return self.analyze_many([raw], authenticate, session)[0]
@@ -91,8 +98,10 @@ class Classifier:
         parsed = [parse_message(message, self.config.parser) for message in stripped]
         model = self.config.model
         token_lists = [with_families(tokenize(message), message, model) for message in parsed]
+        # [model] auth_outcomes: the outcomes are tokens, so a training verifies the message too.
+        authenticate = (authenticate or model.auth_outcomes) and self.config.auth.enabled
         return [
-            self._analyzed(message, parsed_message, featurize(tokens, model.hash_bits, weights), authenticate, session)
+            self._analyzed(message, parsed_message, tokens, weights, authenticate, session)
             for message, parsed_message, (tokens, weights) in zip(stripped, parsed, token_lists, strict=True)
         ]
 
@@ -100,14 +109,21 @@ class Classifier:
         self,
         stripped: bytes,
         message: ParsedMessage,
-        features: Features,
+        tokens: list[str],
+        weights: np.ndarray | None,
         authenticate: bool,
         session: SmtpSession | None = None,
     ) -> Analyzed:
         key, senders = stripped_message_key(stripped), sender_keys(message)
-        if not authenticate or not self.config.auth.enabled:
+        model = self.config.model
+        auth = self.authenticate(stripped, message, session) if authenticate else NOTHING
+        if model.auth_outcomes:
+            extra = outcome_tokens(auth)
+            tokens = tokens + extra
+            weights = None if weights is None else np.concatenate([weights, np.ones(len(extra))])
+        features = featurize(tokens, model.hash_bits, weights)
+        if not authenticate:
             return Analyzed(key, features, senders)
-        auth = self.authenticate(stripped, message, session)
         return Analyzed(
             key, features, senders, authenticated_senders(message, senders, auth), auth.dmarc_rejects(), auth.header()
         )

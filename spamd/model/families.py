@@ -51,6 +51,8 @@ def count_settings(config: ModelConfig) -> dict[str, object]:
     evidence = evidence_families(config)
     if evidence:
         settings["evidence"] = ",".join(evidence)  # a string: the same through JSON and msgpack
+    if config.auth_outcomes:  # likewise only when on
+        settings["auth_outcomes"] = True
     return settings
 
 

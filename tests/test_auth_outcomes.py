@@ -1,0 +1,66 @@
+"""[model] auth_outcomes: sender authentication's outcomes as tokens, the same when a message is scored and trained.
+
+Signed mail is made with the session's test keys (tests/auth_helpers.py) and verified
+against our DNS server on loopback.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from spamd.config import AuthConfig, Config, ModelConfig
+from spamd.learning.classifier import Classifier
+from spamd.mail.auth.dkim import SignatureResult
+from spamd.mail.auth.dmarc import DmarcResult
+from spamd.mail.auth.outcomes import outcome_tokens
+from spamd.mail.auth.verify import NOTHING, AuthResult
+from spamd.model.families import count_settings
+from tests.auth_helpers import SigningKeys, mail
+from tests.dns_helpers import ZoneServer
+
+
+def classifier(zone: ZoneServer, auth_outcomes: bool = True) -> Classifier:
+    config = Config(model=ModelConfig(auth_outcomes=auth_outcomes), auth=AuthConfig(nameservers=(zone.address,)))
+    return Classifier(config, None)  # type: ignore[arg-type]  # analysis needs no model, as in the helper processes
+
+
+def test_outcomes_name_what_was_verified() -> None:
+    assert outcome_tokens(NOTHING) == ["auth:dkim:none"]
+    signed = AuthResult(
+        "mail.shop.example",
+        (SignatureResult("shop.example", "s", "pass"), SignatureResult("other.example", "s", "fail")),
+        ("shop.example", "softfail"),
+        DmarcResult("mail.shop.example", "pass", "reject", "dkim:shop.example"),
+        "pass",
+    )
+    assert outcome_tokens(signed) == [
+        "auth:dkim:pass", "auth:dkim:fail", "auth:spf:softfail", "auth:dmarc:pass", "auth:arc:pass",
+        "auth:aligned:shop.example",
+    ]  # fmt: skip
+    rejected = AuthResult("shop.example", (SignatureResult("other.example", "s", "pass"),), None,
+                          DmarcResult("shop.example", "fail", "reject"))  # fmt: skip
+    assert outcome_tokens(rejected) == ["auth:dkim:pass", "auth:dmarc:fail", "auth:dmarc:fail:p=reject"]
+
+
+def test_signed_mail_gets_its_outcomes_scored_and_trained_alike(auth_zone: ZoneServer, test_keys: SigningKeys) -> None:
+    on = classifier(auth_zone)
+    signed = test_keys.shop.sign(mail())
+    tokens = on.tokens(signed)
+    assert {"auth:dkim:pass", "auth:dmarc:pass", "auth:aligned:shop.example"} <= set(tokens), tokens
+    # A training (no authentication asked for) verifies too: the same features as the score's.
+    scored, trained = on.analyze(signed), on.analyze(signed, authenticate=False)
+    assert np.array_equal(scored.features.ids, trained.features.ids)
+    assert np.array_equal(scored.features.counts, trained.features.counts)
+    # Another domain's valid signature on the shop's From: a DMARC failure under the shop's p=reject.
+    forged = on.tokens(test_keys.other.sign(mail()))
+    assert "auth:dmarc:fail:p=reject" in forged and not any(t.startswith("auth:aligned:") for t in forged), forged
+    assert "auth:dkim:none" in on.tokens(mail())
+    # Off (the default): no auth: token, features as before.
+    off = classifier(auth_zone, auth_outcomes=False)
+    assert not any(t.startswith("auth:") for t in off.tokens(signed))
+    assert len(off.analyze(signed).features.ids) < len(scored.features.ids)
+
+
+def test_a_model_with_auth_outcomes_records_it_in_its_count_settings() -> None:
+    assert "auth_outcomes" not in count_settings(ModelConfig())
+    assert count_settings(ModelConfig(auth_outcomes=True))["auth_outcomes"] is True
