@@ -181,6 +181,8 @@ def attack(corpus: Path, prefix: int, count: int) -> list[tuple[float, bool, dic
             later = [e for e in entries[prefix:] if e.label == Label.SPAM]
             rescued, position = 0, 0
             while rescued < 3:  # three offers filed in Junk, moved out by her
+                if position == len(later):
+                    raise SystemExit(f"{corpus}: fewer than 3 spam messages after --prefix {prefix} filed in Junk")
                 raw = read_mail(later[position].path)[0]
                 position += 1
                 if raw is None:

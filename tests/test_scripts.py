@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from spamd.evaluation.trec import read_index
+from tests.core_helpers import TREC_INDEX, requires_corpus
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted((REPO / "scripts").glob("*.py"))
@@ -336,3 +337,52 @@ def test_ablate_models_mail_evidence_row_is_spamctl_evals_figure(tmp_path: Path)
     assert evaluated.returncode == 0, evaluated.stderr
     report = json.loads(evaluated.stdout.strip().splitlines()[-1])
     assert cells[3] == f"{report['one_minus_roca_pct']:.4f}", row
+
+
+def test_multi_user_stream_signs_each_disputed_list_by_its_own_domain_and_serves_the_key(
+    index_with_junk: Path, tmp_path: Path
+) -> None:
+    data = index_with_junk.parent / "data"
+    lines = index_with_junk.read_text().splitlines()
+    for i in range(6):
+        body = " ".join(HAM_WORDS[(i + k) % len(HAM_WORDS)] for k in range(30))
+        (data / f"list{i}").write_text(
+            f"From: member{i}@members.example\nTo: list@lists.example\nList-Id: Talk <kernel-dev.lists.example>\n"
+            f"Subject: thread {i}\nMessage-ID: <list{i}@x>\n\n{body}\n"
+        )
+        lines.insert(2 * i + 1, f"ham data/list{i}")
+    index_with_junk.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    run = run_script(
+        "multi_user_stream.py", str(index_with_junk), "--out", str(out), "--disputed", "kernel-dev",
+        "--sign", "--disagree-only", "--cost-messages", "0", cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    # Signed by lists.example (the List-Id's organizational domain, not the --disputed text), and
+    # every copy verifies through spamd's own checks against the script's loopback DNS server.
+    assert "by ['lists.example']" in run.stdout, run.stdout
+    assert "kernel-dev: 6 of 6 signed copies authenticated as the list" in run.stdout, run.stdout
+    disagree = [line.split() for line in (out / "disagree-kernel-dev.index").read_text().splitlines()]
+    signed = [Path(path) for _, path, _ in disagree if "/signed/" in path]
+    assert len(signed) == 6 and all(b"d=lists.example" in p.read_bytes() for p in signed)
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["disagree kernel-dev/user layer"]["disputed"]) == {"alice", "bob"}, summary
+
+
+@pytest.mark.corpus
+@requires_corpus
+def test_claimed_push_scores_forgeries_from_a_rescued_sender_under_each_bound(tmp_path: Path) -> None:
+    """On the corpus: a model of a few messages is too thin for three rescues of spam-like mail to leave
+    the next offers in Junk (each rescue teaches spam words as ham)."""
+    run = run_script(
+        "claimed_push.py", "--corpus", str(TREC_INDEX), "--prefix", "300", "--forged", "10",
+        "--jobs", "1", "--out", str(tmp_path / "out"), cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert "forged-sender attack: 10 forgeries" in run.stdout, run.stdout
+    lines = {line.split(":")[0].strip(): line for line in run.stdout.splitlines() if "filed out of Junk" in line}
+    assert set(lines) == {f"bound {bound:4}".strip() for bound in ("0", "0.3", "0.6", "1.0", "full")}, run.stdout
+    # No push lets nothing through that content files as spam; the full rule lets everything through.
+    assert lines["bound 0"].split(": ")[1].startswith("0 of "), lines
+    through, of = lines["bound full"].split(": ")[1].split(" filed")[0].split(" of ")
+    assert through == of, lines
