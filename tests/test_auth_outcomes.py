@@ -6,10 +6,13 @@ against our DNS server on loopback.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from spamd.config import AuthConfig, Config, ModelConfig
-from spamd.learning.classifier import Classifier
+from spamd.evaluation.trec import analyze_in_workers, read_batches, read_index
+from spamd.learning.classifier import Analyzed, Classifier
 from spamd.mail.auth.dkim import SignatureResult
 from spamd.mail.auth.dmarc import DmarcResult
 from spamd.mail.auth.outcomes import outcome_tokens
@@ -64,3 +67,35 @@ def test_signed_mail_gets_its_outcomes_scored_and_trained_alike(auth_zone: ZoneS
 def test_a_model_with_auth_outcomes_records_it_in_its_count_settings() -> None:
     assert "auth_outcomes" not in count_settings(ModelConfig())
     assert count_settings(ModelConfig(auth_outcomes=True))["auth_outcomes"] is True
+
+
+def test_spamctl_eval_workers_carry_each_message_authentication(
+    tmp_path: Path, auth_zone: ZoneServer, test_keys: SigningKeys
+) -> None:
+    """Analysis in worker processes hands back who sent each message, as analysis in this process does."""
+    messages = {
+        "signed": test_keys.shop.sign(mail(subject="signed")),
+        "unsigned": mail(subject="unsigned"),
+        "forged": test_keys.other.sign(mail(subject="forged")),
+    }
+    for name, raw in messages.items():
+        (tmp_path / name).write_bytes(raw)
+    index = tmp_path / "index"
+    index.write_text("".join(f"ham {name}\n" for name in messages))
+    config = Config(auth=AuthConfig(nameservers=(auth_zone.address,)))
+    entries = read_index(index)
+    in_workers = [a for batch in analyze_in_workers(config, entries, 2) for _, a, _ in batch if isinstance(a, Analyzed)]
+    here = [
+        a
+        for batch in read_batches(entries, classifier(auth_zone).analyze_many)
+        for _, a, _ in batch
+        if isinstance(a, Analyzed)
+    ]
+    assert [(a.authenticated, a.dmarc_reject, a.auth_report) for a in in_workers] == [
+        (a.authenticated, a.dmarc_reject, a.auth_report) for a in here
+    ]
+    assert len(in_workers) == len(here) == 3
+    signed, unsigned, forged = in_workers
+    assert signed.authenticated == 1 and "dkim=pass" in signed.auth_report
+    assert unsigned.authenticated == 0
+    assert forged.authenticated == 0 and forged.dmarc_reject
