@@ -6,7 +6,8 @@ the message is authenticated as that sender; otherwise its score moves at most C
 towards ham (spamd/people/senders.py). Per bound (0, 0.3, 0.6, 1.0, and "full": the rule as
 for an authenticated sender, push 0.6 and at least to -0.45), in this process:
 
-(a) the disputed lists unsigned, as the corpora hold them: scripts/multi_user_stream.py's
+(a) the disputed lists unsigned, as the corpora hold them (with --sign: signed as
+    scripts/multi_user_stream.py --sign signs them, the bound then moot): scripts/multi_user_stream.py's
     disagree streams (alice moves the list's copies into Junk, bob keeps his), through the
     same `spamctl eval` path (spamd.evaluation.trec.evaluate_index, each corpus analyzed
     once), and each user's share of the list filed their way after 5 corrections;
@@ -41,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import multi_user_stream  # type: ignore[import-not-found]  # noqa: E402  scripts/ on sys.path above: the disagree streams
 
-from spamd.config import Config, UsersConfig  # noqa: E402
+from spamd.config import AuthConfig, Config, UsersConfig  # noqa: E402
 from spamd.evaluation.feedback import PERSON, Protocol  # noqa: E402
 from spamd.evaluation.trec import Batch, IndexEntry, analyze_in_workers, evaluate_index, read_index  # noqa: E402
 from spamd.model.bayes import Label, Verdict  # noqa: E402
@@ -87,9 +88,9 @@ def protocol(config: Config, feedback: str) -> Protocol:
     )
 
 
-def analyze_corpus(config: Config, index: Path, jobs: int) -> dict[str, tuple[object, str]]:
-    """Each message of `index` analyzed once (path -> (Analyzed or None, why skipped))."""
-    entries = read_index(index)
+def analyze_corpus(config: Config, indexes: list[Path], jobs: int) -> dict[str, tuple[object, str]]:
+    """Each message of the `indexes` analyzed once (path -> (Analyzed or None, why skipped))."""
+    entries = list({str(e.path): e for index in indexes for e in read_index(index)}.values())
     found: dict[str, tuple[object, str]] = {}
     for batch in analyze_in_workers(config, entries, jobs):
         for entry, analyzed, reason in batch:
@@ -106,12 +107,16 @@ def replay(cache: dict[str, tuple[object, str]]):
 
 
 def disputed_figures(
-    corpus: Path, disputed: list[str], feedbacks: list[str], out: Path, jobs: int
+    corpus: Path, disputed: list[str], feedbacks: list[str], out: Path, jobs: int, sign: bool = False
 ) -> dict[tuple[str, str, str], dict[str, tuple[float, int, int]]]:
     """(list, feedback, bound) -> per user (share filed their way after 5 corrections, corrections, copies)."""
     config = eval_config()
-    _, disagree = multi_user_stream.build_indexes(corpus, out, disputed, seed=1)
-    cache = analyze_corpus(config, out / "agree.index", jobs)
+    signer = multi_user_stream.ListSigner(out) if sign else None
+    _, disagree = multi_user_stream.build_indexes(corpus, out, disputed, 1, signer)
+    if signer is not None:  # the lists' copies verified against our loopback DNS server, as with --dns
+        signer.zone.start()
+        config = dataclasses.replace(config, auth=AuthConfig(nameservers=(signer.zone.address,)))
+    cache = analyze_corpus(config, [out / "agree.index", *(index for index, _ in disagree.values())], jobs)
     figures = {}
     for name, (index, _) in disagree.items():
         for feedback in feedbacks:
@@ -124,10 +129,12 @@ def disputed_figures(
                 figures[(name, feedback, value)] = multi_user_stream.filed_their_way(index, verdicts, name)
                 shares = figures[(name, feedback, value)]
                 print(
-                    f"{name:28} {feedback:6} bound {value:4}: "
+                    f"{name:28} {feedback:6} {'signed' if sign else 'unsigned'} bound {value:4}: "
                     + ", ".join(f"{u} {100 * s:.1f}% ({w} wrong of {n})" for u, (s, w, n) in shares.items()),
                     flush=True,
                 )
+    if signer is not None:
+        signer.zone.stop()
     return figures
 
 
@@ -216,6 +223,11 @@ def main() -> int:
     parser.add_argument("--prefix", type=int, default=4000, help="(b): messages before the rescues")
     parser.add_argument("--forged", type=int, default=300, help="(b): forgeries scored (0: no (b))")
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument(
+        "--sign",
+        action="store_true",
+        help="(a) with the lists DKIM-signed (multi_user_stream.py --sign's keys and server)",
+    )
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "claimed-push")
     args = parser.parse_args()
     for corpus in args.corpus:
@@ -223,7 +235,8 @@ def main() -> int:
         lists = [name for name in args.disputed if any(multi_user_stream.disputed_path(str(e.path), name)
                                                        for e in read_index(corpus))]  # fmt: skip
         if lists:
-            disputed_figures(corpus, lists, args.feedback or ["errors"], args.out / corpus.parent.name, args.jobs)
+            where = args.out / (corpus.parent.name + ("-signed" if args.sign else ""))
+            disputed_figures(corpus, lists, args.feedback or ["errors"], where, args.jobs, args.sign)
         if args.forged:
             scores = attack(corpus, args.prefix, args.forged)
             spam_alone = [(alone, b) for alone, is_spam, b in scores if is_spam]
