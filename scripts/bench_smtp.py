@@ -26,10 +26,11 @@ to 0.9 ms of kernel CPU per delivery and ran 20-30% slower.
 With --auth, every replayed message is DKIM-signed by a test key made on the spot
 (d=bench.example), published with a DMARC record by a DNS server of our own on
 loopback (spamd.evaluation.loopback_dns), which the daemon asks alone ([auth]
-nameservers): "on" verifies each message (its key, and DMARC for its From domain,
-answered from the resolver's cache after the first look-up in each process); "off" is
-`[auth] enabled = false` on the same signed mail; "silent" points [auth] at a loopback
-port that never answers, so each message waits out its DNS budget.
+nameservers, a process of its own): "on" verifies each message (its key, and DMARC
+for its From domain: a look-up per new domain, then the resolver's cache); "warm" the
+same after an untimed pass of the same mail, so every answer comes from the cache; "off"
+is `[auth] enabled = false` on the same signed mail; "silent" points [auth] at a
+loopback port that never answers, so each message waits out its DNS budget.
 """
 
 from __future__ import annotations
@@ -170,14 +171,13 @@ class SignedMail:
         sys.path.insert(0, str(ROOT))
         import socket
 
-        from spamd.evaluation.loopback_dns import ZoneServer
+        from spamd.evaluation.loopback_dns import serve_in_process
         from spamd.evaluation.signing_keys import rsa_key
 
         self.key = rsa_key(work, "bench.example", "bench")
-        self.zone = ZoneServer(ttl=3600)
-        self.zone.txt("bench._domainkey.bench.example", self.key.dns_value)
-        self.zone.txt("_dmarc.bench.example", "v=DMARC1; p=none")
-        self.zone.start()
+        records = {"bench._domainkey.bench.example": [self.key.dns_value], "_dmarc.bench.example": ["v=DMARC1; p=none"]}
+        # In a process of its own, as a local resolver is; every other name is NXDOMAIN, kept an hour.
+        self.zone, self.address = serve_in_process(records, ttl=3600, negative_ttl=3600)
         self.silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # takes queries, never answers
         self.silent.bind(("127.0.0.1", 0))
 
@@ -192,11 +192,11 @@ class SignedMail:
             return ""
         if auth == "off":
             return "[auth]\nenabled = false\n"
-        address = self.zone.address if auth == "on" else f"127.0.0.1:{self.silent.getsockname()[1]}"
+        address = f"127.0.0.1:{self.silent.getsockname()[1]}" if auth == "silent" else self.address
         return f'[auth]\nnameservers = ["{address}"]\n'
 
     def close(self) -> None:
-        self.zone.stop()
+        self.zone.terminate()  # type: ignore[attr-defined]
         self.silent.close()
 
 
@@ -242,7 +242,7 @@ def main() -> int:
              "[redis] replicas_acked this; given twice, the runs alternate between them",
     )  # fmt: skip
     parser.add_argument(
-        "--auth", choices=["off", "on", "silent"], action="append",
+        "--auth", choices=["off", "on", "warm", "silent"], action="append",
         help="the replay DKIM-signed by a test key, [auth] off, on (a loopback DNS server publishing the key) or "
              "asking a DNS server that never answers; given twice or more, the runs alternate between them",
     )  # fmt: skip
@@ -282,14 +282,20 @@ def main() -> int:
                 cost = wait_for_resting_file_system(work_root, args.settle, args.resting_us)
                 print(f"file creation {cost:.0f} us before the round")
                 work = Path(tempfile.mkdtemp(dir=work_root))
-                queries = signed.zone.queries if signed is not None else 0
                 with replicated_redis(work, acked) as redis_section:
                     auth_section = signed.section(auth) if signed is not None else ""
                     rate, p99, ok = run_once(
-                        args, rows, replay, processes, tree, work, web == "on", users, redis_section + auth_section
+                        args,
+                        rows,
+                        replay,
+                        processes,
+                        tree,
+                        work,
+                        web == "on",
+                        users,
+                        redis_section + auth_section,
+                        warm=auth == "warm",
                     )
-                if signed is not None:
-                    print(f"auth {auth}: the loopback DNS server answered {signed.zone.queries - queries} queries")
                 results[tree, processes, web, users, acked, auth].append((rate, p99))
                 failed |= not ok
     finally:
@@ -321,6 +327,7 @@ def run_once(
     web: bool = False,
     users: int = 0,
     redis_section: str = "",
+    warm: bool = False,
 ) -> tuple[float, float, bool]:
     """One fresh spamd, pretrained, replayed to by the clients: (msgs/s, p99 latency in ms, every message delivered)."""
     config_file = work / "spamd.toml"
@@ -349,6 +356,12 @@ def run_once(
     proc, port = start_daemon(data_dir, config_file, work / "spamd.log", args.profile, tree)
     try:
         shares = [replay[i :: args.clients] for i in range(args.clients)]
+        if warm:  # the same mail once, untimed: the daemon's DNS cache then holds every answer
+            warmers = [threading.Thread(target=client, args=(port, share, [], [], recipients)) for share in shares]
+            for thread in warmers:
+                thread.start()
+            for thread in warmers:
+                thread.join()
         latencies: list[float] = []
         errors: list[str] = []
         threads = [
@@ -387,7 +400,7 @@ def run_once(
     for error in errors[:5]:
         print("  error:", error)
     p99 = percentile(latencies, 0.99) if latencies else 0.0
-    return rate, p99, not errors and delivered == len(replay) and code == 0
+    return rate, p99, not errors and delivered == len(replay) * (2 if warm else 1) and code == 0
 
 
 if __name__ == "__main__":

@@ -37,8 +37,9 @@ def txt_strings(value: str) -> str:
 class ZoneServer:
     """Answers TXT (and any type it holds) for the names in `records`; NXDOMAIN with a SOA for the rest."""
 
-    def __init__(self, ttl: int = 300):
+    def __init__(self, ttl: int = 300, negative_ttl: int = 60):
         self.ttl = ttl
+        self.negative_ttl = negative_ttl  # the SOA's TTL and minimum in a negative answer (RFC 2308)
         self.records: dict[tuple[str, int], list[str]] = {}
         self.servfail: set[str] = set()
         self.silent: set[str] = set()  # domains whose names (and their subdomains') get no answer at all
@@ -86,7 +87,8 @@ class ZoneServer:
             exists = any(key[0] == name for key in self.records)
             if not exists:
                 response.set_rcode(dns.rcode.NXDOMAIN)
-            response.authority.append(dns.rrset.from_text("test.", 60, "IN", "SOA", SOA))
+            soa = SOA if self.negative_ttl == 60 else SOA.rsplit(" ", 1)[0] + f" {self.negative_ttl}"
+            response.authority.append(dns.rrset.from_text("test.", self.negative_ttl, "IN", "SOA", soa))
         return response.to_wire()
 
     def start(self) -> None:
@@ -135,3 +137,29 @@ class ZoneServer:
         for each in self._servers:
             each.shutdown()
             each.server_close()
+
+
+def serve_in_process(records: dict[str, list[str]], ttl: int = 300, negative_ttl: int = 60) -> tuple[object, str]:
+    """A ZoneServer of TXT `records` in a process of its own (its threads then take no GIL from the caller's,
+    as a local resolver would not): (the process, its address). Stop it with `.terminate()`."""
+    import multiprocessing
+
+    parent, child = multiprocessing.Pipe()
+    process = multiprocessing.get_context("fork").Process(
+        target=_serve, args=(records, ttl, negative_ttl, child), daemon=True
+    )
+    process.start()
+    if not parent.poll(30):
+        process.terminate()
+        raise RuntimeError("the loopback DNS server did not start within 30 s")
+    return process, parent.recv()
+
+
+def _serve(records: dict[str, list[str]], ttl: int, negative_ttl: int, reply: object) -> None:
+    server = ZoneServer(ttl, negative_ttl)
+    for name, values in records.items():
+        for value in values:
+            server.txt(name, value)
+    server.start()
+    reply.send(server.address)  # type: ignore[attr-defined]
+    threading.Event().wait()
