@@ -155,8 +155,8 @@ def forged(raw: bytes, sender: bytes = FORGED_FROM) -> bytes:
     return newline.join([b"From: " + sender, *lines]) + (sep or newline + newline) + body
 
 
-def attack(corpus: Path, prefix: int, count: int) -> list[tuple[float, bool, dict[str, bool]]]:
-    """Each forgery's content-alone log-odds and spam verdict, and whether it is filed in Junk for the user per bound."""
+def attack(corpus: Path, prefix: int, count: int) -> list[tuple[float, bool, dict[str, Verdict]]]:
+    """Each forgery's content-alone log-odds and spam verdict, and its verdict for the user per bound."""
     from spamd.engine.engine import Engine
     from spamd.evaluation.trec import read_mail
 
@@ -208,7 +208,7 @@ def attack(corpus: Path, prefix: int, count: int) -> list[tuple[float, bool, dic
                 per_bound = {}
                 for value in BOUNDS:
                     with bound(value):
-                        per_bound[value] = engine.classify_analyzed(analyzed, user).score.verdict == Verdict.SPAM
+                        per_bound[value] = engine.classify_analyzed(analyzed, user).score.verdict
                 scores.append((alone.log_odds, alone.verdict == Verdict.SPAM, per_bound))
         finally:
             engine.close()
@@ -242,11 +242,12 @@ def main() -> int:
             spam_alone = [(alone, b) for alone, is_spam, b in scores if is_spam]
             print(f"forged-sender attack: {len(scores)} forgeries, {len(spam_alone)} spam by content alone")
             for value in BOUNDS:
-                through = [alone for alone, b in spam_alone if not b[value]]
+                through = [alone for alone, b in spam_alone if b[value] != Verdict.SPAM]
+                ham = sum(1 for _, b in spam_alone if b[value] == Verdict.HAM)
                 worst = f", content alone up to {max(through) - SPAM_CUT:.2f} above the cut" if through else ""
                 print(
                     f"  bound {value:4}: {len(through)} of {len(spam_alone)} filed out of Junk"
-                    f" ({100 * len(through) / max(len(spam_alone), 1):.1f}%){worst}"
+                    f" ({100 * len(through) / max(len(spam_alone), 1):.1f}%: {ham} ham, {len(through) - ham} Unsure){worst}"
                 )
             margins = sorted(alone - SPAM_CUT for alone, _ in spam_alone)
             if margins:

@@ -384,5 +384,7 @@ def test_claimed_push_scores_forgeries_from_a_rescued_sender_under_each_bound(tm
     assert set(lines) == {f"bound {bound:4}".strip() for bound in ("0", "0.3", "0.6", "1.0", "full")}, run.stdout
     # No push lets nothing through that content files as spam; the full rule lets everything through.
     assert lines["bound 0"].split(": ")[1].startswith("0 of "), lines
+    # Within the spam cut's distance to the ham cut (0.63), a push makes spam by content Unsure at most.
+    assert all(" 0 ham," in lines[f"bound {b}"] for b in ("0.3", "0.6")), lines
     through, of = lines["bound full"].split(": ")[1].split(" filed")[0].split(" of ")
     assert through == of, lines
