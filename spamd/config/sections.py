@@ -154,6 +154,7 @@ class ModelConfig:
     # geometric mean of the (1-ROCA)% ratios full / errors / people): 20 development streams
     # 0.991 / 1.007 / 0.999 (worst 1.22 under errors, 1.35 under people); modern-dev's 10
     # 0.986 / 0.939 / 0.897, where it tells signed from unsigned mail (no key there verifies).
+    # Measured with sender_claims off, before it became the default.
     auth_outcomes: bool = False
     # Estimation (spamd/model/estimation.py), both off (docs/accuracy.md "Estimation and the
     # training rule"; scripts/ablate_model.py, 20 streams, geometric mean of the (1-ROCA)%
