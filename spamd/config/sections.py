@@ -97,6 +97,11 @@ class ModelConfig:
     # 0.19%, 150 ham words appended 5.2x -> 8.4x the unchanged stream's (1-ROCA)%; 75: unchanged
     # 0.0457 (docs/accuracy.md). The ham words are decisive too.
     decisive_tokens: int = 0
+    # A run of word salad (40+ lower-case words with nothing but spaces between them,
+    # spamd.mail.hidden.split_word_salad: a visible block of good words appended to spam, or a
+    # person's unpunctuated note) counts as at most this many tokens in the score: its
+    # distinct words share that weight, and are learned as any words. 0: they weigh 1 each.
+    salad_tokens: float = 0.0
     # Verdict from the spam probability: below ham_threshold is ham, at or above
     # spam_threshold is spam, between is unsure (delivered to INBOX, marked Unsure).
     # People sort Unsure mail, and it is nearly all a filter trained on their corrections

@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import numpy as np
+
 from spamd.config import Config, UsersConfig
 from spamd.mail.auth.spf import SmtpSession
 from spamd.mail.auth.verify import Authenticator, AuthResult
@@ -68,8 +70,12 @@ class Classifier:
 
     def tokens(self, raw: bytes) -> list[str]:
         """The message's tokens, the families' ([model] char_ngrams, osb) after the tokenizer's."""
+        return self.weighed_tokens(raw)[0]
+
+    def weighed_tokens(self, raw: bytes) -> tuple[list[str], np.ndarray | None]:
+        """`tokens` and their weights in the score (None: 1 each), as `analyze` makes its features of them."""
         message = parse_message(strip_own_headers(raw), self.config.parser)
-        return with_families(tokenize(message), message, self.config.model)[0]
+        return with_families(tokenize(message), message, self.config.model)
 
     def analyze(self, raw: bytes, authenticate: bool = True, session: SmtpSession | None = None) -> Analyzed:
         return self.analyze_many([raw], authenticate, session)[0]
