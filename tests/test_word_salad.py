@@ -115,7 +115,7 @@ def test_a_visible_block_of_ham_words_appended_to_spam_keeps_it_spam() -> None:
     attacked = spam(1000, random.Random(2), f"\n{block}\n")
     capped, uncapped = trained(CAP), trained(0.0)
     assert verdict(capped, spam(1000, random.Random(2))) == Verdict.SPAM
-    assert verdict(uncapped, attacked) == Verdict.HAM  # the attack, where every word counts
+    assert verdict(uncapped, attacked) != Verdict.SPAM  # the attack works where every word counts
     assert verdict(capped, attacked) == Verdict.SPAM
 
 
@@ -154,10 +154,10 @@ def test_the_salad_words_share_the_cap_and_the_rest_weigh_one() -> None:
     joined, joined_weights = with_families(tokens, message, config)
     features = featurize(joined, config.hash_bits, joined_weights)
     assert features.weights is not None
-    assert np.isclose(features.weights.sum(), len(set(tokens[:-100])) + 10.0)
+    assert np.isclose(features.weights.sum(), len(set(joined) - set(block.split())) + 10.0)  # evidence families too
     assert salad_weights(tokens, 100, dataclasses.replace(config, salad_tokens=0.0)) is None  # 0: every word weighs 1
     assert salad_weights(tokens, 100, dataclasses.replace(config, salad_tokens=100.0)) is None  # under the cap
-    assert with_families(tokens, message, ModelConfig(salad_tokens=0.0)) == (tokens, None)
+    assert with_families(tokens, message, dataclasses.replace(config, salad_tokens=0.0))[1] is None
 
 
 def test_a_run_of_salad_starts_and_ends_between_words() -> None:
