@@ -62,16 +62,24 @@ from spamd.learning.outcomes import left_unlearned
 from spamd.mail.auth.outcomes import outcome_tokens
 from spamd.mail.auth.verify import Authenticator
 from spamd.mail.message import parse_message, strip_own_headers
-from spamd.mail.tokenize import EVIDENCE_FAMILIES, evidence_tokens, tokenize
+from spamd.mail.tokenize import EVIDENCE_FAMILIES, evidence_tokens, salad_tokens, tokenize
 from spamd.model.bayes import Features, Label, MultinomialNB, Verdict, featurize
-from spamd.model.families import evidence_families, families_of, is_weighted, join_families, message_sources
+from spamd.model.families import (
+    evidence_families,
+    families_of,
+    is_weighted,
+    join_families,
+    message_sources,
+    salad_weights,
+)
 from spamd.people.senders import from_address
 
 # What an analyzed message keeps for every candidate: its tokens, the decoded
-# headers and text the n-gram families read, and each mail-evidence family's tokens.
-Analyzed = tuple[list[str], str, str, dict[str, list[str]]]
+# headers and text the n-gram families read, each mail-evidence family's tokens, and how many
+# of its tokens (the last) are word salad's ([model] salad_tokens).
+Analyzed = tuple[list[str], str, str, dict[str, list[str]], int]
 # Part of the cache key: a cache written by another version of the analysis is not read.
-_ANALYSIS_VERSION = b"evidence-3"
+_ANALYSIS_VERSION = b"evidence-3+salad-2"
 # Sender authentication as the analysis runs it offline (no DNS: a corpus's keys are long
 # gone; each look-up is a temporary error), trusting the Authentication-Results of these
 # authserv-ids below any number of Received headers when --trusted-authserv-ids names them.
@@ -123,6 +131,14 @@ CANDIDATES = [
     Candidate("decisive30", {"decisive_tokens": 30}),
     Candidate("decisive75", {"decisive_tokens": 75}),
     Candidate("decisive150", {"decisive_tokens": 150}),
+    # A run of word salad weighing at most this many tokens ([model] salad_tokens; docs/accuracy.md "First contact").
+    Candidate("salad0", {"salad_tokens": 0.0}),
+    Candidate("salad2", {"salad_tokens": 2.0}),
+    Candidate("salad3", {"salad_tokens": 3.0}),
+    Candidate("salad5", {"salad_tokens": 5.0}),
+    Candidate("salad10", {"salad_tokens": 10.0}),
+    Candidate("salad20", {"salad_tokens": 20.0}),
+    Candidate("salad40", {"salad_tokens": 40.0}),
     # The mail-evidence families (spamd/mail/senders_claimed.py, links.py, attachments.py, bulk.py).
     # sender_claims is on by default: "sender_claims" and its pairs were measured when it
     # was not (they now equal the defaults and the other family); no-sender_claims is without.
@@ -164,7 +180,7 @@ def analyze(path: str) -> Analyzed | str:
     evidence = {name: evidence_tokens(msg, [name]) for name in EVIDENCE_FAMILIES}
     auth = _authenticator(_AUTH).verify(stripped, msg.headers, from_address(msg.header("from")))
     evidence["auth_outcomes"] = outcome_tokens(auth)
-    return tokenize(msg), head[:8000], text[:16000], evidence
+    return tokenize(msg), head[:8000], text[:16000], evidence, len(salad_tokens(msg))
 
 
 def cached_stream(index: Path, work: Path) -> tuple[Path, int]:
@@ -200,13 +216,17 @@ def stream_name(index: Path) -> str:
 
 def features(config: ModelConfig, item: Analyzed, family_tables: bool) -> Features:
     """The message's features under `config`'s families: in the one table as spamd makes them, or a table per family."""
-    tokens, head, text, evidence = item
-    tokens = tokens + [t for name in evidence_families(config) for t in evidence[name]]
+    tokens, head, text, evidence, salad = item
+    capped = salad_weights(tokens, salad, config)
+    claims = [t for name in evidence_families(config) for t in evidence[name]]
     if config.auth_outcomes:
-        tokens = tokens + evidence["auth_outcomes"]
+        claims = claims + evidence["auth_outcomes"]
+    tokens = tokens + claims
+    if capped is not None and claims:
+        capped = np.concatenate([capped, np.ones(len(claims))])
     families = families_of(head, text, config)
     if not family_tables or not families:
-        joined, weights = join_families(tokens, families, config)
+        joined, weights = join_families(tokens, families, config, capped)
         return featurize(joined, config.hash_bits, weights)
     parts = [featurize(tokens, config.hash_bits), *(featurize(found, config.hash_bits) for found, _ in families)]
     family_weights = [1.0, *(weight for _, weight in families)]
@@ -221,14 +241,15 @@ def features(config: ModelConfig, item: Analyzed, family_tables: bool) -> Featur
 
 def run(
     candidate: Candidate, stream: list[tuple[bool, Analyzed]], protocol: str, family_tables: bool = False
-) -> tuple[float, int, float]:
-    """One online run under `protocol` (spamd.evaluation.feedback's full, errors or people, seed 1): (1-ROCA)%, trained, Unsure%."""
+) -> tuple[float, int, float, float]:
+    """One online run under `protocol` (spamd.evaluation.feedback's full, errors or people, seed 1): (1-ROCA)%, trained,
+    Unsure % of all mail, Unsure % of the ham."""
     config = ModelConfig(**candidate.model)  # type: ignore[arg-type]
     tables = 1 + config.osb + bool(config.char_ngrams) if family_tables else 1
     # A table per family, side by side: 2 more bits of buckets hold up to four.
     model = MultinomialNB(replace(config, hash_bits=config.hash_bits + 2) if tables > 1 else config)
     scores, labels = np.empty(len(stream)), np.empty(len(stream), bool)
-    trained = unsure = 0
+    trained = unsure = ham_unsure = 0
     feedback = Feedback(feedback_protocol(protocol))
     waiting: dict[int, Features] = {}
 
@@ -251,12 +272,14 @@ def run(
         score = model.score(message)
         scores[number], labels[number] = score.log_odds, is_spam
         unsure += score.verdict is Verdict.UNSURE
+        ham_unsure += score.verdict is Verdict.UNSURE and not is_spam
         waiting[number] = message
         for event in feedback.observe(number, Label(int(is_spam)), score.verdict, score.log_odds):
             learn(event)
         if not feedback.waits_for(number):
             waiting.pop(number, None)
-    return one_minus_roca(scores, labels), trained, 100.0 * unsure / max(1, len(stream))
+    hams = max(1, len(stream) - int(labels.sum()))
+    return one_minus_roca(scores, labels), trained, 100.0 * unsure / max(1, len(stream)), 100.0 * ham_unsure / hams
 
 
 def feedback_protocol(name: str) -> Protocol:
@@ -282,7 +305,7 @@ def model_time(candidate: Candidate, stream: list[tuple[bool, Analyzed]], rounds
     return best
 
 
-def _job(task: tuple[Candidate, str, Path, str, bool]) -> tuple[str, str, str, float, int, float]:
+def _job(task: tuple[Candidate, str, Path, str, bool]) -> tuple[str, str, str, float, int, float, float]:
     candidate, protocol, cache, name, family_tables = task
     return (candidate.name, protocol, name, *run(candidate, pickle.loads(cache.read_bytes()), protocol, family_tables))
 
@@ -367,14 +390,14 @@ def main() -> int:
         (_BY_NAME[n], p, cache, name, args.family_tables)
         for n in names for p in protocols for name, cache in caches
     ]  # fmt: skip
-    results: dict[tuple[str, str, str], tuple[float, int, float]] = {}
+    results: dict[tuple[str, str, str], tuple[float, int, float, float]] = {}
     with Pool(2) as pool:
-        for candidate, protocol, name, roca, trained, unsure in pool.imap_unordered(_job, tasks):
-            results[candidate, protocol, name] = (roca, trained, unsure)
+        for candidate, protocol, name, roca, trained, unsure, ham_unsure in pool.imap_unordered(_job, tasks):
+            results[candidate, protocol, name] = (roca, trained, unsure, ham_unsure)
     first, second = caches[0][0], caches[min(len(caches) - 1, 1 + len(variants))][0]
     header = (
         "| candidate | "
-        + " | ".join(f"{p}: geo-mean ratio | worst | {first} | {second} | Unsure %" for p in protocols)
+        + " | ".join(f"{p}: geo-mean ratio | worst | {first} | {second} | Unsure % (ham)" for p in protocols)
         + " |"
     )
     print(header)
@@ -386,8 +409,10 @@ def main() -> int:
                 results[n, p, s][0] / results["default", p, s][0] for s, _ in caches if results["default", p, s][0] > 0
             ]
             unsure = sum(results[n, p, s][2] for s, _ in caches) / len(caches)
+            ham_unsure = sum(results[n, p, s][3] for s, _ in caches) / len(caches)
             cells += [f"{math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}", f"{max(ratios):.2f}",
-                      f"{results[n, p, first][0]:.4f}", f"{results[n, p, second][0]:.4f}", f"{unsure:.1f}"]  # fmt: skip
+                      f"{results[n, p, first][0]:.4f}", f"{results[n, p, second][0]:.4f}",
+                      f"{unsure:.2f} ({ham_unsure:.2f})"]  # fmt: skip
         print("| " + " | ".join(cells) + " |")
     print("\n| candidate | " + " | ".join(f"{p}: trained %" for p in protocols) + " |")
     print("|" + "---|" * (1 + len(protocols)))
@@ -399,11 +424,12 @@ def main() -> int:
         ]  # fmt: skip
         print("| " + " | ".join(cells) + " |")
     if args.json:
-        rows = [{"candidate": c, "feedback": p, "stream": s, "roca": r[0], "trained": r[1], "unsure_pct": r[2]}
+        rows = [{"candidate": c, "feedback": p, "stream": s, "roca": r[0], "trained": r[1], "unsure_pct": r[2],
+                 "ham_unsure_pct": r[3]}
                 for (c, p, s), r in sorted(results.items())]  # fmt: skip
         args.json.write_text(json.dumps(rows, indent=1))
     print(f"\n{len(caches)} streams; ratios are the candidate's (1-ROCA)% over the default's on the same stream and "
-          "protocol; Unsure % is the mean over the streams of the mail scored Unsure.")  # fmt: skip
+          "protocol; Unsure % is the mean over the streams of the mail scored Unsure (in brackets: of the ham).")  # fmt: skip
     return 0
 
 

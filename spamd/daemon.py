@@ -55,7 +55,7 @@ TIMER_TICK_S = 5.0
 # Settings a reload applies at once; every other change is logged as needing a restart.
 LIVE_SETTINGS = {
     "parser": {"max_bytes", "max_parts", "max_depth", "max_text_chars"},
-    "model": {"alpha", "evidence_prior", "neutral_tokens", "decisive_tokens", "ham_threshold", "spam_threshold", "ngram_weight", "osb_weight",
+    "model": {"alpha", "evidence_prior", "neutral_tokens", "decisive_tokens", "salad_tokens", "ham_threshold", "spam_threshold", "ngram_weight", "osb_weight",
               "class_prior", "train_margin"},
     "store": {"snapshot_interval_s", "journal_max_bytes"},
     "smtp": {

@@ -109,18 +109,24 @@ LIST_WORDS = ["release", "rpm", "package", "mirror", "update", "changelog", "ker
 def list_digest(n: int, to: str = "readers@example.com") -> bytes:
     """One copy of a mailing list's digest (the kind users disagree on): its own vocabulary and sender, serial `digest{n}`."""
     rng = random.Random(f"digest-{n}-{to}")
-    body = " ".join(rng.choice(LIST_WORDS) for _ in range(40))
+    body = sentences([rng.choice(LIST_WORDS) for _ in range(40)])
     return (
         f"From: list@news.example.net\nTo: {to}\nSubject: digest {n}\nList-Id: <news.example.net>\n"
         f"Message-ID: <digest-{n}-{to}>\n\n{body}\ndigest{n}\n"
     ).encode()
 
 
+def sentences(words: list[str]) -> str:
+    """Words as text with a full stop after every tenth: the words the tokenizer finds in it are `words`, and
+    no run of 40 is word salad (which [model] salad_tokens weighs as 3 tokens: spamd/mail/hidden.py)."""
+    return " ".join(w + "." if i % 10 == 9 else w for i, w in enumerate(words))
+
+
 def make_message(label: Label, n: int, seed: int = 0) -> bytes:
     """A distinct message (its own Message-ID and a unique token) in the label's vocabulary."""
     rng = random.Random(f"{label}-{n}-{seed}")
     words = SPAM_WORDS if label == Label.SPAM else HAM_WORDS
-    body = " ".join(rng.choice(words) for _ in range(40))
+    body = sentences([rng.choice(words) for _ in range(40)])
     subject = " ".join(rng.choice(words) for _ in range(4))
     return (
         f"From: sender{n}@example.org\n"

@@ -23,7 +23,7 @@ import pytest
 from spamd.frontends.control import ControlClient
 from spamd.model.bayes import Label
 from tests.cli_helpers import Result, run_spamctl
-from tests.daemon_helpers import HAM_WORDS, SPAM_WORDS, DaemonProcess, make_message, write_config
+from tests.daemon_helpers import HAM_WORDS, SPAM_WORDS, DaemonProcess, make_message, sentences, write_config
 
 SPAMC = shutil.which("spamc")
 needs_spamc = pytest.mark.real_program(
@@ -106,7 +106,7 @@ def mixed_message(n: int, spam_words: int, ham_words: int, seed: int = 0) -> byt
     rng.shuffle(words)
     return (
         f"From: mixed{n}@example.org\nTo: user@example.com\nSubject: note {n}\n"
-        f"Message-ID: <mixed-{n}-{seed}@example.org>\n\n{' '.join(words)}\n"
+        f"Message-ID: <mixed-{n}-{seed}@example.org>\n\n{sentences(words)}\n"
     ).encode()
 
 

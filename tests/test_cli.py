@@ -141,6 +141,20 @@ def test_explain_shows_hidden_text_disguised_words_and_the_tokens_counted(home: 
     assert "score over the 3 most decisive of" in capped.stdout, capped.stderr
 
 
+def test_explain_shows_word_salad_and_the_weight_it_was_capped_at(home: Path) -> None:
+    assert ctl(home, "train", "--ham", write_mbox(home / "ham.mbox", HAM)).returncode == 0
+    assert ctl(home, "train", "--spam", write_mbox(home / "spam.mbox", SPAM)).returncode == 0
+    block = " ".join(f"w{chr(97 + i // 26)}{chr(97 + i % 26)}" for i in range(60))  # 60 distinct words
+    probe = f"From: x@y.example\nSubject: free cash\n\nClick now for free money!\n\n{block} {block}\n".encode()
+    explained = ctl(home, "explain", "-", "--json", input=probe).json()
+    assert (explained["salad_words"], explained["salad_distinct"], explained["salad_weight"]) == (120, 60, 3.0)
+    table = ctl(home, "explain", "-", input=probe).stdout
+    assert "word salad (runs of 40+ lower-case words, no punctuation): 120 words, 60 distinct" in table
+    assert "weighing 3 tokens in the score (capped at 3: [model] salad_tokens)" in table
+    plain = ctl(home, "explain", "-", input=b"From: x@y.example\nSubject: free cash\n\nClick now for free money!\n")
+    assert "word salad" not in plain.stdout
+
+
 def test_a_single_file_with_an_mbox_from_line_is_one_message_keyed_as_the_daemon_keys_it(home: Path) -> None:
     trec_style = b"From nobody@example  Fri Apr 13 14:36:03 2007\n" + SPAM[0]
     (home / "inmail.1").write_bytes(trec_style)

@@ -373,8 +373,9 @@ def test_50_megabyte_text_part_with_caps_lifted():
     raw = b"Content-Type: text/plain\n\n" + b"spam words " * (50 * 1024 * 1024 // 11)
     limits = ParserConfig(max_bytes=len(raw), word_salad=False)
     parsed = parse(raw, limits)
-    assert len(parsed.texts[0]) == limits.max_text_chars
-    # Read as word salad (lower-case words and nothing else), the text is its count alone.
+    # Lower-case words and nothing else: word salad, kept apart from the text (weighed as [model] salad_tokens).
+    assert parsed.texts == [" "] and len(parsed.salad[0]) == limits.max_text_chars
+    # Left out as word salad (lower-case words and nothing else), the text is its count alone.
     salad = parse(raw, ParserConfig(max_bytes=len(raw), word_salad=True))
     assert len(salad.texts[0].strip()) < 11 and salad.salad_words > limits.max_text_chars // 6
 

@@ -185,6 +185,11 @@ def cmd_explain(config: Config, args: argparse.Namespace) -> int:
         print(f"  {result['hidden_text']}")
     if result.get("obfuscations"):
         print(f"\ndisguised words undone: {', '.join(result['obfuscations'])} (obfuscated: tokens)")
+    if result.get("salad_words"):
+        weight = result["salad_weight"]
+        capped = f"capped at {weight:g}" if weight < result["salad_distinct"] else "not capped"
+        print(f"\nword salad (runs of 40+ lower-case words, no punctuation): {result['salad_words']} words, "
+              f"{result['salad_distinct']} distinct, weighing {weight:g} tokens in the score ({capped}: [model] salad_tokens)")  # fmt: skip
     if result.get("tokens_counted", 0) < result.get("tokens", 0):
         print(f"\nscore over the {result['tokens_counted']} most decisive of {result['tokens']} tokens "
               "([model] decisive_tokens); the others count 0")  # fmt: skip

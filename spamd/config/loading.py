@@ -76,6 +76,10 @@ def _validate(config: Config, source: str) -> None:
         problems.append("model.neutral_tokens must be >= 0")
     if not 0 <= m.decisive_tokens <= 100_000:
         problems.append("model.decisive_tokens must be 0 (every token) or a number of tokens up to 100000")
+    if not (math.isfinite(m.salad_tokens) and 0 <= m.salad_tokens <= 100_000):
+        problems.append(
+            f"model.salad_tokens must be 0 (not capped) or a number of tokens up to 100000, got {m.salad_tokens}"
+        )
     if not 0.0 <= m.ham_threshold <= m.spam_threshold <= 1.0:
         problems.append("need 0 <= model.ham_threshold <= model.spam_threshold <= 1")
     if m.stored_counts not in STORED_COUNTS:

@@ -25,6 +25,7 @@ from spamd.engine.engine import Classified, Engine
 from spamd.learning.outcomes import Outcome
 from spamd.mail.auth.spf import SmtpSession
 from spamd.mail.message import parse_message, split_head_body, strip_own_headers, with_own_headers
+from spamd.mail.tokenize import salad_tokens
 from spamd.model.bayes import Contribution, Label, Score, Verdict
 
 log = structlog.get_logger()
@@ -128,12 +129,20 @@ HIDDEN_TEXT_SHOWN = 300
 
 
 def disguises(engine: Explains, raw: bytes, tokens: int) -> dict[str, object]:
-    """What the message hid from its reader (text hidden by CSS, disguised words) and, with [model]
-    decisive_tokens, how many of its tokens the score counted: what explain shows beside the tokens."""
+    """What the message hid from its reader (text hidden by CSS, disguised words), its word salad and the
+    weight the score gave it ([model] salad_tokens), and, with [model] decisive_tokens, how many of its
+    tokens the score counted: what explain shows beside the tokens."""
     message = parse_message(strip_own_headers(raw), engine.config.parser)
     hidden = " ".join(" ".join(text.split()) for text in message.hidden)
     decisive = engine.config.model.decisive_tokens
+    salad = salad_tokens(message)
+    distinct = len(set(salad))
+    cap = engine.config.model.salad_tokens
     return {
+        "salad_words": len(salad),
+        "salad_distinct": distinct,
+        # Their weight in the score, in tokens (at most the cap; a word also outside the salad weighs 1 on top).
+        "salad_weight": min(float(distinct), cap) if cap else float(distinct),
         "hidden_text": _safe_text(hidden[:HIDDEN_TEXT_SHOWN] + ("..." if len(hidden) > HIDDEN_TEXT_SHOWN else "")),
         "hidden_by": sorted(set(message.hidden_kinds)),
         "obfuscations": sorted(set(message.obfuscations)),

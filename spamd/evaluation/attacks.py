@@ -295,24 +295,20 @@ def _insert_before_body_end(markup: str, block: str) -> str:
 # ---------------------------------------------------------------- the attacks
 
 
+def _in_every_text(raw: bytes, change: Callable[[str], str]) -> bytes:
+    """`change` applied to the text of every text part (in HTML, the text between tags) and to the Subject."""
+    raw = _change_text(raw, change, lambda m: _on_html_text(m, change))
+    return _change_subject(raw, change)
+
+
 def zero_width(raw: bytes, rng: random.Random, context: Context) -> bytes:
     """A zero-width character inside every word of the text and the Subject."""
-    raw = _change_text(
-        raw,
-        lambda t: zero_width_words(t, rng),
-        lambda m: _on_html_text(m, lambda t: zero_width_words(t, rng)),
-    )
-    return _change_subject(raw, lambda s: zero_width_words(s, rng))
+    return _in_every_text(raw, lambda t: zero_width_words(t, rng))
 
 
 def homoglyphs(raw: bytes, rng: random.Random, context: Context) -> bytes:
     """Cyrillic or Greek look-alike letters in half the words of the text and the Subject."""
-    raw = _change_text(
-        raw,
-        lambda t: homoglyph_words(t, rng),
-        lambda m: _on_html_text(m, lambda t: homoglyph_words(t, rng)),
-    )
-    return _change_subject(raw, lambda s: homoglyph_words(s, rng))
+    return _in_every_text(raw, lambda t: homoglyph_words(t, rng))
 
 
 def split_words(raw: bytes, rng: random.Random, context: Context) -> bytes:

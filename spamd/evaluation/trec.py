@@ -23,8 +23,7 @@ import numpy as np
 from spamd.errors import SpamdError
 from spamd.evaluation.feedback import PERSON, SETTLED, Event, Feedback, Protocol
 from spamd.mail.message import looks_like_message, read_message_file
-from spamd.model.bayes import Label, Verdict
-from spamd.model.families import is_weighted
+from spamd.model.bayes import Features, Label, Verdict
 from spamd.people.senders import counted_senders
 from spamd.people.users import is_user_name
 
@@ -300,15 +299,21 @@ def _read_and_analyze(classifier: Classifier, paths: list[str]) -> AnalyzedChunk
         np.concatenate([f.counts for f in features]) if features else np.zeros(0, np.uint32),
         np.array([len(f.ids) for f in features], dtype=np.int64),
         failed,
-        np.concatenate([f.weights for f in features]) if features and is_weighted(classifier.config.model) else None,
+        _chunk_weights(features),
         [(a.authenticated, a.dmarc_reject, a.auth_report) for a in analyzed],
     )
+
+
+def _chunk_weights(features: list[Features]) -> np.ndarray | None:
+    """The features' weights end to end (1 for a message without), or None when no message has any."""
+    if not any(f.weights is not None for f in features):
+        return None
+    return np.concatenate([np.ones(len(f.ids)) if f.weights is None else f.weights for f in features])
 
 
 def _unpacked(entries: list[IndexEntry], chunk: AnalyzedChunk) -> Batch:
     """A worker's answer as the Batch `read_batches` would have made of the same entries."""
     from spamd.learning.classifier import Analyzed
-    from spamd.model.bayes import Features
 
     keys, senders, ids, counts, lengths, failed, weights, auth = chunk
     ends = np.cumsum(lengths).tolist()

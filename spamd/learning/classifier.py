@@ -71,12 +71,18 @@ class Classifier:
 
     def tokens(self, raw: bytes) -> list[str]:
         """The message's tokens, the families' ([model] char_ngrams, osb) after the tokenizer's."""
+        return self.weighed_tokens(raw)[0]
+
+    def weighed_tokens(self, raw: bytes) -> tuple[list[str], np.ndarray | None]:
+        """`tokens` and their weights in the score (None: 1 each), as `analyze` makes its features of them."""
         stripped = strip_own_headers(raw)
         message = parse_message(stripped, self.config.parser)
-        tokens = with_families(tokenize(message), message, self.config.model)[0]
+        tokens, weights = with_families(tokenize(message), message, self.config.model)
         if self.config.model.auth_outcomes:
-            tokens += outcome_tokens(self.authenticate(stripped, message) if self.config.auth.enabled else NOTHING)
-        return tokens
+            extra = outcome_tokens(self.authenticate(stripped, message) if self.config.auth.enabled else NOTHING)
+            tokens = tokens + extra
+            weights = None if weights is None else np.concatenate([weights, np.ones(len(extra))])
+        return tokens, weights
 
     def analyze(self, raw: bytes, authenticate: bool = True, session: SmtpSession | None = None) -> Analyzed:
         return self.analyze_many([raw], authenticate, session)[0]

@@ -110,24 +110,38 @@ SALAD_WORDS = 40
 # the engine skips along to the next one: 16 us a message over trec07p-dev's first 2,000
 # texts, where a pattern of words that could start after any space took 78.
 _RUN_RE = re.compile(rf"[^a-z\s]([a-z\s]{{{3 * SALAD_WORDS},}}+)")
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 
-def cut_word_salad(text: str) -> tuple[str, int]:
-    """`text` without its runs of word salad, and how many words they held (0: none, the text itself)."""
+def split_word_salad(text: str) -> tuple[str, list[str]]:
+    """`text` without its runs of word salad, and the runs ([]: none, the text itself)."""
     if len(text) < 3 * SALAD_WORDS:
-        return text, 0
-    words = 0
+        return text, []
+    runs: list[str] = []
     pieces = []
     pos = 0
     marked = "\0" + text  # a character before the first run, for the pattern to start at
     for m in _RUN_RE.finditer(marked):
-        found = len(m.group(1).split())
-        if found < SALAD_WORDS:
+        start, end = m.span(1)
+        # A run starts and ends between words: the letters of a word it shares with the text
+        # around it ("Hello" after the "H", "word" before a "2") stay with that text.
+        if start > 1 and not marked[start - 1].isspace():
+            start = end - len(marked[start:end].lstrip(_LETTERS))
+        if end < len(marked) and not marked[end].isspace():
+            end = start + len(marked[start:end].rstrip(_LETTERS))
+        run = marked[start:end]
+        if len(run.split()) < SALAD_WORDS:
             continue
-        pieces.append(marked[pos + 1 : m.start(1)] if pos == 0 else marked[pos : m.start(1)])
-        words += found
-        pos = m.end(1)
-    if not words:
-        return text, 0
+        pieces.append(marked[pos + 1 : start] if pos == 0 else marked[pos:start])
+        runs.append(run)
+        pos = end
+    if not runs:
+        return text, []
     pieces.append(marked[pos:])
-    return " ".join(pieces), words
+    return " ".join(pieces), runs
+
+
+def cut_word_salad(text: str) -> tuple[str, int]:
+    """`text` without its runs of word salad, and how many words they held (0: none, the text itself)."""
+    text, runs = split_word_salad(text)
+    return text, sum(len(run.split()) for run in runs)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from email.header import decode_header
 
 from spamd.config import ParserConfig
-from spamd.mail.hidden import cut_word_salad
+from spamd.mail.hidden import cut_word_salad, split_word_salad
 from spamd.mail.markup import html_to_text
 from spamd.mail.normalize import normalize
 
@@ -75,6 +75,9 @@ class ParsedMessage:
     obfuscations: list[str] = field(default_factory=list)
     # Words in runs of word salad left out of the text ([parser] word_salad).
     salad_words: int = 0
+    # Runs of word salad kept apart from `texts` (word_salad off): their words are
+    # tokens as any, weighing at most [model] salad_tokens tokens in the score.
+    salad: list[str] = field(default_factory=list)
 
     # The first value of each header, by lower-cased name (what `header` answers from).
     first: dict[str, str] = field(default_factory=dict)
@@ -452,6 +455,9 @@ def _walk(parsed: ParsedMessage, top_fields: dict[str, str], body: bytes, limits
         if limits.word_salad:
             text, salad = cut_word_salad(text)
             parsed.salad_words += salad
+        else:
+            text, runs = split_word_salad(text)
+            parsed.salad.extend(runs)
         parsed.texts.append(text)
 
 

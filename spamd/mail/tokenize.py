@@ -354,9 +354,15 @@ def disguise_tokens(msg: ParsedMessage) -> list[str]:
     return tokens
 
 
+def salad_tokens(msg: ParsedMessage) -> list[str]:
+    """The words of the message's runs of word salad (spamd.mail.hidden.split_word_salad): ordinary body words,
+    last among `tokenize`'s so that the model can weigh them apart ([model] salad_tokens)."""
+    return lowered_words(" ".join(msg.salad)) if msg.salad else []
+
+
 def tokenize(msg: ParsedMessage) -> list[str]:
-    """All tokens of a message, repeats kept (the model counts them)."""
-    return header_tokens(msg) + body_tokens(msg) + structure_tokens(msg) + disguise_tokens(msg)
+    """All tokens of a message, repeats kept (the model counts them); the word salad's words last."""
+    return header_tokens(msg) + body_tokens(msg) + structure_tokens(msg) + disguise_tokens(msg) + salad_tokens(msg)
 
 
 # The mail-evidence families, each switched in [model] by this name (spamd.model.families):

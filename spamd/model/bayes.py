@@ -110,9 +110,9 @@ def featurize(tokens: list[str], hash_bits: int, weights: np.ndarray | None = No
     return Features(ids[first], counts)
 
 
-def features_of(tokens: list[str], config: ModelConfig) -> Features:
-    """`featurize` with the family weights the tokens' prefixes tell (explain has only the tokens)."""
-    return featurize(tokens, config.hash_bits, token_weights(tokens, config))
+def features_of(tokens: list[str], config: ModelConfig, weights: np.ndarray | None = None) -> Features:
+    """`featurize` with the tokens' `weights`, or (None) the family weights the tokens' prefixes tell."""
+    return featurize(tokens, config.hash_bits, token_weights(tokens, config) if weights is None else weights)
 
 
 # What a message adds for tf occurrences (ModelConfig.stored_counts), for tf up to
@@ -244,9 +244,11 @@ class MultinomialNB:
             self.doc_totals, self.class_log_masses(),
         )  # fmt: skip
 
-    def explain(self, tokens: list[str], limit: int = 20) -> tuple[Score, list[Contribution]]:
-        """The score and the tokens that moved it most, strongest first (both directions)."""
-        features = features_of(tokens, self.config)
+    def explain(
+        self, tokens: list[str], limit: int = 20, weights: np.ndarray | None = None
+    ) -> tuple[Score, list[Contribution]]:
+        """The score and the tokens that moved it most, strongest first (both directions); `weights` as features_of."""
+        features = features_of(tokens, self.config, weights)
         counts = self.counts.take(features.ids, axis=1)
         return explain_counts(
             self.config, tokens, features, counts, self.token_totals, self.doc_totals, self.distinct, limit,
@@ -278,7 +280,9 @@ class ModelView(Protocol):
     config: ModelConfig
 
     def score(self, features: Features) -> Score: ...
-    def explain(self, tokens: list[str], limit: int = 20) -> tuple[Score, list[Contribution]]: ...
+    def explain(
+        self, tokens: list[str], limit: int = 20, weights: np.ndarray | None = None
+    ) -> tuple[Score, list[Contribution]]: ...
     @property
     def doc_totals(self) -> np.ndarray: ...
     @property

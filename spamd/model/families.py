@@ -26,7 +26,7 @@ import numpy as np
 
 from spamd.config import ModelConfig
 from spamd.mail.message import ParsedMessage
-from spamd.mail.tokenize import EVIDENCE_FAMILIES, evidence_tokens, words
+from spamd.mail.tokenize import EVIDENCE_FAMILIES, evidence_tokens, salad_tokens, words
 
 NGRAM_PREFIX = "g:"
 # Pairs of the body's words at distance 1..OSB_REACH (CRM114's OSB), among its first
@@ -150,7 +150,7 @@ def char_ngram_tokens(source: str, n: int) -> list[str]:
 
 def message_sources(msg: ParsedMessage) -> tuple[str, str]:
     """What the families read: the decoded headers as "name: value" lines, and the text parts joined."""
-    return "\n".join(f"{name}: {value}" for name, value in msg.headers), "\n".join(msg.texts)
+    return "\n".join(f"{name}: {value}" for name, value in msg.headers), "\n".join([*msg.texts, *msg.salad])
 
 
 def families_of(head: str, text: str, config: ModelConfig) -> list[Family]:
@@ -170,26 +170,51 @@ def with_families(tokens: list[str], msg: ParsedMessage, config: ModelConfig) ->
     """The tokenizer's tokens with the families' after them, and a weight per token (None while every weight is 1).
 
     The mail-evidence families' tokens come first after the tokenizer's, weighing 1.
-    With every family off, `tokens` itself: no work, the same features to the bit.
+    The word salad's words (last of the tokenizer's) share [model] salad_tokens (`salad_weights`).
+    With every family off and no salad capped, `tokens` itself: no work, the same features to the bit.
     """
+    capped = salad_weights(tokens, len(salad_tokens(msg)) if msg.salad else 0, config)
     evidence = evidence_families(config)
     if evidence:  # weighed as the tokenizer's own tokens
-        tokens = tokens + evidence_tokens(msg, evidence)
+        found = evidence_tokens(msg, evidence)
+        tokens = tokens + found
+        if capped is not None:
+            capped = np.concatenate([capped, np.ones(len(found))])
     if not (config.osb or config.char_ngrams):
-        return tokens, None
+        return tokens, capped
     families = families_of(*message_sources(msg), config)
-    return join_families(tokens, families, config)
+    return join_families(tokens, families, config, capped)
+
+
+def salad_weights(tokens: list[str], salad: int, config: ModelConfig) -> np.ndarray | None:
+    """Weights for `tokens` whose last `salad` are the words of word salad: those words' distinct tokens share
+    [model] salad_tokens between them, the others weigh 1; None while nothing is capped.
+
+    A block of ordinary words appended to spam then adds at most salad_tokens tokens' worth of
+    ham evidence to the mean, and a person's unpunctuated note is still scored by its words. A
+    salad word that also occurs outside the salad weighs 1 (its bucket weighs as its heaviest token).
+    """
+    cap = config.salad_tokens
+    if not cap or not salad:
+        return None
+    distinct = len(set(tokens[-salad:]))
+    if distinct <= cap:
+        return None
+    weights = np.ones(len(tokens))
+    weights[-salad:] = cap / distinct
+    return weights
 
 
 def join_families(
-    tokens: list[str], families: list[Family], config: ModelConfig
+    tokens: list[str], families: list[Family], config: ModelConfig, weights: np.ndarray | None = None
 ) -> tuple[list[str], np.ndarray | None]:
-    """`tokens` and the families' tokens as one list, with per-token weights when a weight is not 1."""
+    """`tokens` and the families' tokens as one list, with per-token weights when a weight is not 1
+    (`weights`: those of `tokens`, None for 1 each)."""
     joined = tokens + [t for family, _ in families for t in family]
-    if not is_weighted(config):
+    if not is_weighted(config) and weights is None:
         return joined, None
-    weights = np.repeat([1.0, *[w for _, w in families]], [len(tokens), *[len(f) for f, _ in families]])
-    return joined, weights
+    family_weights = np.repeat([w for _, w in families], [len(f) for f, _ in families])
+    return joined, np.concatenate([np.ones(len(tokens)) if weights is None else weights, family_weights])
 
 
 def token_weight(token: str, config: ModelConfig) -> float:

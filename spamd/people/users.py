@@ -195,7 +195,7 @@ class LayerScorer(Protocol):
     def score_for(self, model: Any, user_name: str, features: Features) -> Score: ...
 
     def explain_for(
-        self, model: Any, user_name: str, tokens: list[str], limit: int
+        self, model: Any, user_name: str, tokens: list[str], limit: int, weights: np.ndarray | None = None
     ) -> tuple[Score, list[Contribution]]: ...
 
 
@@ -254,9 +254,9 @@ class UserLayers:
         return score_for_user(model, *self.for_scoring(user_name, model.config), features)
 
     def explain_for(
-        self, model: MultinomialNB, user_name: str, tokens: list[str], limit: int
+        self, model: MultinomialNB, user_name: str, tokens: list[str], limit: int, weights: np.ndarray | None = None
     ) -> tuple[Score, list[Contribution]]:
-        return explain_for_user(model, *self.for_scoring(user_name, model.config), tokens, limit)
+        return explain_for_user(model, *self.for_scoring(user_name, model.config), tokens, limit, weights)
 
     @property
     def table_bytes(self) -> int:
@@ -523,10 +523,11 @@ def score_counts_for_user(
 
 
 def explain_for_user(
-    model: MultinomialNB, layer: UserLayer | None, table: np.ndarray | None, tokens: list[str], limit: int = 20
-) -> tuple[Score, list[Contribution]]:
+    model: MultinomialNB, layer: UserLayer | None, table: np.ndarray | None, tokens: list[str], limit: int = 20,
+    weights: np.ndarray | None = None,
+) -> tuple[Score, list[Contribution]]:  # fmt: skip
     """`MultinomialNB.explain` with the user's evidence joined as `score_for_user` joins it."""
-    features = features_of(tokens, model.config)
+    features = features_of(tokens, model.config, weights)
     return explain_counts_for_user(SharedCounts.of_model(model, features), layer, table, tokens, features, limit)
 
 

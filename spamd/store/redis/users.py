@@ -156,11 +156,11 @@ class RedisUsers:
         return score_counts_for_user(*self._joined(model, user_name, features), features)
 
     def explain_for(
-        self, model: Any, user_name: str, tokens: list[str], limit: int
+        self, model: Any, user_name: str, tokens: list[str], limit: int, weights: np.ndarray | None = None
     ) -> tuple[Score, list[Contribution]]:
-        features = features_of(tokens, model.config)
+        features = features_of(tokens, model.config, weights)
         if len(features) == 0:
-            return model.explain(tokens, limit)
+            return model.explain(tokens, limit, weights)
         return explain_counts_for_user(*self._joined(model, user_name, features), tokens, features, limit)
 
     # ---------------------------------------------------------- listing

@@ -47,8 +47,10 @@ class RedisModel:
             return verdict_of(self.config, 0.0)
         return score_counts(self.config, counts, token_totals, distinct, features.weights)
 
-    def explain(self, tokens: list[str], limit: int = 20) -> tuple[Score, list[Contribution]]:
-        features = features_of(tokens, self.config)
+    def explain(
+        self, tokens: list[str], limit: int = 20, weights: np.ndarray | None = None
+    ) -> tuple[Score, list[Contribution]]:
+        features = features_of(tokens, self.config, weights)
         counts, token_totals, doc_totals, distinct = self.state.fetch(features.ids)
         return explain_counts(self.config, tokens, features, counts, token_totals, doc_totals, distinct, limit)
 
