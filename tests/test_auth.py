@@ -8,7 +8,7 @@ import pytest
 
 from spamd.config import AuthConfig, Config, ParserConfig
 from spamd.engine.engine import Engine
-from spamd.mail.auth.dns import Budget, CachingResolver, DnsTemporaryError
+from spamd.mail.auth.dns import SERVER_DOWN_AFTER, SERVER_PROBE_S, Budget, CachingResolver, DnsTemporaryError
 from spamd.mail.auth.verify import Authenticator, AuthResult
 from spamd.mail.message import parse_message
 from spamd.model.bayes import Verdict
@@ -316,3 +316,41 @@ def test_spamctl_eval_asks_dns_only_with_dns(auth_zone: ZoneServer, test_keys: S
     online = run_spamctl("--config", config, "eval", "--json", "--jobs", "1", "--dns", tmp_path / "index")
     assert online.returncode == 0, online.stderr
     assert auth_zone.queries > 0  # the shop's key and DMARC record, at least
+
+
+def test_nameservers_that_answer_nothing_are_not_waited_for_by_every_message(zone_server: ZoneServer) -> None:
+    """Three look-ups in a row timing out: the next ones are temporary errors at once, but for a probe
+    every SERVER_PROBE_S; any answer brings the servers back. Counted in queries sent, not in seconds."""
+    now = [1000.0]
+    resolver = CachingResolver((zone_server.address,), clock=lambda: now[0])
+    zone_server.txt("a.shop.example", "up")
+    zone_server.silent.add("dead.example")
+    for n in range(SERVER_DOWN_AFTER):
+        with pytest.raises(DnsTemporaryError):  # each a name of its own: the per-name cache does not help
+            resolver.txt(f"s{n}.dead.example", Budget(0.2))
+    assert resolver.queries == SERVER_DOWN_AFTER and resolver.servers_down
+    for n in range(20):  # mail from twenty other domains: none waits, none is asked
+        with pytest.raises(DnsTemporaryError, match="answered none"):
+            resolver.txt(f"x{n}.other.example", Budget(0.2))
+    assert resolver.queries == SERVER_DOWN_AFTER and resolver.unasked == 20
+    now[0] += SERVER_PROBE_S  # the probe's turn: it is asked, times out, and the servers stay down
+    with pytest.raises(DnsTemporaryError):
+        resolver.txt("s9.dead.example", Budget(0.2))
+    with pytest.raises(DnsTemporaryError, match="answered none"):
+        resolver.txt("a.shop.example", Budget(0.2))
+    assert resolver.queries == SERVER_DOWN_AFTER + 1
+    now[0] += SERVER_PROBE_S  # the next probe is answered: every look-up is asked again
+    assert resolver.txt("a.shop.example", Budget(5.0)) == (b"up",)
+    assert not resolver.servers_down
+    assert resolver.txt("b.shop.example", Budget(5.0)) is None
+
+
+def test_look_ups_cut_short_by_a_spent_budget_do_not_count_the_servers_down(zone_server: ZoneServer) -> None:
+    resolver = CachingResolver((zone_server.address,))
+    zone_server.silent.add("dead.example")
+    for n in range(SERVER_DOWN_AFTER * 2):
+        budget = Budget(0.4)
+        budget.deadline -= 0.3  # most of the message's time already spent elsewhere
+        with pytest.raises(DnsTemporaryError):
+            resolver.txt(f"s{n}.dead.example", budget)
+    assert not resolver.servers_down and resolver.unasked == 0

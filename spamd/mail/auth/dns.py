@@ -30,6 +30,15 @@ MAX_TTL_S = 3600
 # that never answers, each message would otherwise wait out its whole budget in a helper that
 # analyzes messages one at a time, and hold up every message queued behind it.
 FAILURE_TTL_S = 30
+# Nameservers that let this many look-ups in a row (of any names) time out, answering
+# nothing between, are taken as down: a look-up is then a temporary error at once, but for
+# one probe every SERVER_PROBE_S, and the first answer of any kind brings them back. Per
+# name is not enough: mail from many domains each waits out its budget in turn, and a
+# helper analyzes one message at a time (bench_smtp.py --auth silent: 1 message a second,
+# a median 15 s behind). A run of spam domains whose own servers are dead can trip it too:
+# then, for seconds, nothing authenticates, which gives no one trust (the fail-safe side).
+SERVER_DOWN_AFTER = 3
+SERVER_PROBE_S = 10.0
 
 
 _FAILED: tuple[bytes | str, ...] = ("a look-up that failed",)  # cached as such for FAILURE_TTL_S
@@ -73,7 +82,37 @@ class CachingResolver:
         self.max_entries = max_entries
         self.clock = clock
         self.queries = 0  # sent to a server, for tests and counters
+        self.unasked = 0  # look-ups answered with a temporary error at once, the nameservers being down
+        self._timeouts_in_row = 0
+        self._next_probe: float | None = None  # while the nameservers are down: when one look-up may try them
         self._lock = threading.Lock()
+
+    @property
+    def servers_down(self) -> bool:
+        return self._next_probe is not None
+
+    def _may_ask(self) -> bool:
+        """False while the nameservers are down and this is not the probe's turn (then the probe is taken)."""
+        with self._lock:
+            if self._next_probe is None:
+                return True
+            now = self.clock()
+            if now < self._next_probe:
+                self.unasked += 1
+                return False
+            self._next_probe = now + SERVER_PROBE_S
+            return True
+
+    def _answered(self) -> None:
+        with self._lock:
+            self._timeouts_in_row = 0
+            self._next_probe = None
+
+    def _timed_out(self) -> None:
+        with self._lock:
+            self._timeouts_in_row += 1
+            if self._timeouts_in_row >= SERVER_DOWN_AFTER and self._next_probe is None:
+                self._next_probe = self.clock() + SERVER_PROBE_S
 
     def txt(self, name: str, budget: Budget) -> tuple[bytes, ...] | None:
         """The TXT strings of `name`, each record's strings joined; None if there is no such record."""
@@ -92,18 +131,25 @@ class CachingResolver:
         left = budget.remaining()
         if left <= 0:
             raise DnsTemporaryError(f"{name}: no time left for DNS")
+        if not self._may_ask():
+            raise DnsTemporaryError(f"{name}: the nameservers answered none of the last {SERVER_DOWN_AFTER} look-ups")
         self.queries += 1
         try:
             answer = self._resolver.resolve(key[0] + ".", rdtype, lifetime=left, raise_on_no_answer=False, search=False)
         except dns.resolver.NXDOMAIN as e:
+            self._answered()
             self._keep(key, _negative_ttl(e.response(e.qnames()[0]) if e.qnames() else None), None)
             return None
         except (dns.exception.Timeout, dns.resolver.NoNameservers, dns.resolver.LifetimeTimeout) as e:
-            if left >= budget.seconds / 2:  # a fair share of time: the server's failure, not our budget's end
+            fair_share = left >= budget.seconds / 2  # the server's failure, not our budget's end
+            if fair_share:
                 self._keep(key, FAILURE_TTL_S, _FAILED)
+            if fair_share and not isinstance(e, dns.resolver.NoNameservers):  # that one never waits: SERVFAIL, refused
+                self._timed_out()
             raise DnsTemporaryError(f"{name}: {type(e).__name__}") from e
         except dns.exception.DNSException as e:  # a malformed name or answer: nothing can be concluded
             raise DnsTemporaryError(f"{name}: {e}") from e
+        self._answered()
         if answer.rrset is None:
             self._keep(key, _negative_ttl(answer.response), None)
             return None
