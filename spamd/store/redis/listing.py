@@ -1,0 +1,202 @@
+"""`spamctl users` over Redis: every user's summary line read in a few round trips, checked where it may be stale.
+
+Reads the summary hashes (spamd.store.redis.summary) and `<p>users`; goes back to a user's
+own keys only where the line cannot answer alone: its sender keys expire within a few
+seconds of now (EXISTS), it was counted by another sender rule than this daemon's (the
+turned senders counted afresh), or MEMORY USAGE is asked for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from typing import Any
+
+from redis.exceptions import NoScriptError
+
+from spamd.people.senders import way_of
+from spamd.store.redis.connect import sender_keys_of, user_keys
+from spamd.store.redis.state import RedisState
+from spamd.store.redis.summary import FIELDS, LISTING_BATCH, TURNED_LUA, parse_line, rule_of, summary_keys
+
+# Summary hashes read in one pipeline on a cluster (16,384 of them, one per slot).
+SUMMARY_BATCH = 4096
+# A line whose sender keys expire within this many seconds of the listing's clock is checked
+# with EXISTS (the two clocks, this host's and Redis's, may differ a little).
+EXPIRY_MARGIN_S = 5
+
+TURNED_SHA = hashlib.sha1(TURNED_LUA.encode()).hexdigest()
+
+# Bytes of a user's keys in Redis, estimated from the summary's counts (MEMORY USAGE, Redis 7.0,
+# listpack-encoded keys: scripts/users_scale.py and docs/redis.md): a layer's token, a training
+# in the layer's ledger, a sender held (its four counts and its recency), a delivered message held.
+BYTES_PER_TOKEN = 60
+BYTES_PER_TRAINING = 20
+BYTES_PER_SENDER = 120
+BYTES_PER_MESSAGE = 26
+BYTES_PER_USER = 150
+
+
+def read_lines(state: RedisState) -> dict[str, bytes]:
+    """Every user's summary line, by name."""
+    prefix = state.config.redis.prefix
+    keys = summary_keys(prefix, state.cluster)
+    lines: dict[str, bytes] = {}
+    if not state.cluster:
+        raw = state.call("reading the users' summaries", lambda: state.client.hgetall(keys[0]))
+        return {bytes(k).decode(): bytes(v) for k, v in raw.items()}
+    for start in range(0, len(keys), SUMMARY_BATCH):
+        batch = keys[start : start + SUMMARY_BATCH]
+
+        def read(batch: list[str] = batch) -> list[Any]:
+            pipe = state.client.pipeline(transaction=False)
+            for key in batch:
+                pipe.hgetall(key)
+            return list(pipe.execute())
+
+        for raw in state.call("reading the users' summaries", read):
+            lines.update((bytes(k).decode(), bytes(v)) for k, v in raw.items())
+    return lines
+
+
+def summaries(state: RedisState, moves: int, share: float) -> dict[str, dict[str, int]]:
+    """Every user's summary (FIELDS), sender part zeroed where their sender keys expired, turned senders by this rule."""
+    rule = rule_of(moves, share)
+    out: dict[str, dict[str, int]] = {}
+    edge: list[str] = []
+    recount: list[str] = []
+    now = time.time()
+    for name, line in read_lines(state).items():
+        counts, by = parse_line(line)
+        row = dict(zip(FIELDS, counts, strict=True))
+        out[name] = row
+        if not row["senders"]:
+            continue
+        if row["expires"] < now - EXPIRY_MARGIN_S:
+            _drop_senders(row)
+            continue
+        if row["expires"] <= now + EXPIRY_MARGIN_S:
+            edge.append(name)
+        if by != rule:
+            recount.append(name)
+    prefix = state.config.redis.prefix
+    if edge:
+        held = _pipelined(state, edge, lambda pipe, name: pipe.exists(sender_keys_of(prefix, name)[1]))
+        for name, exists in zip(edge, held, strict=True):
+            if not exists:
+                _drop_senders(out[name])
+                if name in recount:
+                    recount.remove(name)
+    for name, (junk, inbox) in zip(recount, turned_of(state, recount, moves, share), strict=True):
+        out[name]["senders_to_junk"], out[name]["senders_to_inbox"] = int(junk), int(inbox)
+    return out
+
+
+def _drop_senders(row: dict[str, int]) -> None:
+    for field in ("senders_to_junk", "senders_to_inbox", "senders", "messages"):
+        row[field] = 0
+
+
+def estimated_bytes(row: dict[str, int]) -> int:
+    """A user's keys' bytes in Redis, from the counts (BYTES_PER_*)."""
+    return (
+        BYTES_PER_USER
+        + BYTES_PER_TOKEN * row["tokens"]
+        + BYTES_PER_TRAINING * (row["trained_ham"] + row["trained_spam"])
+        + BYTES_PER_SENDER * row["senders"]
+        + BYTES_PER_MESSAGE * row["messages"]
+    )
+
+
+def list_users(state: RedisState, moves: int, share: float, memory: bool = False) -> list[dict[str, Any]]:
+    """`spamctl users`' rows: each user in `<p>users` (a layer's trainings and tokens, 0 without one) and each
+    user whose moves turned senders, by name; bytes estimated, or MEMORY USAGE of their keys with `memory`."""
+    layered = {bytes(n).decode() for n in state.call("listing users", lambda: state.client.zrange(state.users, 0, -1))}
+    found = summaries(state, moves, share)
+    chosen: dict[str, dict[str, int]] = {}
+    for name, row in found.items():
+        if name in layered:
+            chosen[name] = row
+        elif row["senders_to_junk"] or row["senders_to_inbox"]:
+            chosen[name] = {**row, "trained_ham": 0, "trained_spam": 0, "tokens": 0}  # a layer an expiry left
+    for name in layered.difference(found):
+        chosen[name] = dict.fromkeys(FIELDS, 0)
+    names = sorted(chosen)
+    if memory:
+        prefix = state.config.redis.prefix
+        per = len(user_keys(prefix, "")) + len(sender_keys_of(prefix, ""))
+
+        def queue(pipe: Any, name: str) -> None:
+            for key in [*user_keys(prefix, name), *sender_keys_of(prefix, name)]:
+                pipe.memory_usage(key)
+
+        used = _pipelined(state, names, queue, per)
+        sizes = [sum(int(u or 0) for u in each) for each in used]
+    else:
+        sizes = [estimated_bytes(chosen[name]) for name in names]
+    return [
+        {"user": name, "trained_ham": row["trained_ham"], "trained_spam": row["trained_spam"], "tokens": row["tokens"],
+         "bytes": size, "senders_to_junk": row["senders_to_junk"], "senders_to_inbox": row["senders_to_inbox"]}
+        for name, size in zip(names, sizes, strict=True) for row in (chosen[name],)
+    ]  # fmt: skip
+
+
+def _pipelined(state: RedisState, items: list[Any], queue: Any, per: int = 1) -> list[Any]:
+    """`queue(pipe, item)` for each item, in pipelines of LISTING_BATCH; each item's `per` replies (one: the reply)."""
+    out: list[Any] = []
+    for start in range(0, len(items), LISTING_BATCH):
+        batch = items[start : start + LISTING_BATCH]
+
+        def read(batch: list[Any] = batch) -> list[Any]:
+            pipe = state.client.pipeline(transaction=False)
+            for item in batch:
+                queue(pipe, item)
+            return list(pipe.execute())
+
+        replies = state.call("reading the users' keys", read)
+        out += replies if per == 1 else [replies[i : i + per] for i in range(0, len(replies), per)]
+    return out
+
+
+def turned_of(state: RedisState, users: list[str], moves: int, share: float) -> list[tuple[int, int]]:
+    """The senders each user's moves turned {to Junk, to the inbox}, counted afresh from their counts."""
+    prefix = state.config.redis.prefix
+    out: list[tuple[int, int]] = []
+    for start in range(0, len(users), LISTING_BATCH):  # one pipeline a batch, not a round trip a user
+        batch = users[start : start + LISTING_BATCH]
+
+        def read(batch: list[str] = batch) -> list[Any]:
+            if state.cluster:  # a cluster pipeline runs no scripts: the hashes, read here
+                pipe = state.client.pipeline(transaction=False)
+                for user in batch:
+                    pipe.hgetall(sender_keys_of(prefix, user)[0])
+                return [_turned_in_python(raw, moves, share) for raw in pipe.execute()]
+            for sha in (True, False):  # EVAL where a node lacks the script (restarted, failed over)
+                pipe = state.client.pipeline(transaction=False)
+                for user in batch:
+                    key = sender_keys_of(prefix, user)[0]
+                    if sha:
+                        pipe.evalsha(TURNED_SHA, 1, key, moves, repr(share))
+                    else:
+                        pipe.eval(TURNED_LUA, 1, key, moves, repr(share))
+                replies = list(pipe.execute(raise_on_error=not sha))
+                if not any(isinstance(r, NoScriptError) for r in replies):
+                    for reply in replies:
+                        if isinstance(reply, Exception):
+                            raise reply
+                    return replies
+            raise AssertionError("unreachable: EVAL replies or raises")
+
+        out += state.call("reading the users' senders", read)
+    return out
+
+
+def _turned_in_python(raw: dict[Any, Any], moves: int, share: float) -> tuple[int, int]:
+    """TURNED_LUA's answer from a user's senders hash, read."""
+    by_sender: dict[str, list[int]] = {}
+    for field, value in raw.items():
+        name = field.decode() if isinstance(field, bytes) else str(field)
+        sender, _, which = name.rpartition(":")
+        by_sender.setdefault(sender, [0, 0, 0, 0])["dfio".index(which)] = int(value)
+    ways = [way_of([tuple(counts)], moves, share) for counts in by_sender.values()]  # type: ignore[list-item]
+    return sum(way > 0 for way in ways), sum(way < 0 for way in ways)
