@@ -206,7 +206,8 @@ def op_users(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
         # Users whose moves turned senders but who have no token layer ([users] token_moves off) are listed too.
         listed = {row["user"] for row in rows}
         rows += [{"user": name, "trained_ham": 0, "trained_spam": 0, "tokens": 0, "bytes": 0, **turned[name]}
-                 for name in sorted(turned) if name not in listed]  # fmt: skip
+                 for name in turned if name not in listed]  # fmt: skip
+        rows.sort(key=lambda row: row["user"])
     auth = engine.config.auth
     trust = {"enabled": auth.enabled, "spf": auth.spf, "trusted_authserv_ids": list(auth.trusted_authserv_ids)}
     return {"users": rows, "per_user": True, "expired": users.expired, "authentication": trust}

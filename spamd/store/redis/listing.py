@@ -108,22 +108,40 @@ def estimated_bytes(row: dict[str, int]) -> int:
     )
 
 
+_LAYER_TOTALS = ("docs:0", "docs:1", "distinct")
+_LAYER_FIELDS = ("trained_ham", "trained_spam", "tokens")
+
+
 def list_users(state: RedisState, moves: int, share: float, memory: bool = False) -> list[dict[str, Any]]:
-    """`spamctl users`' rows: each user in `<p>users` (a layer's trainings and tokens, 0 without one) and each
-    user whose moves turned senders, by name; bytes estimated, or MEMORY USAGE of their keys with `memory`."""
+    """`spamctl users`' rows, as the embedded store's: each user with a layer (in `<p>users`) or whose moves turned
+    senders, by name; bytes estimated from the counts, or MEMORY USAGE of their keys with `memory`."""
     layered = {bytes(n).decode() for n in state.call("listing users", lambda: state.client.zrange(state.users, 0, -1))}
     found = summaries(state, moves, share)
     chosen: dict[str, dict[str, int]] = {}
     for name, row in found.items():
-        if name in layered:
+        if name not in layered:  # a layer an expiry left (its keys' deletion failed): not held
+            row["trained_ham"] = row["trained_spam"] = row["tokens"] = 0
+        if (
+            row["trained_ham"]
+            or row["trained_spam"]
+            or row["tokens"]
+            or row["senders_to_junk"]
+            or row["senders_to_inbox"]
+        ):
             chosen[name] = row
-        elif row["senders_to_junk"] or row["senders_to_inbox"]:
-            chosen[name] = {**row, "trained_ham": 0, "trained_spam": 0, "tokens": 0}  # a layer an expiry left
-    for name in layered.difference(found):
-        chosen[name] = dict.fromkeys(FIELDS, 0)
+    prefix = state.config.redis.prefix
+    # Users in <p>users without a line: trained by a spamd from before the summaries (their line comes with
+    # their next change), or with neither a layer ([users] token_moves off) nor senders counted. Their totals.
+    missing = sorted(layered.difference(found))
+    totals = _pipelined(state, missing, lambda pipe, name: pipe.hmget(user_keys(prefix, name)[2], *_LAYER_TOTALS))
+    for name, values in zip(missing, totals, strict=True):
+        if any(values):
+            chosen[name] = {
+                **dict.fromkeys(FIELDS, 0),
+                **dict(zip(_LAYER_FIELDS, (int(v or 0) for v in values), strict=True)),
+            }
     names = sorted(chosen)
     if memory:
-        prefix = state.config.redis.prefix
         per = len(user_keys(prefix, "")) + len(sender_keys_of(prefix, ""))
 
         def queue(pipe: Any, name: str) -> None:

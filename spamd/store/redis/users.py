@@ -192,10 +192,11 @@ class RedisUsers:
 
     def summary(self) -> list[dict[str, Any]]:
         """Per user with a layer: trainings, tokens and estimated bytes (spamd.store.redis.listing), by name."""
+        layered = set(self.names())
         return [
             {key: row[key] for key in ("user", "trained_ham", "trained_spam", "tokens", "bytes")}
             for row in list_users(self.state, self.config.sender_moves, self.config.sender_share)
-            if row["user"] in set(self.names())
+            if row["user"] in layered
         ]
 
     def listing(self, moves: int, share: float, memory: bool = False) -> list[dict[str, Any]]:
