@@ -142,3 +142,16 @@ local turned = turned_senders(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]))
 return {turned[1], turned[2]}
 """
 )
+
+
+# ARGV: summary hashes (on a cluster, those of one node's slots: passed as arguments, not KEYS, which a
+# cluster holds to one slot; the flag lets the script read keys of several slots of its node).
+# Returns every line as "name line", one a line: one string, parsed once in Python, not a reply a field.
+LINES_LUA = """#!lua flags=no-writes,allow-cross-slot-keys
+local out = {}
+for k = 1, #ARGV do
+  local flat = redis.call('HGETALL', ARGV[k])
+  for j = 1, #flat, 2 do out[#out + 1] = flat[j] .. ' ' .. flat[j + 1] end
+end
+return table.concat(out, '\\n')
+"""
