@@ -32,6 +32,7 @@ from spamd.people.senders import (
     sender_names,
 )
 from spamd.people.users import is_user_name
+from spamd.runtime.gc_tuning import paused_gc
 from spamd.store import LoadedState, Recovery, StateStore, Store, TrainerLike, decode_snapshot, encode_snapshot
 
 if TYPE_CHECKING:
@@ -90,14 +91,16 @@ class Engine:
             return cls(config, *open_redis(config))
         store = Store(config.state_dir, config.model, config.store, durable=durable, users_config=config.users)
         store.lock()
-        try:
-            loaded = store.load()
-        except BaseException:
-            store.close()
-            raise
-        trainer = Trainer(loaded.model, loaded.ledger, store, loaded.seq, loaded.users)
-        live = live_state(config, loaded)
-        return cls(config, store, trainer, loaded.recovery, loaded.counters, live, senders_state(config, loaded))
+        with paused_gc():
+            try:
+                loaded = store.load()
+            except BaseException:
+                store.close()
+                raise
+            trainer = Trainer(loaded.model, loaded.ledger, store, loaded.seq, loaded.users)
+            live = live_state(config, loaded)
+            senders = senders_state(config, loaded)
+        return cls(config, store, trainer, loaded.recovery, loaded.counters, live, senders)
 
     def close(self) -> None:
         self.store.close()
