@@ -33,7 +33,7 @@ BYTES_PER_TOKEN = 60
 BYTES_PER_TRAINING = 20
 BYTES_PER_SENDER = 120
 BYTES_PER_MESSAGE = 26
-BYTES_PER_USER = 150
+BYTES_PER_USER = 16
 
 
 def read_lines(state: RedisState) -> dict[str, bytes]:
