@@ -9,20 +9,29 @@ from __future__ import annotations
 import dataclasses
 import random
 import time
+from typing import Any
 
 from spamd.config import UsersConfig
 from spamd.engine.engine import Engine
 from spamd.frontends.control import op_users
 from spamd.model.bayes import Label, Verdict
 from spamd.store.redis.connect import Script, sender_keys_of
-from spamd.store.redis.listing import list_users, summaries, turned_of
+from spamd.store.redis.listing import list_users, turned_of
+from spamd.store.redis.listing import summaries as summary_lines
 from spamd.store.redis.senders import DELIVER_LUA, MOVE_LUA
-from spamd.store.redis.summary import summary_key
+from spamd.store.redis.summary import FIELDS, summary_key
 from tests import core_helpers as h
 from tests.cli_helpers import DEADLINE_SLACK
 from tests.daemon_helpers import list_digest
 from tests.redis_helpers import redis_state, with_redis
 from tests.test_redis_senders import file_copy, general_training
+
+
+def summaries(state: Any, moves: int, share: float) -> dict[str, dict[str, int]]:
+    lines = summary_lines(state, moves, share)
+    return {
+        name: dict(zip(FIELDS, row, strict=True)) for name, row in zip(lines.names, lines.counts.tolist(), strict=True)
+    }
 
 
 def config_for(tmp_path, name: str, url: str | None = None, prefix: str = "spamd:", **users):

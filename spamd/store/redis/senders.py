@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import numpy as np
 import structlog
 
 from spamd.config import UsersConfig
@@ -227,10 +228,11 @@ class RedisSenders:
 
     def summary(self) -> dict[str, dict[str, int]]:
         """Per user: the senders their moves turned each way (those with any), from the users' summary lines."""
+        lines = summaries(self.state, self.moves, self.share)
+        junk, inbox = lines.column("senders_to_junk"), lines.column("senders_to_inbox")
         return {
-            name: {"senders_to_junk": row["senders_to_junk"], "senders_to_inbox": row["senders_to_inbox"]}
-            for name, row in summaries(self.state, self.moves, self.share).items()
-            if row["senders_to_junk"] or row["senders_to_inbox"]
+            lines.names[i]: {"senders_to_junk": int(junk[i]), "senders_to_inbox": int(inbox[i])}
+            for i in np.flatnonzero(junk + inbox).tolist()
         }
 
     def pairs(self) -> int | None:

@@ -69,12 +69,6 @@ def rule_of(moves: int, share: float) -> str:
     return f"{moves}:{share!r}"
 
 
-def parse_line(line: bytes) -> tuple[list[int], str]:
-    """A summary line: the eight counts of FIELDS and the rule."""
-    *counts, rule = line.split()
-    return [int(c) for c in counts], rule.decode()
-
-
 # Lua helpers for the scripts that keep the summary (prepended to their text).
 SUMMARY_LUA = """
 local function summary_read(key, name)
