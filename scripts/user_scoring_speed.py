@@ -8,11 +8,13 @@ interleaved rounds; prints the best round of each in microseconds a message and 
 ratio. Analysis (parse, tokenize, hash) is done beforehand and not timed.
 
     python scripts/user_scoring_speed.py /tmp/users-mus/agree.index --messages 2000 --rounds 5
+    python scripts/user_scoring_speed.py /tmp/users-mus/agree.index --redis   # the model in a redis-server on loopback
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import sys
 import tempfile
@@ -30,12 +32,19 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=2000, help="trained, then as many scored")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--profile", action="store_true", help="cProfile the user rounds instead of timing them")
+    parser.add_argument("--redis", action="store_true", help="the model in a redis-server of its own on loopback")
     args = parser.parse_args()
     entries = read_index(args.index)[: 2 * args.messages]
-    with tempfile.TemporaryDirectory(prefix="spamd-user-speed-") as tmp:
-        engine = Engine.open(
-            dataclasses.replace(Config(users=UsersConfig(score_per_user=True)), data_dir=Path(tmp)), durable=False
-        )
+    with tempfile.TemporaryDirectory(prefix="spamd-user-speed-") as tmp, contextlib.ExitStack() as stack:
+        config = dataclasses.replace(Config(users=UsersConfig(score_per_user=True)), data_dir=Path(tmp))
+        if args.redis:
+            sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+            from tests.redis_helpers import RedisServer
+
+            server = RedisServer(Path(tmp) / "redis").start()
+            stack.callback(server.stop)
+            config = dataclasses.replace(config, redis=dataclasses.replace(config.redis, url=server.url))
+        engine = Engine.open(config, durable=False)
         try:
             pairs = list(index_messages(entries, on_skip=lambda entry, reason: None))
             analyzed = engine.classifier.analyze_many([raw for _, raw in pairs])

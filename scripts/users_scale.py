@@ -8,10 +8,10 @@ pipelines of --batch (the daemon sends one per move; the state is the same). The
 reports Redis's used_memory before and after (per user), MEMORY USAGE of a sample of
 users' keys, their TTL, and that no user holds more than the caps.
 
-Then it lists every user in the model's `<p>users` (as a daemon with token layers would;
-their layer keys stay empty) and times `spamctl users` (the control operation, in process,
-on an Engine opened with that [redis] url): each user's layer totals, MEMORY USAGE and
-senders, read in pipelines.
+Then it times `spamctl users` (the control operation, in process, on an Engine opened with
+that [redis] url): every user's summary line, kept by the move script, read in one HGETALL
+(spamd/store/redis/listing.py); and, with --memory, the same with MEMORY USAGE of each
+user's keys, read in pipelines.
 
 Only the sender state: not the token layers (their cost is scripts/users_cost.py's),
 not the embedded store (scripts/users_embedded_scale.py).
@@ -36,7 +36,6 @@ sys.path.insert(0, str(ROOT))
 from spamd.config import load_config  # noqa: E402
 from spamd.engine.engine import Engine  # noqa: E402
 from spamd.frontends.control import op_users  # noqa: E402
-from spamd.store.redis.connect import model_keys  # noqa: E402
 from spamd.store.redis.senders import (  # noqa: E402
     KEEP_S,
     MOVE_LUA,
@@ -45,6 +44,7 @@ from spamd.store.redis.senders import (  # noqa: E402
     recency_now,
     sender_keys_of,
 )
+from spamd.store.redis.summary import summary_key  # noqa: E402
 from tests.redis_helpers import RedisServer  # noqa: E402
 
 
@@ -55,6 +55,8 @@ def main() -> int:
     parser.add_argument("--moves", type=int, default=3, help="messages moved out of Junk per sender")
     parser.add_argument("--batch", type=int, default=2000)
     parser.add_argument("--sample", type=int, default=200, help="users whose keys MEMORY USAGE reads")
+    parser.add_argument("--memory", action="store_true", help="also time `spamctl users --memory`")
+    parser.add_argument("--listings", type=int, default=3, help="times `spamctl users` is timed")
     args = parser.parse_args()
     prefix = "spamd:"
     server = RedisServer(Path(tempfile.mkdtemp(prefix="spamd-users-scale-")), appendfsync="no").start()
@@ -66,13 +68,14 @@ def main() -> int:
         pipe = client.pipeline(transaction=False)
         queued = 0
         for u in range(args.users):
-            keys = sender_keys_of(prefix, f"user{u}@example.com")
+            name = f"user{u}@example.com"
+            keys = [*sender_keys_of(prefix, name), summary_key(prefix, sender_keys_of(prefix, name)[0], False)]
             for s in range(args.senders):
                 sender = int.from_bytes(hashlib.blake2b(f"{u}:{s}".encode(), digest_size=8).digest(), "big") >> 1
                 for m in range(args.moves):
                     key = hashlib.blake2b(f"{u}:{s}:{m}".encode(), digest_size=16).digest()
                     pipe.evalsha(sha, len(keys), *keys, key, 0, recency_now(), SENDERS_PER_USER, PLACED_PER_USER,
-                                 KEEP_S, sender)  # fmt: skip
+                                 KEEP_S, 3, repr(0.8), name, sender)  # fmt: skip
                     queued += 1
                     if queued == args.batch:
                         pipe.execute()
@@ -98,22 +101,23 @@ def main() -> int:
               f"bytes, max {max(per_user)}")  # fmt: skip
         print(f"senders held per user max {max(senders_held)} (cap {SENDERS_PER_USER}), messages held max "
               f"{max(placed_held)} (cap {PLACED_PER_USER}); TTL min {min(ttls)} s (expiry {KEEP_S} s after the last move)")  # fmt: skip
-        users_key = model_keys(prefix, False)[-1]
-        for start in range(0, args.users, args.batch):
-            client.zadd(
-                users_key, {f"user{u}@example.com": u for u in range(start, min(start + args.batch, args.users))}
-            )
+        summary_bytes = int(client.memory_usage(summary_key(prefix, "", False)) or 0)
+        print(
+            f"the users' summary lines: {summary_bytes / 2**20:.1f} MiB ({summary_bytes / args.users:.0f} bytes a user)"
+        )
         home = Path(tempfile.mkdtemp(prefix="spamd-users-scale-home-"))
         engine = Engine.open(load_config(data_dir=home, redis_url=server.url), durable=False)
         try:
-            started = time.perf_counter()
-            listed = op_users(engine, {})["users"]
-            answered = time.perf_counter() - started
+            for memory in [False] * args.listings + [True] * args.memory:
+                started, cpu = time.perf_counter(), time.process_time()
+                listed = op_users(engine, {"memory": memory})["users"]
+                answered, answered_cpu = time.perf_counter() - started, time.process_time() - cpu
+                turned = sum(row["senders_to_inbox"] for row in listed)
+                estimate = statistics.median(row["bytes"] for row in listed)
+                print(f"spamctl users{' --memory' if memory else ''} (op_users in process): {answered:.2f} s ({answered_cpu:.2f} s of CPU here) for "
+                      f"{len(listed)} users, {turned} senders turned to the inbox, median bytes {estimate:.0f}")  # fmt: skip
         finally:
             engine.close()
-        turned = sum(row["senders_to_inbox"] for row in listed)
-        print(f"spamctl users (op_users in process, pipelined): {answered:.2f} s for {len(listed)} users, "
-              f"{turned} senders turned to the inbox")  # fmt: skip
     finally:
         client.close()
         server.stop()

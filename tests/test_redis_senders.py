@@ -17,8 +17,10 @@ from spamd.engine.engine import Engine
 from spamd.errors import StoreUnavailableError
 from spamd.model.bayes import Label, Verdict
 from spamd.people.senders import way_of
-from spamd.store.redis.connect import Script
-from spamd.store.redis.senders import DELIVER_LUA, MOVE_LUA, sender_keys_of
+from spamd.store.redis.connect import Script, sender_keys_of
+from spamd.store.redis.listing import turned_of
+from spamd.store.redis.senders import DELIVER_LUA, MOVE_LUA
+from spamd.store.redis.summary import summary_key
 from tests import core_helpers as h
 from tests.daemon_helpers import list_digest, make_message, wait_until_sync
 from tests.redis_helpers import (
@@ -171,10 +173,12 @@ def test_a_users_sender_state_stays_within_its_caps_and_expires(redis_plain_url)
     client = redis.Redis.from_url(redis_plain_url)
     deliver, move = Script(client, DELIVER_LUA), Script(client, MOVE_LUA)
     keys = sender_keys_of("spamd:", "carol")
+    keys.append(summary_key("spamd:", keys[0], False))
     senders_cap, filed_cap, ttl = 5, 8, 1000
     try:
         for n in range(30):  # 30 messages from 30 senders, each filed in Junk, then each moved out
-            args = [f"m{n}".encode(), 1, str(1_800_000_000 + n), senders_cap, filed_cap, ttl, 1000 + n]  # a second each
+            args = [f"m{n}".encode(), 1, str(1_800_000_000 + n), senders_cap, filed_cap, ttl, 1, "0.8", "carol",
+                    1000 + n]  # a second each  # fmt: skip
             assert deliver(keys=keys, args=args) == 1
             assert move(keys=keys, args=[f"m{n}".encode(), 0, *args[2:]]) == 1
             assert move(keys=keys, args=[f"m{n}".encode(), 0, *args[2:]]) == 0  # a retry: once
@@ -187,38 +191,36 @@ def test_a_users_sender_state_stays_within_its_caps_and_expires(redis_plain_url)
         assert set(filed) == {f"m{n}".encode() for n in range(22, 30)}
         scored: list[tuple[bytes, float]] = client.zrange(keys[2], 0, -1, withscores=True)  # type: ignore[assignment]
         assert all(int(score) % 2 == 0 for _, score in scored)  # not in Junk
-        assert all(0 < client.ttl(key) <= ttl for key in keys)  # refreshed by each change, gone `ttl` after the last
+        assert all(
+            0 < client.ttl(key) <= ttl for key in keys[:3]
+        )  # refreshed by each change, gone `ttl` after the last
+        line = client.hget(keys[3], "carol").split()  # type: ignore[union-attr]  # the user's summary line
+        assert [int(n) for n in line[:7]] == [0, 0, 0, 0, 5, 5, 8] and line[8] == b"1:0.8"  # 5 turned to the inbox
     finally:
         client.close()
 
 
 def test_the_senders_a_users_moves_turned_are_counted_in_redis_as_way_of_counts_them(tmp_path, redis_plain_url):
-    """`spamctl users`' count of each user's turned senders, made by a script where the counts are, agrees
-    with the embedded rule (way_of a sender) on counts around the bounds: the moves and the share."""
+    """A listing's count of a user's turned senders afresh (a summary line counted by another rule), made by a
+    script where the counts are, agrees with the embedded rule (way_of a sender) around the bounds: the moves
+    and the share."""
     client = redis.Redis.from_url(redis_plain_url)
     engine = Engine.open(config_for(tmp_path, "a", redis_plain_url))
     rng = random.Random(5)
-    expected: dict[str, dict[str, int]] = {}
-    written = [redis_state(engine).users]
+    expected: list[tuple[int, int]] = []
+    users = [f"turned{u}" for u in range(40)]
     try:
-        for u in range(40):
-            user = f"turned{u}"
+        for user in users:
             counts = {1000 + s: tuple(rng.randint(0, 6) for _ in range(4)) for s in range(rng.randint(1, 12))}
-            written.append(sender_keys_of(engine.config.redis.prefix, user)[0])
-            client.hset(written[-1], mapping={
+            client.hset(sender_keys_of(engine.config.redis.prefix, user)[0], mapping={
                 f"{s}:{kind}": n for s, quad in counts.items() for kind, n in zip("dfio", quad, strict=True) if n
             })  # fmt: skip
-            for quad in counts.values():
-                way = way_of([quad], 3, 0.8)  # type: ignore[list-item]
-                if way:
-                    row = expected.setdefault(user, {"senders_to_junk": 0, "senders_to_inbox": 0})
-                    row["senders_to_junk" if way > 0 else "senders_to_inbox"] += 1
-            client.zadd(redis_state(engine).users, {user: u})
-        assert {"senders_to_junk", "senders_to_inbox"} <= {k for row in expected.values() for k, n in row.items() if n}
-        assert engine.senders.summary() == expected
+            ways = [way_of([quad], 3, 0.8) for quad in counts.values()]  # type: ignore[list-item]
+            expected.append((sum(way > 0 for way in ways), sum(way < 0 for way in ways)))
+        assert any(junk for junk, _ in expected) and any(inbox for _, inbox in expected)
+        assert [tuple(t) for t in turned_of(redis_state(engine), users, 3, 0.8)] == expected
         client.script_flush()  # a node without the script (restarted): sent whole
-        assert engine.senders.summary() == expected
+        assert [tuple(t) for t in turned_of(redis_state(engine), users, 3, 0.8)] == expected
     finally:
-        client.delete(*written)
         client.close()
         engine.close()

@@ -221,6 +221,8 @@ def test_spamctl_trains_lists_and_scores_users_with_the_model_in_redis(redis_url
         ("bob", 1, 0),
     ]
     assert all(u["tokens"] > 0 and u["bytes"] > 0 for u in users["users"])
+    measured = spamctl("--json", "users", "--memory").json()["users"]  # MEMORY USAGE, not the estimate
+    assert [u["user"] for u in measured] == ["alice", "bob"] and all(u["bytes"] > 0 for u in measured)
     assert "alice" in spamctl("users").stdout
     stats = spamctl("--json", "stats", "--user", "alice").json()
     assert stats["user"]["trained_spam"] == 2 and stats["users"] == 2

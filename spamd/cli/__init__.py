@@ -64,7 +64,14 @@ def build_parser() -> argparse.ArgumentParser:
         "stats", "counters, model size, snapshot and journal state, scoring speed, live accuracy", cmd_stats
     )
     user_option(stats, "also this user's layer: trainings, tokens, bytes")
-    command("users", "the users with a layer of their own: trainings, tokens, bytes", cmd_users)
+    users = command(
+        "users",
+        "the users with a layer of their own or senders their moves turned: trainings, tokens, bytes",
+        cmd_users,
+    )
+    users.add_argument("--memory", action="store_true",
+                       help="with the model in Redis: bytes by MEMORY USAGE of each user's keys (slow at many users), "
+                       "not estimated from the counts")  # fmt: skip
     report = command("report", "live accuracy per day: what people's moves said of spamd's verdicts", cmd_report)
     report.add_argument("--plot", metavar="FILE.png", help="draw errors and training volume per day here")
     train = command("train", "train messages: files, Maildir folders, directories, mbox files, - for stdin", cmd_train)

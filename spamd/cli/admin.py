@@ -38,9 +38,9 @@ def cmd_stats(config: Config, args: argparse.Namespace) -> int:
 
 
 def cmd_users(config: Config, args: argparse.Namespace) -> int:
-    """The users with a layer: trainings, tokens and bytes each, and the senders their moves turned."""
+    """The users with a layer or turned senders: trainings, tokens and bytes each, and the senders their moves turned."""
     with closing(open_backend(config)) as backend:
-        result = backend.request("users")
+        result = backend.request("users", **({"memory": True} if args.memory else {}))
     if args.json:
         emit_json(result)
         return 0

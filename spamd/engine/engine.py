@@ -33,6 +33,7 @@ from spamd.people.senders import (
     sender_names,
 )
 from spamd.people.users import is_user_name
+from spamd.runtime.gc_tuning import paused_gc
 from spamd.store import LoadedState, Recovery, StateStore, Store, TrainerLike, decode_snapshot, encode_snapshot
 from spamd.store.local import log_evidence_switch
 
@@ -95,17 +96,16 @@ class Engine:
             return cls(config, *open_redis(config))
         store = Store(config.state_dir, config.model, config.store, durable=durable, users_config=config.users)
         store.lock()
-        try:
-            loaded = store.load()
-        except BaseException:
-            store.close()
-            raise
-        trainer = Trainer(loaded.model, loaded.ledger, store, loaded.seq, loaded.users)
-        live = live_state(config, loaded)
-        engine = cls(
-            config, store, trainer, loaded.recovery, loaded.counters, live, senders_state(config, loaded),
-            loaded.evidence,
-        )  # fmt: skip
+        with paused_gc():
+            try:
+                loaded = store.load()
+            except BaseException:
+                store.close()
+                raise
+            trainer = Trainer(loaded.model, loaded.ledger, store, loaded.seq, loaded.users)
+            live = live_state(config, loaded)
+            senders = senders_state(config, loaded)
+        engine = cls(config, store, trainer, loaded.recovery, loaded.counters, live, senders, loaded.evidence)
         if loaded.evidence_switched:  # the new set of families, kept at once (the journal's records say it too)
             try:
                 engine.snapshot()

@@ -195,13 +195,19 @@ def op_users(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
     users = engine.users  # type: ignore[attr-defined]
     if users is None:
         return {"users": [], "per_user": False}
-    turned = engine.senders.summary()  # type: ignore[attr-defined]
-    none = {"senders_to_junk": 0, "senders_to_inbox": 0}
-    rows = [{**row, **turned.get(row["user"], none)} for row in users.summary()]
-    # Users whose moves turned senders but who have no token layer ([users] token_moves off) are listed too.
-    listed = {row["user"] for row in rows}
-    rows += [{"user": name, "trained_ham": 0, "trained_spam": 0, "tokens": 0, "bytes": 0, **turned[name]}
-             for name in sorted(turned) if name not in listed]  # fmt: skip
+    senders = engine.senders  # type: ignore[attr-defined]
+    listing = getattr(users, "listing", None)
+    if listing is not None:  # Redis: one read of every user's summary line (spamd.store.redis.listing)
+        rows = listing(senders.moves, senders.share, memory=bool(args.get("memory")))
+    else:
+        turned = senders.summary()
+        none = {"senders_to_junk": 0, "senders_to_inbox": 0}
+        rows = [{**row, **turned.get(row["user"], none)} for row in users.summary()]
+        # Users whose moves turned senders but who have no token layer ([users] token_moves off) are listed too.
+        listed = {row["user"] for row in rows}
+        rows += [{"user": name, "trained_ham": 0, "trained_spam": 0, "tokens": 0, "bytes": 0, **turned[name]}
+                 for name in turned if name not in listed]  # fmt: skip
+        rows.sort(key=lambda row: row["user"])
     auth = engine.config.auth
     trust = {"enabled": auth.enabled, "spf": auth.spf, "trusted_authserv_ids": list(auth.trusted_authserv_ids)}
     return {"users": rows, "per_user": True, "expired": users.expired, "authentication": trust}

@@ -381,8 +381,7 @@ def _pairs_from_columns(
         raise ValueError("sender pairs: columns of one length and user indexes within the names expected")
     owners = list(map(users.__getitem__, index.tolist()))
     d, f, i, o = (counts[:, k].astype(np.int64) for k in range(4))
-    quads = zip(d.tolist(), f.tolist(), i.tolist(), o.tolist(), strict=True)
-    stats = OrderedDict(zip(zip(owners, senders.tolist(), strict=True), quads, strict=True))
+    stats = OrderedDict(zip(zip(owners, senders.tolist(), strict=True), _count_tuples(counts), strict=True))
     if len(stats) != len(index):
         return stats, None
     # way_of for one sender, authenticated None: out of Junk wins.
@@ -392,5 +391,25 @@ def _pairs_from_columns(
     to_junk = live & ~to_inbox & (i >= moves) & (in_junk >= share * d)
     junk = np.bincount(index[to_junk], minlength=len(users))
     inbox = np.bincount(index[to_inbox], minlength=len(users))
-    turned = {users[u]: [int(junk[u]), int(inbox[u])] for u in np.flatnonzero(junk + inbox).tolist()}
+    # (a numpy scalar a user cost 5 s of a 40 s start-up at 100,000 users on a loaded machine; lists: none)
+    which = np.flatnonzero(junk + inbox)
+    turned = {
+        users[u]: [j, n] for u, j, n in zip(which.tolist(), junk[which].tolist(), inbox[which].tolist(), strict=True)
+    }
     return stats, turned
+
+
+def _count_tuples(counts: np.ndarray) -> Iterable[tuple[int, int, int, int]]:
+    """The pairs' four counts as tuples, one tuple object for every pair with the same counts.
+
+    Most pairs share a few count patterns (a rescued sender: 3 delivered, 3 filed, 3 moved out): one
+    tuple each (tuples are replaced, never changed) rather than a new one a pair, which cost most of the
+    pairs' restore (scripts/users_embedded_scale.py, docs/users.md). Counts past 16 bits: a tuple a pair.
+    """
+    if not len(counts) or int(counts.max()) >= 1 << 16:
+        return zip(*(counts[:, k].astype(np.int64).tolist() for k in range(4)), strict=True)
+    wide = counts.astype(np.uint64)
+    packed = wide[:, 0] | wide[:, 1] << np.uint64(16) | wide[:, 2] << np.uint64(32) | wide[:, 3] << np.uint64(48)
+    patterns, which = np.unique(packed, return_inverse=True)
+    shared = [(p & 0xFFFF, p >> 16 & 0xFFFF, p >> 32 & 0xFFFF, p >> 48) for p in patterns.tolist()]
+    return list(map(shared.__getitem__, which.tolist()))

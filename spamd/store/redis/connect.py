@@ -72,6 +72,11 @@ def user_keys(prefix: str, name: str) -> list[str]:
     return [head + key for key in USER_KEY_NAMES]
 
 
+def sender_keys_of(prefix: str, user: str) -> list[str]:
+    head = prefix + user_hash_tag(user) + ":"
+    return [head + name for name in ("senders", "senders_at", "filed")]
+
+
 def connect(r: RedisConfig, where: str) -> Any:
     """A client for `r.url` (redis.Redis or redis.cluster.RedisCluster); it does not stall longer than documented.
 

@@ -5,6 +5,7 @@ and spamd.store.redis.users'. Each script touches the keys of one slot (a cluste
 """
 
 from spamd.people.users import TRIM_SLACK
+from spamd.store.redis.summary import SUMMARY_LUA
 
 # KEYS: ham, spam, totals, ledger, ledger:order, events, outcomes, users
 # ARGV: op ("train" | "untrain"), ledger key, label, user (0/1), source, time,
@@ -218,9 +219,10 @@ return redis.call('HMGET', totals, 'hash_bits', 'count_settings')
 
 
 # The user's layer, on the user's slot (every key has the hash tag {u:NAME}).
-# KEYS: ham, spam, totals, rank, ledger. ARGV: message key, target label ("" for
-# untrain), from (the layer's previous label as the model's ledger knows it, -1: none),
-# users.max_tokens, time, then n bucket ids and n stored counts.
+# KEYS: ham, spam, totals, rank, ledger, the summary's hash (spamd.store.redis.summary).
+# ARGV: message key, target label ("" for untrain), from (the layer's previous label as
+# the model's ledger knows it, -1: none), users.max_tokens, time, user name, then n bucket
+# ids and n stored counts. The user's summary line gets the layer's trainings and tokens.
 # `ledger` (message key -> label) is what this layer holds: a change already applied is
 # not applied again (a retry), and its label, when there, is the one unlearned (`from`
 # serves only where the layer has no entry: after an import or an expiry).
@@ -230,10 +232,13 @@ return redis.call('HMGET', totals, 'hash_bits', 'count_settings')
 # layer passes max_tokens and kept from then on: below the cap a layer needs none, and
 # it is two thirds of a layer's memory (docs/redis.md).
 # Returns "applied", "unchanged" (nothing to do) or "gone" (nothing left: keys deleted).
-USER_LUA = """
+USER_LUA = (
+    SUMMARY_LUA
+    + """
 local ham, spam, totals, rank, ledger = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local mkey, target, from, max_tokens, now = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
-local n = (#ARGV - 5) / 2
+local uname = ARGV[6]
+local n = (#ARGV - 6) / 2
 local rows = {[0] = ham, [1] = spam}
 local ranked = redis.call('EXISTS', rank) == 1
 local distinct = tonumber(redis.call('HGET', totals, 'distinct') or '0')
@@ -249,7 +254,7 @@ end
 local function learn(cls)
   local added = 0
   for i = 1, n do
-    local id, c = ARGV[5 + i], tonumber(ARGV[5 + n + i])
+    local id, c = ARGV[6 + i], tonumber(ARGV[6 + n + i])
     if redis.call('HINCRBY', rows[cls], id, c) == c and redis.call('HEXISTS', rows[1 - cls], id) == 0 then
       distinct = distinct + 1
     end
@@ -263,7 +268,7 @@ end
 local function unlearn(cls)
   local removed_total = 0
   for i = 1, n do
-    local id, c = ARGV[5 + i], tonumber(ARGV[5 + n + i])
+    local id, c = ARGV[6 + i], tonumber(ARGV[6 + n + i])
     local present = tonumber(redis.call('HGET', rows[cls], id) or '0')
     local removed = math.min(present, c)
     if present > 0 then
@@ -337,12 +342,18 @@ else
 end
 redis.call('HSET', totals, 'distinct', distinct, 'trained_at', now)
 local docs = redis.call('HMGET', totals, 'docs:0', 'docs:1')
+local s = summary_read(KEYS[6], uname)
 if distinct == 0 and tonumber(docs[1] or '0') == 0 and tonumber(docs[2] or '0') == 0 then
   redis.call('DEL', ham, spam, totals, rank, ledger)
+  s[1], s[2], s[3] = 0, 0, 0
+  summary_write(KEYS[6], uname, s)
   return 'gone'
 end
+s[1], s[2], s[3] = tonumber(docs[1] or '0'), tonumber(docs[2] or '0'), distinct
+summary_write(KEYS[6], uname, s)
 return 'applied'
 """.replace("__TRIM_SLACK__", str(TRIM_SLACK))
+)
 
 
 # On the model's slot, once the user's layer has applied a change: the ledger entry no
@@ -361,3 +372,28 @@ else
 end
 return 1
 """
+
+
+# A user's layer goes (past [users] max_users, or before an import without it), with its
+# summary's layer part. KEYS: the layer's five keys, the summary's hash. ARGV: user name.
+FORGET_LUA = (
+    SUMMARY_LUA
+    + """
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+local s = summary_read(KEYS[6], ARGV[1])
+s[1], s[2], s[3] = 0, 0, 0
+summary_write(KEYS[6], ARGV[1], s)
+return 1
+"""
+)
+
+# An imported layer's summary. KEYS: the summary's hash. ARGV: user name, ham, spam, tokens.
+LAYER_SUMMARY_LUA = (
+    SUMMARY_LUA
+    + """
+local s = summary_read(KEYS[1], ARGV[1])
+s[1], s[2], s[3] = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+summary_write(KEYS[1], ARGV[1], s)
+return 1
+"""
+)

@@ -18,16 +18,17 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import numpy as np
 import structlog
-from redis.exceptions import NoScriptError
 
 from spamd.config import UsersConfig
 from spamd.errors import StoreUnavailableError
 from spamd.model.bayes import Label, Score
 from spamd.people.senders import Way, moved_score, way_of
-from spamd.store.redis.connect import Script, user_hash_tag
+from spamd.store.redis.connect import Script, sender_keys_of
+from spamd.store.redis.listing import summaries
 from spamd.store.redis.state import RedisState
-from spamd.store.redis.users import LISTING_BATCH
+from spamd.store.redis.summary import SUMMARY_LUA, TURNED_FUNCTION, summary_key
 
 log = structlog.get_logger()
 
@@ -35,11 +36,43 @@ SENDERS_PER_USER = 2_000
 PLACED_PER_USER = 5_000
 KEEP_S = 400 * 86400
 
-# KEYS: senders, senders_at, filed. ARGV: key, 0/1, now (whole seconds), senders cap, filed cap, ttl, senders...
+# KEYS: senders, senders_at, filed, the summary's hash (spamd.store.redis.summary).
+# ARGV: key, 0/1, now (whole seconds), senders cap, filed cap, ttl, sender_moves,
+# sender_share, user name, senders...
 # `filed` scores a message 2 x when + 1 if in Junk: where it is and how recent in one
 # sorted set (MEMORY USAGE of a user with 20 rescued senders, scripts/users_scale.py:
 # a hash for the side beside a sorted set for the time, 5,088 -> 3,976 bytes).
-_BOUNDS = """
+# The user's summary line keeps the senders turned each way (way_of, for the senders whose
+# counts the script changes or the cap drops; all of them afresh when the line was counted
+# by another rule or the keys had expired), the senders and messages held and when they expire.
+FIRST_SENDER = 10
+_BOUNDS = (
+    SUMMARY_LUA
+    + """
+local moves, share, uname, skey = tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9], KEYS[4]
+local rule = ARGV[7] .. ':' .. ARGV[8]
+local sum = summary_read(skey, uname)
+if redis.call('EXISTS', KEYS[2]) == 0 then sum[4], sum[5] = 0, 0 end  -- new, or expired: nothing turned
+local recount = sum[9] ~= rule
+-- way_of (spamd/people/senders.py) of one sender's counts: 1 to Junk, -1 to the inbox, 0 neither.
+local function way(d, f, i, o)
+  if d == 0 or moves == 0 then return 0 end
+  local in_junk = math.min(math.max(f - o + i, 0), d)
+  if o >= moves and d - in_junk >= share * d then return -1 end
+  if i >= moves and in_junk >= share * d then return 1 end
+  return 0
+end
+local function way_of_sender(sender)
+  local c = redis.call('HMGET', KEYS[1], sender .. ':d', sender .. ':f', sender .. ':i', sender .. ':o')
+  return way(tonumber(c[1] or '0'), tonumber(c[2] or '0'), tonumber(c[3] or '0'), tonumber(c[4] or '0'))
+end
+local function turn(w, sign)
+  if w == 1 then sum[4] = sum[4] + sign elseif w == -1 then sum[5] = sum[5] + sign end
+end
+local function turn_all(sign)  -- the senders of ARGV, before (-1) and after (+1) their counts change
+  if recount then return end
+  for i = FIRST_SENDER, #ARGV do turn(way_of_sender(ARGV[i]), sign) end
+end
 local function bound(at, cap, hash)
   local n = redis.call('ZCARD', at)
   if n > cap then
@@ -47,6 +80,7 @@ local function bound(at, cap, hash)
     if hash then
       for j = 1, #gone, 2 do
         local s = gone[j]
+        if not recount then turn(way_of_sender(s), -1) end
         redis.call('HDEL', hash, s .. ':d', s .. ':f', s .. ':i', s .. ':o')
       end
     end
@@ -57,17 +91,28 @@ local function count(sender, field, now)
   redis.call('ZADD', KEYS[2], now, sender)
 end
 local function finish()
+  turn_all(1)
   bound(KEYS[2], tonumber(ARGV[4]), KEYS[1])
   bound(KEYS[3], tonumber(ARGV[5]), false)
   for i = 1, 3 do redis.call('EXPIRE', KEYS[i], tonumber(ARGV[6])) end
+  if recount then
+    local turned = turned_senders(KEYS[1], moves, share)
+    sum[4], sum[5], sum[9] = turned[1], turned[2], rule
+  end
+  sum[6], sum[7] = redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3])
+  sum[8] = tonumber(redis.call('TIME')[1]) + tonumber(ARGV[6])
+  summary_write(skey, uname, sum)
 end
 """
+)
 
 DELIVER_LUA = (
-    _BOUNDS
+    TURNED_FUNCTION
+    + _BOUNDS
     + """
 local key, filed, now = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-for i = 7, #ARGV do
+turn_all(-1)
+for i = FIRST_SENDER, #ARGV do
   count(ARGV[i], ':d', now)
   if filed == 1 then count(ARGV[i], ':f', now) end
 end
@@ -75,67 +120,34 @@ redis.call('ZADD', KEYS[3], now * 2 + filed, key)
 finish()
 return 1
 """
-)
+).replace("FIRST_SENDER", str(FIRST_SENDER))
 
 MOVE_LUA = (
-    _BOUNDS
+    TURNED_FUNCTION
+    + _BOUNDS
     + """
 local key, to_junk, now = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local score = redis.call('ZSCORE', KEYS[3], key)
-local place
 if not score then
-  if #ARGV < 7 then return 0 end
-  place = 1 - to_junk  -- never filed for this user: delivered to the other side
-  for i = 7, #ARGV do
+  if #ARGV < FIRST_SENDER then return 0 end
+  turn_all(-1)
+  local place = 1 - to_junk  -- never filed for this user: delivered to the other side
+  for i = FIRST_SENDER, #ARGV do
     count(ARGV[i], ':d', now)
     if place == 1 then count(ARGV[i], ':f', now) end
   end
 else
-  place = tonumber(score) % 2
-end
-if place == to_junk then
-  return 0
+  if tonumber(score) % 2 == to_junk then return 0 end
+  turn_all(-1)
 end
 redis.call('ZADD', KEYS[3], now * 2 + to_junk, key)
-for i = 7, #ARGV do
+for i = FIRST_SENDER, #ARGV do
   if to_junk == 1 then count(ARGV[i], ':i', now) else count(ARGV[i], ':o', now) end
 end
 finish()
 return 1
 """
-)
-
-
-# KEYS: senders. ARGV: moves, share. The senders the user's moves turned {to Junk, to the inbox}:
-# way_of a sender (spamd/people/senders.py), counted where the counts are, for `spamctl users`
-# (the hash read and parsed in Python: 0.6 ms a user with 20 senders, 8 s for 10,000 users).
-TURNED_LUA = """
-local moves, share = tonumber(ARGV[1]), tonumber(ARGV[2])
-local counts = {}
-local flat = redis.call('HGETALL', KEYS[1])
-for j = 1, #flat, 2 do
-  local sender, which = string.match(flat[j], '^(.*):(%a)$')
-  if sender then
-    local c = counts[sender]
-    if not c then c = {d = 0, f = 0, i = 0, o = 0}; counts[sender] = c end
-    c[which] = tonumber(flat[j + 1])
-  end
-end
-local junk, inbox = 0, 0
-if moves > 0 then
-  for _, c in pairs(counts) do
-    if c.d > 0 then
-      local in_junk = math.min(math.max(c.f - c.o + c.i, 0), c.d)
-      if c.o >= moves and c.d - in_junk >= share * c.d then
-        inbox = inbox + 1
-      elseif c.i >= moves and in_junk >= share * c.d then
-        junk = junk + 1
-      end
-    end
-  end
-end
-return {junk, inbox}
-"""
+).replace("FIRST_SENDER", str(FIRST_SENDER))
 
 
 def recency_now() -> str:
@@ -146,11 +158,6 @@ def recency_now() -> str:
     scripts/users_scale.py) 6,368 -> 5,088 bytes. Ties within a second go in member order.
     """
     return str(int(time.time()))
-
-
-def sender_keys_of(prefix: str, user: str) -> list[str]:
-    head = prefix + user_hash_tag(user) + ":"
-    return [head + name for name in ("senders", "senders_at", "filed")]
 
 
 class RedisSenders:
@@ -164,11 +171,12 @@ class RedisSenders:
         self.changes = 0
         self._deliver = Script(state.client, DELIVER_LUA)
         self._move = Script(state.client, MOVE_LUA)
-        self._turned = Script(state.client, TURNED_LUA)
 
     def _run(self, script: Script, what: str, user: str, key: bytes, side: int, senders: tuple[int, ...]) -> Any:
         keys = sender_keys_of(self.prefix, user)
-        args = [key, side, recency_now(), SENDERS_PER_USER, PLACED_PER_USER, KEEP_S, *map(str, senders)]
+        keys.append(summary_key(self.prefix, keys[0], self.state.cluster))
+        args = [key, side, recency_now(), SENDERS_PER_USER, PLACED_PER_USER, KEEP_S, self.moves, repr(self.share),
+                user, *map(str, senders)]  # fmt: skip
         return self.state.call(
             f"{what} of user {user}", lambda: script(keys=keys, args=args), where=self.state.node_of(keys[0])
         )
@@ -219,51 +227,13 @@ class RedisSenders:
         return moved_score(score, self.direction(user, senders, authenticated), config)
 
     def summary(self) -> dict[str, dict[str, int]]:
-        """Per user in `<p>users` (those with a layer): the senders their moves turned each way."""
-        names = [
-            n.decode() if isinstance(n, bytes) else str(n)
-            for n in self.state.call("listing users", lambda: self.state.client.zrange(self.state.users, 0, -1))
-        ]
-        out: dict[str, dict[str, int]] = {}
-        for start in range(0, len(names), LISTING_BATCH):  # one pipeline a batch, not a round trip a user
-            batch = names[start : start + LISTING_BATCH]
-
-            def read(batch: list[str] = batch) -> list[Any]:
-                if self.state.cluster:  # a cluster pipeline runs no scripts: the hashes, read here
-                    pipe = self.state.client.pipeline(transaction=False)
-                    for user in batch:
-                        pipe.hgetall(sender_keys_of(self.prefix, user)[0])
-                    return [self._turned_of(raw) for raw in pipe.execute()]
-                for sha in (True, False):  # EVAL where a node lacks the script (restarted, failed over)
-                    pipe = self.state.client.pipeline(transaction=False)
-                    for user in batch:
-                        key = sender_keys_of(self.prefix, user)[0]
-                        if sha:
-                            pipe.evalsha(self._turned.sha, 1, key, self.moves, repr(self.share))
-                        else:
-                            pipe.eval(TURNED_LUA, 1, key, self.moves, repr(self.share))
-                    replies = list(pipe.execute(raise_on_error=not sha))
-                    if not any(isinstance(r, NoScriptError) for r in replies):
-                        for reply in replies:
-                            if isinstance(reply, Exception):
-                                raise reply
-                        return replies
-                raise AssertionError("unreachable: EVAL replies or raises")
-
-            for user, (junk, inbox) in zip(batch, self.state.call("reading the users' senders", read), strict=True):
-                if junk or inbox:
-                    out[user] = {"senders_to_junk": int(junk), "senders_to_inbox": int(inbox)}
-        return out
-
-    def _turned_of(self, raw: dict[Any, Any]) -> tuple[int, int]:
-        """TURNED_LUA's answer from a user's senders hash, read."""
-        by_sender: dict[str, list[int]] = {}
-        for field, value in raw.items():
-            name = field.decode() if isinstance(field, bytes) else str(field)
-            sender, _, which = name.rpartition(":")
-            by_sender.setdefault(sender, [0, 0, 0, 0])["dfio".index(which)] = int(value)
-        ways = [way_of([tuple(counts)], self.moves, self.share) for counts in by_sender.values()]  # type: ignore[list-item]
-        return sum(way > 0 for way in ways), sum(way < 0 for way in ways)
+        """Per user: the senders their moves turned each way (those with any), from the users' summary lines."""
+        lines = summaries(self.state, self.moves, self.share)
+        junk, inbox = lines.column("senders_to_junk"), lines.column("senders_to_inbox")
+        return {
+            lines.names[i]: {"senders_to_junk": int(junk[i]), "senders_to_inbox": int(inbox[i])}
+            for i in np.flatnonzero(junk + inbox).tolist()
+        }
 
     def pairs(self) -> int | None:
         return None  # counting them would read every user's keys at each scrape

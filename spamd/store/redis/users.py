@@ -53,13 +53,12 @@ from spamd.people.users import (
     scoring_table,
 )
 from spamd.store.redis.connect import Script, user_keys
-from spamd.store.redis.scripts import ACK_LUA, SCORE_LUA, USER_LUA
+from spamd.store.redis.listing import list_users
+from spamd.store.redis.scripts import ACK_LUA, FORGET_LUA, LAYER_SUMMARY_LUA, SCORE_LUA, USER_LUA
 from spamd.store.redis.state import RedisState, SharedTraining
+from spamd.store.redis.summary import summary_key
 
 log = structlog.get_logger()
-
-# Users read in one pipeline by `spamctl users` (a round trip a key before: see docs/redis.md).
-LISTING_BATCH = 1000
 
 
 class RedisUsers:
@@ -77,9 +76,15 @@ class RedisUsers:
         self._user = Script(state.client, USER_LUA)
         self._score = Script(state.client, SCORE_LUA)
         self._ack = Script(state.client, ACK_LUA)
+        self._forget_layer = Script(state.client, FORGET_LUA)
+        self._layer_summary = Script(state.client, LAYER_SUMMARY_LUA)
 
     def keys(self, user_name: str) -> list[str]:
         return user_keys(self.prefix, user_name)
+
+    def summary_key(self, user_name: str) -> str:
+        """The hash of the user's summary line (spamd.store.redis.summary), on the user's slot."""
+        return summary_key(self.prefix, self.keys(user_name)[0], self.state.cluster)
 
     def _call(self, user_name: str, what: str, fn: Any) -> Any:
         keys = self.keys(user_name)
@@ -101,10 +106,10 @@ class RedisUsers:
         stored = MultinomialNB.stored_counts(analyzed.features.counts, self.state.config.model.stored_counts)
         args = [
             analyzed.key, "" if label is None else int(label), -1 if shared.previous is None else int(shared.previous),
-            self.config.max_tokens, repr(time.time()),
+            self.config.max_tokens, repr(time.time()), user_name,
             *analyzed.features.ids.tolist(), *stored.tolist(),
         ]  # fmt: skip
-        keys = self.keys(user_name)
+        keys = [*self.keys(user_name), self.summary_key(user_name)]
         result = self._call(user_name, "training the layer", lambda: self._user(keys=keys, args=args))
         self.state.call(
             "acknowledging a user's training",
@@ -117,11 +122,15 @@ class RedisUsers:
         """Delete the layers of users past max_users (they left `<p>users` in the training script)."""
         for name in names:
             try:
-                self._call(name, "expiring the layer", functools.partial(self.state.client.delete, *self.keys(name)))
+                self._call(name, "expiring the layer", functools.partial(self._drop, name))
                 self.expired += 1
             except StoreUnavailableError as e:
                 # Not in <p>users any more: its keys stay until the user trains and expires again.
                 log.warning("user_layer_expiry_failed", user_name=name, error=str(e))
+
+    def _drop(self, name: str) -> None:
+        """Delete the user's layer keys and its part of their summary line, in one script on their slot."""
+        self._forget_layer(keys=[*self.keys(name), self.summary_key(name)], args=[name])
 
     # ---------------------------------------------------------- scoring
 
@@ -182,31 +191,18 @@ class RedisUsers:
     table_bytes = 0  # no scoring tables kept: each score reads the user's counts of its tokens
 
     def summary(self) -> list[dict[str, Any]]:
-        """Per user: trainings, tokens and the Redis memory of their keys (for `spamctl users`), by name.
+        """Per user with a layer: trainings, tokens and estimated bytes (spamd.store.redis.listing), by name."""
+        layered = set(self.names())
+        return [
+            {key: row[key] for key in ("user", "trained_ham", "trained_spam", "tokens", "bytes")}
+            for row in list_users(self.state, self.config.sender_moves, self.config.sender_share)
+            if row["user"] in layered
+        ]
 
-        Read in pipelines of LISTING_BATCH users, not a round trip a key (in a cluster the pipeline
-        sends each node its users' commands)."""
-        rows = []
-        names = sorted(self.names())
-        for start in range(0, len(names), LISTING_BATCH):
-            batch = names[start : start + LISTING_BATCH]
-
-            def read(batch: list[str] = batch) -> list[Any]:
-                pipe = self.state.client.pipeline(transaction=False)
-                for name in batch:
-                    keys = self.keys(name)
-                    pipe.hmget(keys[2], "docs:0", "docs:1", "distinct")
-                    for key in keys:
-                        pipe.memory_usage(key)
-                return list(pipe.execute())
-
-            replies = self.state.call("reading the users' layers", read)
-            width = 1 + len(self.keys(""))
-            for index, name in enumerate(batch):
-                (ham, spam, tokens), *used = replies[index * width : (index + 1) * width]
-                rows.append({"user": name, "trained_ham": int(ham or 0), "trained_spam": int(spam or 0),
-                             "tokens": int(tokens or 0), "bytes": sum(int(u or 0) for u in used)})  # fmt: skip
-        return rows
+    def listing(self, moves: int, share: float, memory: bool = False) -> list[dict[str, Any]]:
+        """`spamctl users`' rows: users with a layer or with senders their moves turned, by name (one read of the
+        users' summary lines); bytes estimated from the counts, or their keys' MEMORY USAGE with `memory`."""
+        return list_users(self.state, moves, share, memory)
 
     # ---------------------------------------------------------- export / import
 
@@ -252,11 +248,11 @@ class RedisUsers:
         """
         for name in before:  # the users listed before the import (the model's step emptied the list)
             if name not in imported.layers:
-                self._call(name, "deleting the layer", lambda name=name: self.state.client.delete(*self.keys(name)))
+                self._call(name, "deleting the layer", functools.partial(self._drop, name))
         for name, layer in imported.layers.items():
             keys = self.keys(name)
 
-            def write(keys: list[str] = keys, layer: UserLayer = layer) -> None:
+            def write(keys: list[str] = keys, layer: UserLayer = layer, name: str = name) -> None:
                 pipe = self.state.client.pipeline(transaction=True)
                 pipe.delete(*keys)
                 ids = layer.ids.tolist()
@@ -269,6 +265,8 @@ class RedisUsers:
                     "docs:0": int(layer.doc_totals[0]), "docs:1": int(layer.doc_totals[1]), "distinct": len(layer),
                 })  # fmt: skip
                 pipe.execute()  # (no :rank: the layer's script builds it when the layer passes max_tokens)
+                self._layer_summary(keys=[self.summary_key(name)], args=[
+                    name, int(layer.doc_totals[0]), int(layer.doc_totals[1]), len(layer)])  # fmt: skip
 
             self._call(name, "importing the layer", write)
         # Their recency as exported, below any seq a training will write from now on.
