@@ -54,6 +54,7 @@ def verify_signatures(raw: bytes, resolver: CachingResolver, budget: Budget) -> 
     except Exception:  # dkimpy raises what its parser meets; a message it cannot read passes nothing
         return tuple(SignatureResult("", "", "permerror") for _ in range(count))
     signatures = [value for name, value in verifier.headers if name.lower() == b"dkim-signature"][:count]
+    _keep_signed_headers(verifier, signatures)
     results = []
     for index, value in enumerate(signatures):
         try:
@@ -64,6 +65,24 @@ def verify_signatures(raw: bytes, resolver: CachingResolver, budget: Budget) -> 
         domain, selector = tags.get("d", "").lower(), tags.get("s", "").lower()
         results.append(SignatureResult(domain, selector, _verify_one(verifier, index, tags, lookup)))
     return tuple(results)
+
+
+def _keep_signed_headers(verifier: dkim.DKIM, signatures: list[bytes]) -> None:
+    """Leave the verifier only the header fields some signature's h= names, and the signatures.
+
+    dkimpy canonicalizes every header field of the message for each signature, then hashes
+    the ones h= names (picked by name from the bottom, which the fields left out cannot
+    change): 0.45 of the 1.1 ms a signed trec07p-dev message cost, most of its fields
+    Received lines no signature covers. A signature whose tags do not parse keeps them all.
+    """
+    names = {b"dkim-signature", b"from"}
+    for value in signatures:
+        try:
+            signed = parse_tag_list(value).get("h", "")
+        except RecordError:
+            return
+        names.update(name.strip().lower().encode("ascii", "replace") for name in signed.split(":"))
+    verifier.headers = [(name, value) for name, value in verifier.headers if name.lower() in names]
 
 
 def _verify_one(verifier: dkim.DKIM, index: int, tags: dict[str, str], lookup: object) -> str:
