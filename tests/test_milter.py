@@ -111,8 +111,13 @@ def test_marks_each_message_once_in_place(postfix: Postfix, sink: Sink, spamd: S
         assert len(named(data, "X-Spam-Score")) == 1
         assert len(named(data, "Received")) == 1  # once through Postfix: no re-injection
         assert data.endswith(b"\r\nend " + marker + b"\r\n")  # the body as sent
+
     # The log is read by a thread: the second line may come after the mail reached the sink.
-    scored = wait_until_sync(lambda: len(scored_by_milter()) >= before + 2 and scored_by_milter(), 10)
+    def both_scored() -> list[dict]:
+        scored = scored_by_milter()
+        return scored if len(scored) >= before + 2 else []
+
+    scored = wait_until_sync(both_scored, 10)
     assert sorted(e["verdict"] for e in scored[before:]) == ["ham", "spam"]
     assert all(e.get("queue_id") for e in scored)  # Postfix's queue id, from the "i" macro
 
