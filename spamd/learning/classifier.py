@@ -79,9 +79,8 @@ class Classifier:
         message = parse_message(stripped, self.config.parser)
         tokens, weights = with_families(tokenize(message), message, self.config.model)
         if self.config.model.auth_outcomes:
-            extra = outcome_tokens(self.authenticate(stripped, message) if self.config.auth.enabled else NOTHING)
-            tokens = tokens + extra
-            weights = None if weights is None else np.concatenate([weights, np.ones(len(extra))])
+            auth = self.authenticate(stripped, message) if self.config.auth.enabled else NOTHING
+            tokens, weights = _with_outcomes(tokens, weights, auth)
         return tokens, weights
 
     def analyze(self, raw: bytes, authenticate: bool = True, session: SmtpSession | None = None) -> Analyzed:
@@ -124,9 +123,7 @@ class Classifier:
         model = self.config.model
         auth = self.authenticate(stripped, message, session) if authenticate else NOTHING
         if model.auth_outcomes:
-            extra = outcome_tokens(auth)
-            tokens = tokens + extra
-            weights = None if weights is None else np.concatenate([weights, np.ones(len(extra))])
+            tokens, weights = _with_outcomes(tokens, weights, auth)
         features = featurize(tokens, model.hash_bits, weights)
         if not authenticate:
             return Analyzed(key, features, senders)
@@ -234,3 +231,11 @@ def default_jobs() -> int:
     """Worker processes for analysis: one per usable core, none on a single core."""
     cores = usable_cores()
     return cores if cores > 1 else 0
+
+
+def _with_outcomes(
+    tokens: list[str], weights: np.ndarray | None, auth: AuthResult
+) -> tuple[list[str], np.ndarray | None]:
+    """`tokens` with the authentication outcomes' tokens after them ([model] auth_outcomes), each weighing 1."""
+    extra = outcome_tokens(auth)
+    return tokens + extra, None if weights is None else np.concatenate([weights, np.ones(len(extra))])
