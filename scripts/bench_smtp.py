@@ -18,7 +18,9 @@ to 0.9 ms of kernel CPU per delivery and ran 20-30% slower.
     python scripts/bench_smtp.py --processes 0 --processes 1 --rounds 3 --limit 4000   # helpers or not, interleaved
     python scripts/bench_smtp.py --web off --web on --rounds 3     # the web console idle beside SMTP, or not
     python scripts/bench_smtp.py --users 20 --rounds 3            # 20 users' Maildirs, each scored with their layer
-    python scripts/bench_smtp.py --users 0 --users 20 --rounds 3  # the shared model alone or per-user layers, interleaved
+    python scripts/bench_smtp.py --users 0 --users 20 --rounds 3  # one Maildir and the shared model, or 20 users' scored as theirs
+    python scripts/bench_smtp.py --users 20 --per-user off --per-user on --rounds 3   # per-user scoring alone, the same 20 Maildirs
+    python scripts/bench_smtp.py --users 0 --users 20 --per-user off --per-user on --rounds 3   # the three set-ups, interleaved
     python scripts/bench_smtp.py --replicas-acked 0 --replicas-acked 1 --autolearn --rounds 3   # Redis with a replica
     python scripts/bench_smtp.py --auth off --auth on --rounds 3 --limit 3000   # sender authentication, interleaved
     python scripts/bench_smtp.py --auth silent --limit 200 --clients 8     # a DNS server that never answers
@@ -49,6 +51,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_INDEX = ROOT.parent / "shared" / "corpora" / "trec07p-dev" / "full" / "index"
@@ -232,6 +235,12 @@ def main() -> int:
              "shared model; given twice or more, the runs alternate between them",
     )  # fmt: skip
     parser.add_argument(
+        "--per-user", choices=["off", "on"], action="append",
+        help="with --users N: [users] score_per_user for those users' mail (default on); off: the shared model "
+             "scores everyone's, the same Maildirs and training; given twice, the runs alternate between them, "
+             "so the ratio isolates per-user scoring from serving N Maildirs",
+    )  # fmt: skip
+    parser.add_argument(
         "--tree", type=Path, action="append",
         help="run the daemon from this checkout (default: this one); given twice or more, the runs alternate "
              "between them: an A/B of two commits in the same run (git worktree add /tmp/old HEAD~1)",
@@ -263,12 +272,12 @@ def main() -> int:
     if args.limit:
         replay = replay[: args.limit]
     trees = [tree.resolve() for tree in args.tree or [ROOT]]
-    settings = [
-        (tree, processes, web, users, acked, auth)
+    settings = list(dict.fromkeys(
+        (tree, processes, web, users, per_user if users else "off", acked, auth)  # one Maildir: the shared model
         for tree in trees for processes in args.processes or [None] for web in args.web or ["off"] for users in args.users or [0]
-        for acked in args.replicas_acked or [None] for auth in args.auth or [None]
-    ]  # fmt: skip
-    results: dict[tuple[Path, int | None, str, int, int | None, str | None], list[tuple[float, float]]] = {
+        for per_user in args.per_user or ["on"] for acked in args.replicas_acked or [None] for auth in args.auth or [None]
+    ))  # fmt: skip
+    results: dict[tuple[Path, int | None, str, int, str, int | None, str | None], list[tuple[float, float]]] = {
         s: [] for s in settings
     }
     failed = False
@@ -278,7 +287,7 @@ def main() -> int:
         replay = [signed.sign(raw) for raw in replay]
     try:
         for _ in range(args.rounds):
-            for tree, processes, web, users, acked, auth in settings:
+            for tree, processes, web, users, per_user, acked, auth in settings:
                 cost = wait_for_resting_file_system(work_root, args.settle, args.resting_us)
                 print(f"file creation {cost:.0f} us before the round")
                 work = Path(tempfile.mkdtemp(dir=work_root))
@@ -295,8 +304,9 @@ def main() -> int:
                         users,
                         redis_section + auth_section,
                         warm=auth == "warm",
+                        per_user=per_user == "on",
                     )
-                results[tree, processes, web, users, acked, auth].append((rate, p99))
+                results[tree, processes, web, users, per_user, acked, auth].append((rate, p99))
                 failed |= not ok
     finally:
         if signed is not None:
@@ -306,15 +316,42 @@ def main() -> int:
         else:
             shutil.rmtree(work_root, ignore_errors=True)
     if args.rounds > 1 or len(settings) > 1:
-        for (tree, processes, web, users, acked, auth), runs in results.items():
+        for (tree, processes, web, users, per_user, acked, auth), runs in results.items():
             name = f"{tree.name} " if len(trees) > 1 else ""
             rates = [rate for rate, _ in runs]
             redis = "" if acked is None else f", Redis replicas_acked {acked}"
             redis += "" if auth is None else f", auth {auth}"
-            print(f"{name}processes {'default' if processes is None else processes}, web console {web}, users {users}{redis}: "
+            scoring = f" (per-user scoring {per_user})" if users else ""
+            print(f"{name}processes {'default' if processes is None else processes}, web console {web}, users {users}{scoring}{redis}: "
                   f"{' '.join(f'{r:.0f}' for r in rates)} msgs/s, median {statistics.median(rates):.0f}; "
                   f"p99 {' '.join(f'{p99:.1f}' for _, p99 in runs)} ms")  # fmt: skip
+        for line in user_ratios(results):
+            print(line)
     return 1 if failed else 0
+
+
+def user_ratios(results: dict[tuple[Any, ...], list[tuple[float, float]]]) -> list[str]:
+    """The users' comparisons, each as the ratio of medians and round by round (runs alternate, so round k
+    of one set-up ran beside round k of the other): per-user scoring on over off, the same N Maildirs (what
+    per-user scoring costs); N users' Maildirs scored as theirs over one Maildir and the shared model."""
+    lines = []
+    for (tree, processes, web, users, per_user, acked, auth), runs in results.items():
+        rest = (processes, web, acked, auth)
+        pairs = []
+        if users and per_user == "on":
+            pairs.append(("per-user scoring on / off", (tree, processes, web, users, "off", acked, auth)))
+            pairs.append(("over one Maildir, the shared model", (tree, processes, web, 0, "off", acked, auth)))
+        for what, base in pairs:
+            if not results.get(base) or not runs:
+                continue
+            rates, before = [rate for rate, _ in runs], [rate for rate, _ in results[base]]
+            per_round = " ".join(f"{a / b:.2f}" for a, b in zip(rates, before, strict=False))
+            label = f"{tree.name} " if len({key[0] for key in results}) > 1 else ""
+            lines.append(
+                f"{label}{users} users, {what}: {statistics.median(rates) / statistics.median(before):.2f}x by the "
+                f"medians; per round {per_round}" + ("" if rest == (None, "off", None, None) else f" ({rest})")
+            )
+    return lines
 
 
 def run_once(
@@ -328,6 +365,7 @@ def run_once(
     users: int = 0,
     redis_section: str = "",
     warm: bool = False,
+    per_user: bool = True,
 ) -> tuple[float, float, bool]:
     """One fresh spamd, pretrained, replayed to by the clients: (msgs/s, p99 latency in ms, every message delivered)."""
     config_file = work / "spamd.toml"
@@ -344,7 +382,7 @@ def run_once(
             for sub in ("cur", "new", "tmp", ".Junk/cur", ".Junk/new", ".Junk/tmp"):
                 (maildir / sub).mkdir(parents=True, exist_ok=True)
         root_line = f'root = "{root}"\n'
-        users_section = "[users]\nscore_per_user = true\n"
+        users_section = f"[users]\nscore_per_user = {'true' if per_user else 'false'}\n"
         recipients = [f"u{k}@example.com" for k in range(users)]
     autolearn = "autolearn = true\n" if args.autolearn else ""
     config_file.write_text(f'[log]\nformat = "json"\n[maildir]\nfsync = {fsync}\n{autolearn}{root_line}[smtp]\nmax_recipients = 10\n'
@@ -389,7 +427,7 @@ def run_once(
     print(
         f"{len(latencies)} messages, {args.clients} clients, fsync {'off' if args.no_fsync else 'on'}, "
         f"processes {'default' if processes is None else processes}, web console {'on' if web else 'off'}"
-        f"{f', {users} users with layers' if users else ''}: "
+        f"{f', {users} users, per-user scoring ' + ('on' if per_user else 'off') if users else ''}: "
         f"{rate:.0f} msgs/s, latency p50 {statistics.median(latencies):.1f} ms, "
         f"p99 {percentile(latencies, 0.99):.1f} ms, max {max(latencies):.1f} ms; "
         f"errors {len(errors)}; delivered {delivered}; spamd exit {code}, "
