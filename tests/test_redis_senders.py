@@ -25,6 +25,7 @@ from tests import core_helpers as h
 from tests.daemon_helpers import list_digest, make_message, wait_until_sync
 from tests.redis_helpers import (
     RedisClusterServers,
+    RedisServer,
     redis_state,
     with_redis,
 )
@@ -224,3 +225,32 @@ def test_the_senders_a_users_moves_turned_are_counted_in_redis_as_way_of_counts_
     finally:
         client.close()
         engine.close()
+
+
+def test_plain_redis_reads_a_users_senders_with_the_models_counts_and_a_server_down_is_a_temporary_error(tmp_path):
+    """One round trip (a pipeline) for the model's counts and the user's senders' counts: the same score and
+    counts as the two reads one after the other, with the script sent whole where Redis lost it; Redis down
+    is StoreUnavailableError, never a score without the user's senders."""
+    server = RedisServer(tmp_path / "redis").start()
+    engine = Engine.open(config_for(tmp_path, "d", server.url))
+    try:
+        general_training(engine)
+        for n in range(100, 103):  # alice moves three copies of the list into Junk
+            file_copy(engine, n, "alice", Verdict.HAM)
+            engine.train(list_digest(n, "alice@example.com"), Label.SPAM, "maildir", user_name="alice")
+        analyzed = engine.classify(list_digest(99, "alice@example.com")).analyzed
+        for user in ("alice", "bob"):
+            together = engine.senders.score_and_counts(engine.model, analyzed.features, user, analyzed.senders)
+            apart = engine.model.score(analyzed.features), engine.senders.counts(user, analyzed.senders)
+            assert together == apart
+        assert any(together[1]) is False  # bob: never heard of the list
+        assert engine.classifier.score(analyzed, "alice").verdict is Verdict.SPAM
+        server.client().script_flush()  # a restarted Redis without the script: EVAL, then EVALSHA again
+        assert engine.classifier.score(analyzed, "alice").verdict is Verdict.SPAM
+        assert engine.classifier.score(analyzed, "bob") == engine.classifier.score(analyzed)
+        server.stop()
+        with pytest.raises(StoreUnavailableError):
+            engine.classifier.score(analyzed, "alice")
+    finally:
+        engine.close()
+        server.stop()

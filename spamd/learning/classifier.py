@@ -21,7 +21,14 @@ from spamd.mail.message import ParsedMessage, parse_message, strip_own_headers, 
 from spamd.mail.tokenize import tokenize
 from spamd.model.bayes import Features, ModelView, Score, featurize, verdict_of
 from spamd.model.families import with_families
-from spamd.people.senders import SenderCounts, authenticated_senders, from_address, sender_keys
+from spamd.people.senders import (
+    SenderCounts,
+    authenticated_senders,
+    from_address,
+    moved_score,
+    sender_keys,
+    way_of,
+)
 from spamd.people.users import LayerScorer
 from spamd.runtime.gc_tuning import tune_gc_for_message_streams
 
@@ -138,12 +145,27 @@ class Classifier:
     def score(self, analyzed: Analyzed, user_name: str | None = None) -> Score:
         """The shared model's score, or `user_name`'s: with their layer ([users] token_moves) and where their
         mail from the message's senders ends up (spamd/people/senders.py); the shared one if neither says anything."""
-        score = score_as_delivered(self.model, self.users, self.config.users, analyzed.features, user_name)
+        senders = self.senders
+        by_senders = (
+            senders is not None and user_name is not None and self.config.users.score_per_user
+            and bool(analyzed.senders) and bool(senders.moves)
+        )  # fmt: skip
+        counts = None
+        if by_senders and scoring_layers(self.users, self.config.users, user_name) is None:
+            # The shared model's score and the senders' counts read together: in Redis, one round trip.
+            assert senders is not None and user_name is not None
+            score, counts = senders.score_and_counts(self.model, analyzed.features, user_name, analyzed.senders)
+        else:
+            score = score_as_delivered(self.model, self.users, self.config.users, analyzed.features, user_name)
         if analyzed.dmarc_reject and self.config.auth.dmarc_reject_action == "spam":
             score = verdict_of(self.config.model, max(score.log_odds, DMARC_REJECT_LOG_ODDS))
-        if self.senders is None or user_name is None or not self.config.users.score_per_user:
+        if not by_senders:
             return score
-        return self.senders.adjust(score, user_name, analyzed.senders, self.config.model, analyzed.authenticated)
+        assert senders is not None
+        if counts is None:
+            return senders.adjust(score, user_name, analyzed.senders, self.config.model, analyzed.authenticated)
+        way = way_of(counts, senders.moves, senders.share, analyzed.authenticated)
+        return moved_score(score, way, self.config.model)
 
 
 def scoring_layers(users: LayerScorer | None, users_config: UsersConfig, user_name: str | None) -> LayerScorer | None:

@@ -32,7 +32,7 @@ import xxhash
 
 from spamd.mail.auth.verify import AuthResult
 from spamd.mail.message import ParsedMessage
-from spamd.model.bayes import Label, Score, verdict_of
+from spamd.model.bayes import Features, Label, Score, verdict_of
 
 # How far a sender's verdict moves a message's score (mean log-odds; the spam cut is
 # 0.315, spamd.model.bayes.PROBABILITY_SLOPE), and how far past the middle it lands at
@@ -189,6 +189,9 @@ class SenderCounts(Protocol):
     def adjust(
         self, score: Score, user: str | None, senders: tuple[int, ...], config: Any, authenticated: int = 0
     ) -> Score: ...
+    def score_and_counts(
+        self, model: Any, features: Features, user: str, senders: tuple[int, ...]
+    ) -> tuple[Score, list[tuple[int, int, int, int] | None]]: ...
     def summary(self) -> dict[str, dict[str, int]]: ...
     def pairs(self) -> int | None: ...
     def export(self) -> dict[str, Any]: ...
@@ -295,6 +298,12 @@ class SenderReputation:
         if user is None or not senders or not self.moves:
             return score
         return moved_score(score, self.direction(user, senders, authenticated), config)
+
+    def score_and_counts(
+        self, model: Any, features: Features, user: str, senders: tuple[int, ...]
+    ) -> tuple[Score, list[tuple[int, int, int, int] | None]]:
+        """`model`'s score of `features` and the user's counts of `senders` (`way_of`'s input)."""
+        return model.score(features), [self._stats.get((user, sender)) for sender in senders]
 
     def pairs(self) -> int | None:
         """(user, sender) pairs counted (for /metrics)."""

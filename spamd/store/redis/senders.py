@@ -23,12 +23,13 @@ import structlog
 
 from spamd.config import UsersConfig
 from spamd.errors import StoreUnavailableError
-from spamd.model.bayes import Label, Score
+from spamd.model.bayes import Features, Label, ModelView, Score
 from spamd.people.senders import Way, moved_score, way_of
 from spamd.store.redis.connect import Script, sender_keys_of
 from spamd.store.redis.listing import summaries
 from spamd.store.redis.state import RedisState
 from spamd.store.redis.summary import SUMMARY_LUA, TURNED_FUNCTION, summary_key
+from spamd.store.redis.views import RedisModel
 
 log = structlog.get_logger()
 
@@ -204,15 +205,24 @@ class RedisSenders:
 
     def counts(self, user: str, senders: tuple[int, ...]) -> list[tuple[int, int, int, int] | None]:
         key = sender_keys_of(self.prefix, user)[0]
-        fields = [f"{s}:{f}" for s in senders for f in "dfio"]
+        fields = sender_fields(senders)
         values = self.state.call(
             f"reading the senders of user {user}",
             lambda: self.state.client.hmget(key, fields),
             where=self.state.node_of(key),
         )
-        n = [int(v) if v is not None else 0 for v in values]
-        quads = [(n[i], n[i + 1], n[i + 2], n[i + 3]) for i in range(0, 4 * len(senders), 4)]
-        return [quad if any(quad) else None for quad in quads]
+        return counts_of(values, len(senders))
+
+    def score_and_counts(
+        self, model: ModelView, features: Features, user: str, senders: tuple[int, ...]
+    ) -> tuple[Score, list[tuple[int, int, int, int] | None]]:
+        """`model`'s score and `counts(user, senders)`: in one round trip where the user's keys are on the
+        model's server (plain Redis, Sentinel); on a cluster, one after the other, each failing alone (the
+        user's node down: StoreUnavailableError, the message's temporary error)."""
+        if self.state.cluster or not isinstance(model, RedisModel):
+            return model.score(features), self.counts(user, senders)
+        score, values = model.score_beside(features, sender_keys_of(self.prefix, user)[0], sender_fields(senders))
+        return score, counts_of(values, len(senders))
 
     def direction(self, user: str, senders: tuple[int, ...], authenticated: int | None = None) -> Way:
         if not senders:
@@ -243,3 +253,15 @@ class RedisSenders:
 
     def restore(self, data: dict[str, Any]) -> None:
         pass
+
+
+def sender_fields(senders: tuple[int, ...]) -> list[str]:
+    """The hash fields of `senders`' four counts (delivered, filed, moved in, moved out), in that order."""
+    return [f"{s}:{f}" for s in senders for f in "dfio"]
+
+
+def counts_of(values: list[Any], senders: int) -> list[tuple[int, int, int, int] | None]:
+    """HMGET's values of `sender_fields` as each sender's four counts (None: never heard of)."""
+    n = [int(v) if v is not None else 0 for v in values]
+    quads = [(n[i], n[i + 1], n[i + 2], n[i + 3]) for i in range(0, 4 * senders, 4)]
+    return [quad if any(quad) else None for quad in quads]

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import numpy as np
 import redis
 import structlog
-from redis.exceptions import ClusterError, MovedError
+from redis.exceptions import ClusterError, MovedError, NoScriptError
 
 from spamd.config import Config
 from spamd.config.addresses import redact_url
@@ -317,18 +317,38 @@ class RedisState:
 
     # ---------------------------------------------------------- reads
 
-    def fetch(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    def fetch(self, ids: np.ndarray) -> Fetched:
         """The buckets' counts (2, n) and the class totals, in one atomic round trip (a read-only script)."""
         text = " ".join(map(str, ids.tolist()))
-        reply = self.call("scoring", lambda: self._score(keys=self.keys[:3], args=[text]))
-        values = np.array(reply.split(), dtype=np.int64)
-        n = len(ids)
-        return (
-            values[: 2 * n].reshape(2, n).astype(np.uint32),
-            values[2 * n : 2 * n + 2],
-            values[2 * n + 2 : 2 * n + 4],
-            int(values[-1]),
-        )
+        return _fetched(self.call("scoring", lambda: self._score(keys=self.keys[:3], args=[text])), len(ids))
+
+    def fetch_beside(self, ids: np.ndarray, key: str, fields: list[str]) -> tuple[Fetched, list[Any]]:
+        """`fetch`, and an HMGET of `key`'s `fields`, in one round trip (a pipeline): for a key on the
+        model's server, so on plain Redis or Sentinel's primary, not a cluster (where a user's slot is
+        on a node of its own, whose failure must stop only that user's mail).
+
+        The HMGET is not atomic with the script: as two requests, one after the other.
+        """
+        text = " ".join(map(str, ids.tolist()))
+
+        def read() -> list[Any]:
+            for sent_whole in (False, True):  # EVALSHA, then EVAL where the server does not have the script yet
+                pipe = self.client.pipeline(transaction=False)
+                if sent_whole:
+                    pipe.eval(self._score.text, 3, *self.keys[:3], text)
+                else:
+                    pipe.evalsha(self._score.sha, 3, *self.keys[:3], text)
+                pipe.hmget(key, fields)
+                replies = pipe.execute(raise_on_error=False)
+                if not isinstance(replies[0], NoScriptError):
+                    break
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
+            return list(replies)
+
+        reply, values = self.call("scoring", read)
+        return _fetched(reply, len(ids)), values
 
     def totals_now(self) -> dict[str, int]:
         values = self.call("reading the totals", lambda: self.client.hmget(self.totals, [*_TOTAL_FIELDS, "seq"]))
@@ -427,3 +447,17 @@ class RedisState:
             pipe.execute()
 
         self.call("the import", write)
+
+
+# SCORE_LUA's reply made arrays: the buckets' counts (2, n), token totals, document totals, distinct buckets.
+Fetched = tuple[np.ndarray, np.ndarray, np.ndarray, int]
+
+
+def _fetched(reply: bytes, n: int) -> Fetched:
+    values = np.array(reply.split(), dtype=np.int64)
+    return (
+        values[: 2 * n].reshape(2, n).astype(np.uint32),
+        values[2 * n : 2 * n + 2],
+        values[2 * n + 2 : 2 * n + 4],
+        int(values[-1]),
+    )
