@@ -388,3 +388,32 @@ def test_claimed_push_scores_forgeries_from_a_rescued_sender_under_each_bound(tm
     assert all(" 0 ham," in lines[f"bound {b}"] for b in ("0.3", "0.6")), lines
     through, of = lines["bound full"].split(": ")[1].split(" filed")[0].split(" of ")
     assert through == of, lines
+
+
+def test_bench_smtp_runs_the_same_users_maildirs_with_per_user_scoring_off_and_on_beside_one_maildir(
+    index_with_junk: Path, tmp_path: Path
+) -> None:
+    """--per-user off/on: the same users' Maildirs, [users] score_per_user false and true, and one Maildir with the
+    shared model, interleaved; both ratios printed with a figure per round, and every message delivered."""
+    run = run_script(
+        "bench_smtp.py", "--index", str(index_with_junk), "--train", "8", "--limit", "10", "--clients", "2",
+        "--users", "0", "--users", "3", "--per-user", "off", "--per-user", "on", "--settle", "0", "--keep",
+        cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "users 3 (per-user scoring off): " in run.stdout and "users 3 (per-user scoring on): " in run.stdout
+    ratios = [line for line in run.stdout.splitlines() if " by the medians; per round " in line]
+    assert [line.split(":")[0] for line in ratios] == [
+        "3 users, per-user scoring on / off",
+        "3 users, over one Maildir, the shared model",
+    ], run.stdout
+    assert all(len(line.split("per round ")[1].split()) == 1 for line in ratios)
+    kept = Path(run.stdout.split("kept ")[1].split()[0])
+    try:
+        configs = sorted(path.read_text() for path in kept.glob("*/spamd.toml"))
+        users = sorted(
+            next((line for line in c.splitlines() if line.startswith("score_per_user")), "") for c in configs
+        )
+        assert users == ["", "score_per_user = false", "score_per_user = true"], configs
+    finally:
+        shutil.rmtree(kept, ignore_errors=True)
