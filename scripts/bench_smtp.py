@@ -49,7 +49,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -128,7 +128,11 @@ def wait_for_resting_file_system(where: Path, limit_s: float, resting_us: float)
         time.sleep(5)
 
 
-def client(port: int, messages: list[bytes], latencies: list[float], errors: list[str], recipients: list[str]) -> None:
+def client(
+    port: int, messages: list[bytes], latencies: list[float], errors: list[str],
+    recipients: Sequence[str] = ("user@example.com",),
+) -> None:  # fmt: skip
+    # (the default: scripts/bench_redis.py's replay names no recipients)
     smtp = smtplib.SMTP("127.0.0.1", port, timeout=60)
     try:
         smtp.ehlo("bench")
@@ -277,7 +281,7 @@ def main() -> int:
         for tree in trees for processes in args.processes or [None] for web in args.web or ["off"] for users in args.users or [0]
         for per_user in args.per_user or ["on"] for acked in args.replicas_acked or [None] for auth in args.auth or [None]
     ))  # fmt: skip
-    results: dict[tuple[Path, int | None, str, int, str, int | None, str | None], list[tuple[float, float]]] = {
+    results: dict[tuple[Path, int | None, str, int, str, int | None, str | None], list[tuple[float, float, float]]] = {
         s: [] for s in settings
     }
     failed = False
@@ -293,7 +297,7 @@ def main() -> int:
                 work = Path(tempfile.mkdtemp(dir=work_root))
                 with replicated_redis(work, acked) as redis_section:
                     auth_section = signed.section(auth) if signed is not None else ""
-                    rate, p99, ok = run_once(
+                    rate, p99, cpu, ok = run_once(
                         args,
                         rows,
                         replay,
@@ -306,7 +310,7 @@ def main() -> int:
                         warm=auth == "warm",
                         per_user=per_user == "on",
                     )
-                results[tree, processes, web, users, per_user, acked, auth].append((rate, p99))
+                results[tree, processes, web, users, per_user, acked, auth].append((rate, p99, cpu))
                 failed |= not ok
     finally:
         if signed is not None:
@@ -318,22 +322,24 @@ def main() -> int:
     if args.rounds > 1 or len(settings) > 1:
         for (tree, processes, web, users, per_user, acked, auth), runs in results.items():
             name = f"{tree.name} " if len(trees) > 1 else ""
-            rates = [rate for rate, _ in runs]
+            rates = [rate for rate, *_ in runs]
             redis = "" if acked is None else f", Redis replicas_acked {acked}"
             redis += "" if auth is None else f", auth {auth}"
             scoring = f" (per-user scoring {per_user})" if users else ""
             print(f"{name}processes {'default' if processes is None else processes}, web console {web}, users {users}{scoring}{redis}: "
                   f"{' '.join(f'{r:.0f}' for r in rates)} msgs/s, median {statistics.median(rates):.0f}; "
-                  f"p99 {' '.join(f'{p99:.1f}' for _, p99 in runs)} ms")  # fmt: skip
+                  f"p99 {' '.join(f'{p99:.1f}' for _, p99, _ in runs)} ms; spamd CPU {' '.join(f'{cpu:.2f}' for *_, cpu in runs)} ms/msg")  # fmt: skip
         for line in user_ratios(results):
             print(line)
     return 1 if failed else 0
 
 
-def user_ratios(results: dict[tuple[Any, ...], list[tuple[float, float]]]) -> list[str]:
+def user_ratios(results: dict[tuple[Any, ...], list[tuple[float, float, float]]]) -> list[str]:
     """The users' comparisons, each as the ratio of medians and round by round (runs alternate, so round k
     of one set-up ran beside round k of the other): per-user scoring on over off, the same N Maildirs (what
-    per-user scoring costs); N users' Maildirs scored as theirs over one Maildir and the shared model."""
+    per-user scoring costs); N users' Maildirs scored as theirs over one Maildir and the shared model. Beside the
+    throughput, the median of the rounds' ratios (paired, so less of other work's load from one round to the
+    next) and the ratio of spamd's CPU a message (the other way up: over 1 costs more)."""
     lines = []
     for (tree, processes, web, users, per_user, acked, auth), runs in results.items():
         rest = (processes, web, acked, auth)
@@ -344,12 +350,16 @@ def user_ratios(results: dict[tuple[Any, ...], list[tuple[float, float]]]) -> li
         for what, base in pairs:
             if not results.get(base) or not runs:
                 continue
-            rates, before = [rate for rate, _ in runs], [rate for rate, _ in results[base]]
-            per_round = " ".join(f"{a / b:.2f}" for a, b in zip(rates, before, strict=False))
+            rates, before = [rate for rate, *_ in runs], [rate for rate, *_ in results[base]]
+            paired = [a / b for a, b in zip(rates, before, strict=False)]
+            cpus, cpus_before = [cpu for *_, cpu in runs], [cpu for *_, cpu in results[base]]
             label = f"{tree.name} " if len({key[0] for key in results}) > 1 else ""
             lines.append(
                 f"{label}{users} users, {what}: {statistics.median(rates) / statistics.median(before):.2f}x by the "
-                f"medians; per round {per_round}" + ("" if rest == (None, "off", None, None) else f" ({rest})")
+                f"medians, {statistics.median(paired):.2f}x the rounds' median; spamd CPU a message "
+                f"{statistics.median(cpus) / statistics.median(cpus_before):.2f}x; "
+                f"per round {' '.join(f'{r:.2f}' for r in paired)}"
+                + ("" if rest == (None, "off", None, None) else f" ({rest})")
             )
     return lines
 
@@ -366,8 +376,9 @@ def run_once(
     redis_section: str = "",
     warm: bool = False,
     per_user: bool = True,
-) -> tuple[float, float, bool]:
-    """One fresh spamd, pretrained, replayed to by the clients: (msgs/s, p99 latency in ms, every message delivered)."""
+) -> tuple[float, float, float, bool]:
+    """One fresh spamd, pretrained, replayed to by the clients: (msgs/s, p99 latency in ms, spamd's CPU ms a
+    message, every message delivered)."""
     config_file = work / "spamd.toml"
     fsync = "false" if args.no_fsync else "true"
     parser_section = "" if processes is None else f"[parser]\nprocesses = {processes}\n"
@@ -438,7 +449,8 @@ def run_once(
     for error in errors[:5]:
         print("  error:", error)
     p99 = percentile(latencies, 0.99) if latencies else 0.0
-    return rate, p99, not errors and delivered == len(replay) * (2 if warm else 1) and code == 0
+    cpu_ms = cpu / max(1, len(latencies)) * 1000
+    return rate, p99, cpu_ms, not errors and delivered == len(replay) * (2 if warm else 1) and code == 0
 
 
 if __name__ == "__main__":

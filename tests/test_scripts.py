@@ -402,7 +402,7 @@ def test_bench_smtp_runs_the_same_users_maildirs_with_per_user_scoring_off_and_o
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     assert "users 3 (per-user scoring off): " in run.stdout and "users 3 (per-user scoring on): " in run.stdout
-    ratios = [line for line in run.stdout.splitlines() if " by the medians; per round " in line]
+    ratios = [line for line in run.stdout.splitlines() if " by the medians, " in line and "; per round " in line]
     assert [line.split(":")[0] for line in ratios] == [
         "3 users, per-user scoring on / off",
         "3 users, over one Maildir, the shared model",
