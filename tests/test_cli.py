@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from spamd.cli.inputs import holds_several_mbox_messages
 from spamd.config import load_config
 from spamd.engine.engine import Engine
-from spamd.frontends.control import ControlClient, ControlError
+from spamd.frontends.control_protocol import ControlClient, ControlError
 from spamd.model.bayes import Label
 from tests import core_helpers as h
 from tests.cli_helpers import (

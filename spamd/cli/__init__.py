@@ -28,7 +28,7 @@ from spamd.cli.training import cmd_train, cmd_untrain
 from spamd.cli.web import add_web_token_arguments, cmd_web_token
 from spamd.config import load_config
 from spamd.errors import SpamdError, StoreUnavailableError
-from spamd.frontends.control import DEFAULT_EXPLAIN_LIMIT
+from spamd.frontends.control_protocol import DEFAULT_EXPLAIN_LIMIT
 from spamd.runtime.gc_tuning import tune_gc_for_message_streams
 
 

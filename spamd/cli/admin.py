@@ -13,7 +13,7 @@ from spamd.cli.inputs import _read_file
 from spamd.cli.output import emit_json, format_stats, table, user_request
 from spamd.config import Config
 from spamd.errors import SpamdError
-from spamd.frontends.control import DaemonNotRunning
+from spamd.frontends.control_protocol import DaemonNotRunning
 from spamd.runtime.humanize import human_bytes
 from spamd.store import write_atomically
 

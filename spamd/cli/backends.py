@@ -8,7 +8,8 @@ from typing import Any, Protocol
 from spamd.config import Config
 from spamd.engine.engine import Engine
 from spamd.errors import SpamdError, StateLockedError
-from spamd.frontends.control import ENGINE_OPERATIONS, MAX_FRAME_BYTES, ControlClient, DaemonNotRunning
+from spamd.frontends.control import ENGINE_OPERATIONS
+from spamd.frontends.control_protocol import MAX_FRAME_BYTES, ControlClient, DaemonNotRunning
 
 # Training requests carry a few messages each: small enough that the daemon's
 # loop is never held long (each training is an fsync), large enough to amortize
