@@ -11,6 +11,8 @@ import random
 import time
 from typing import Any
 
+import pytest
+
 from spamd.config import UsersConfig
 from spamd.engine.engine import Engine
 from spamd.frontends.control import op_users
@@ -162,5 +164,32 @@ def test_the_summary_lines_of_a_cluster_sit_on_each_users_slot(redis_cluster_url
         for user in ("alice", "bob", "carol"):
             key = summary_key("spamd:", sender_keys_of("spamd:", user)[0], True)
             assert state.client.keyslot(key) == state.client.keyslot(sender_keys_of("spamd:", user)[0])
+    finally:
+        engine.close()
+
+
+def test_a_malformed_summary_line_is_a_clear_error_not_a_wrong_listing(tmp_path, redis_url):
+    """Lines are parsed a column at a time: one that is not eight numbers and a rule names the problem."""
+    from spamd.errors import CorruptStateError
+
+    engine = Engine.open(config_for(tmp_path, "malformed", redis_url, "malformed:"), durable=False)
+    state = redis_state(engine)
+
+    def write(name: str, line: str) -> None:
+        state.client.hset(summary_key("malformed:", sender_keys_of("malformed:", name)[0], state.cluster), name, line)
+
+    try:
+        write("alice", "0 0 0 0 2 2 6 4102444800 3:0.8")
+        write("bob", "0 0 0 1 0 1 3 4102444800 3:0.8")
+        assert [(r["user"], r["senders_to_inbox"]) for r in op_users(engine, {})["users"]] == [("alice", 2), ("bob", 0)]
+        for bad in (
+            "0 0 0 x 0 1 3 4102444800 3:0.8",
+            "0 0 0 1 0 1 4102444800 3:0.8",
+            "",
+            "0 0 0 1 0 1 3 5 3:0.8 extra",
+        ):
+            write("bob", bad)
+            with pytest.raises(CorruptStateError, match="summary lines"):
+                op_users(engine, {})
     finally:
         engine.close()
