@@ -9,13 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from spamd.cli.backends import open_backend
-from spamd.cli.inputs import _read_file
 from spamd.cli.output import emit_json, format_stats, table, user_request
 from spamd.config import Config
 from spamd.errors import SpamdError
 from spamd.frontends.control_protocol import DaemonNotRunning
 from spamd.runtime.humanize import human_bytes
-from spamd.store import write_atomically
 
 
 def cmd_stats(config: Config, args: argparse.Namespace) -> int:
@@ -50,7 +48,8 @@ def cmd_users(config: Config, args: argparse.Namespace) -> int:
     rows: list[tuple[str, ...]] = [
         ("user", "trained ham", "trained spam", "tokens", "bytes", "senders to Junk", "to inbox")
     ]
-    rows += [(r["user"], str(r["trained_ham"]), str(r["trained_spam"]), str(r["tokens"]), human_bytes(r["bytes"]),
+    sizes = {size: human_bytes(size) for size in {r["bytes"] for r in result["users"]}}  # few sizes, many users
+    rows += [(r["user"], str(r["trained_ham"]), str(r["trained_spam"]), str(r["tokens"]), sizes[r["bytes"]],
               str(r.get("senders_to_junk", 0)), str(r.get("senders_to_inbox", 0))) for r in result["users"]]  # fmt: skip
     print(table(rows) if result["users"] else "no user has trained a layer yet")
     print_trust(result.get("authentication"))
@@ -134,6 +133,8 @@ def cmd_export(config: Config, args: argparse.Namespace) -> int:
     with closing(open_backend(config)) as backend:
         data = backend.export_bytes()
     try:
+        from spamd.store.durable import write_atomically  # the store package: only for a file written
+
         write_atomically(target, data)
     except PermissionError:
         raise SpamdError(f"{target}: permission denied") from None
@@ -150,6 +151,8 @@ def cmd_import(config: Config, args: argparse.Namespace) -> int:
     source = Path(args.file)
     if source.is_dir():
         raise SpamdError(f"{source}: is a directory, not a spamd export")
+    from spamd.cli.inputs import _read_file  # the mail parser: imported by the commands that read mail
+
     data = _read_file(source)
     if not data:
         raise SpamdError(f"{source}: empty file, not a spamd export")
