@@ -137,3 +137,15 @@ def test_rsa_verify_takes_a_signature_without_its_leading_zeros_and_refuses_one_
     malleated = past.to_bytes((past.bit_length() + 7) // 8, "big")
     assert _DKIMPY_RSA_VERIFY(dkim.HashThrough(hashlib.sha256(data)), malleated, key)
     assert not rsa_verify(dkim.HashThrough(hashlib.sha256(data)), malleated, key)
+
+
+@given(st.lists(st.sampled_from([b" ", b"\t", b"\r", b"\n", b"\r\n", b"a", b"b:", b"\x00", b"\xff"]), max_size=40))
+def test_the_canonicalization_patterns_compiled_once_are_dkimpys(pieces: list[bytes]) -> None:
+    import re
+
+    from spamd.mail.auth.dkim import compress_whitespace, strip_trailing_whitespace, unfold_header_value
+
+    content = b"".join(pieces)
+    assert strip_trailing_whitespace(content) == re.sub(b"[\t ]+\r\n", b"\r\n", content)
+    assert compress_whitespace(content) == re.sub(b"[\t ]+", b" ", content)
+    assert unfold_header_value(content) == re.sub(b"\r?\n", b"", content)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import dkim  # dkimpy ships no type information
+import dkim.canonicalization
 import dkim.crypto
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
@@ -81,6 +82,25 @@ def rsa_verify(hashed: object, signature: bytes, public_key: dict[str, int]) -> 
     return True
 
 
+# dkimpy's relaxed canonicalization calls re.sub with a pattern each time: the module's pattern
+# cache looked up 34 times a signed message. The same patterns, compiled once.
+_TRAILING_WHITESPACE = re.compile(b"[\t ]+\r\n")
+_WHITESPACE = re.compile(b"[\t ]+")
+_LINE_BREAK = re.compile(b"\r?\n")
+
+
+def strip_trailing_whitespace(content: bytes) -> bytes:
+    return _TRAILING_WHITESPACE.sub(b"\r\n", content)
+
+
+def compress_whitespace(content: bytes) -> bytes:
+    return _WHITESPACE.sub(b" ", content)
+
+
+def unfold_header_value(content: bytes) -> bytes:
+    return _LINE_BREAK.sub(b"", content)
+
+
 @lru_cache(maxsize=1024)
 def _openssl_key(modulus: int, exponent: int) -> rsa.RSAPublicKey:
     return rsa.RSAPublicNumbers(exponent, modulus).public_key()
@@ -88,6 +108,9 @@ def _openssl_key(modulus: int, exponent: int) -> rsa.RSAPublicKey:
 
 dkim.crypto.int2str, dkim.crypto.str2int, dkim.evaluate_pk = int_to_bytes, bytes_to_int, parsed_key
 dkim.RSASSA_PKCS1_v1_5_verify = rsa_verify
+dkim.canonicalization.strip_trailing_whitespace = strip_trailing_whitespace
+dkim.canonicalization.compress_whitespace = compress_whitespace
+dkim.canonicalization.unfold_header_value = unfold_header_value
 
 
 @dataclass(frozen=True, slots=True)
