@@ -141,6 +141,7 @@ def test_state_an_older_spamd_wrote_scores_and_lists_the_same_after_the_upgrade_
         engine.close()
 
 
+Rule = tuple[int, float]
 SENDERS = (5, HIGH - 1, HIGH, 2**64 - 1, 12_345_678_901_234_567_890)
 # Each message's senders, fixed as a message's are.
 MESSAGE_SENDERS = [(SENDERS[m % 5],) if m < 5 else (SENDERS[m % 5], SENDERS[(m + 2) % 5]) for m in range(8)]
@@ -152,24 +153,29 @@ OPS = st.lists(
 
 
 def test_the_scripts_count_as_the_embedded_store_through_an_upgrade(redis_url, tmp_path):
-    """Deliveries and moves (retried ones among them), the first `upgrade` by the older scripts: each sender's
-    counts read by RedisSenders.counts, the summary lines, `spamctl users` and the users' keys agree with
-    SenderReputation fed the same; a sender a new script touched holds only its packed field."""
+    """Deliveries and moves (retried ones among them), the first `upgrade` by the older scripts under one rule
+    (sender_moves, sender_share), the rest by the new ones under another or the same: each sender's counts read
+    by RedisSenders.counts, the summary lines, `spamctl users` and the users' keys agree with SenderReputation
+    fed the same; a sender a new script touched holds only its packed field."""
     engine = Engine.open(config_for(tmp_path, "e", redis_url))
     state = redis_state(engine)
     old = {"deliver": Script(state.client, v1.DELIVER_LUA), "move": Script(state.client, v1.MOVE_LUA)}
     runs = itertools.count()
 
-    @settings(max_examples=25, deadline=None)
-    @given(OPS, st.integers(0, 40), st.sampled_from([(1, 0.5), (2, 0.8), (3, 0.8)]))
-    def check(ops: list[tuple[str, int, str, int]], upgrade: int, rule: tuple[int, float]) -> None:
+    rules = st.sampled_from([(1, 0.5), (2, 0.8), (3, 0.8)])
+
+    @settings(max_examples=30, deadline=None)
+    @given(OPS, st.integers(0, 40), rules, rules)
+    def check(ops: list[tuple[str, int, str, int]], upgrade: int, old_rule: Rule, rule: Rule) -> None:
         moves, share = rule
         senders = RedisSenders(state, UsersConfig(sender_moves=moves, sender_share=share))
-        rep = SenderReputation(1000, 1000, moves, share)
+        rep = SenderReputation(1000, 1000, *old_rule)
         run = next(runs)
         names = {u: f"u{run}{u}" for u in "ab"}  # each example its own users
         touched: set[tuple[str, int]] = set()
         for step, (u, m, op, side) in enumerate(ops):
+            if step == upgrade:  # the new spamd, perhaps with another rule
+                rep.moves, rep.share = rule
             user, key, those = names[u], f"{u}{m}".encode(), MESSAGE_SENDERS[m]
             label = Label.SPAM if side else Label.HAM
             if op == "deliver":
@@ -180,13 +186,14 @@ def test_the_scripts_count_as_the_embedded_store_through_an_upgrade(redis_url, t
                 keys = [*sender_keys_of("spamd:", user), summary_key("spamd:", sender_keys_of("spamd:", user)[0],
                                                                       state.cluster)]  # fmt: skip
                 old[op](keys=keys, args=[key, side, recency_now(), SENDERS_PER_USER, PLACED_PER_USER, KEEP_S,
-                                         moves, repr(share), user, *map(str, those)])  # fmt: skip
+                                         old_rule[0], repr(old_rule[1]), user, *map(str, those)])  # fmt: skip
             else:
                 if op == "deliver":
                     senders.delivered(user, key, those, bool(side))
                 elif not senders.moved(key, label, user, those):
                     continue  # already on that side (a retry): the script changed nothing
                 touched.update((user, s) for s in those)
+        rep.moves, rep.share = rule
         ours = set(names.values())
         assert {u: row for u, row in senders.summary().items() if u in ours} == rep.summary()
         listed = {r["user"]: (r["senders_to_junk"], r["senders_to_inbox"]) for r in list_users(state, moves, share)}
