@@ -5,7 +5,7 @@ complement of xxh3's unsigned value), which Redis's listpack keeps as an 8-byte 
 the value is "delivered,filed,moved in,moved out" with the trailing zero counts left out
 ("5" is five deliveries to the inbox, itself an integer to Redis). used_memory a user with
 20 rescued senders, 100,000 users (scripts/users_scale.py, 64-bit keys): a field a count,
-the key unsigned, OLD100K -> 3,219 bytes (MEMORY USAGE of the senders hash 1,624 -> 536).
+the key unsigned, 4,472 -> 3,219 bytes (MEMORY USAGE of the senders hash 1,624 -> 536).
 
 Older spamd wrote a field a count, "<unsigned key>:d", ":f", ":i", ":o". The readers add
 those to the packed field (a sender holds one form or the other; the sum is exact with
