@@ -7,6 +7,7 @@ Real redis-server processes (tests/redis_helpers.py): the plain server and a thr
 from __future__ import annotations
 
 import itertools
+import random
 from typing import Any
 
 import redis
@@ -23,6 +24,7 @@ from spamd.store.redis.sender_fields import counts_by_sender, packed, sender_arg
 from spamd.store.redis.senders import (
     DELIVER_LUA,
     KEEP_S,
+    MOVE_LUA,
     PLACED_PER_USER,
     SENDERS_PER_USER,
     RedisSenders,
@@ -32,7 +34,7 @@ from spamd.store.redis.summary import summary_key
 from tests import redis_senders_v1 as v1
 from tests.daemon_helpers import list_digest
 from tests.redis_helpers import redis_state
-from tests.test_redis_listing import listed
+from tests.test_redis_listing import listed, summaries
 from tests.test_redis_senders import config_for, general_training
 
 HIGH = 1 << 63
@@ -212,5 +214,43 @@ def test_the_scripts_count_as_the_embedded_store_through_an_upgrade(redis_url, t
 
     try:
         check()
+    finally:
+        engine.close()
+
+
+def test_the_summary_lines_stay_exact_through_the_caps_across_the_upgrade(tmp_path, redis_url):
+    """Random deliveries and moves of eight senders' mail (half of their keys past 2**63) to three users past small
+    caps, the first half by the older scripts: each line's turned senders, senders and messages held are what the
+    keys hold, every sender held once (one form, one member), as the older and the new scripts drop them."""
+    engine = Engine.open(config_for(tmp_path, "a", redis_url))
+    state = redis_state(engine)
+    scripts = {
+        "old": (Script(state.client, v1.DELIVER_LUA), Script(state.client, v1.MOVE_LUA)),
+        "new": (Script(state.client, DELIVER_LUA), Script(state.client, MOVE_LUA)),
+    }
+    rng = random.Random(11)
+    users = ["alice", "bob", "carol"]
+    pool = [n * 1_000_003 for n in range(1, 5)] + [2**64 - n * 1_000_003 for n in range(1, 5)]
+    try:
+        for step in range(400):
+            user = rng.choice(users)
+            which = "old" if step < 200 else "new"
+            keys = [*sender_keys_of("spamd:", user), summary_key("spamd:", sender_keys_of("spamd:", user)[0],
+                                                                  state.cluster)]  # fmt: skip
+            senders = rng.sample(pool, rng.choice([1, 1, 2]))
+            names = [str(s) for s in senders] if which == "old" else sender_args(senders)
+            args = [f"m{rng.randrange(12)}".encode(), rng.randrange(2), str(1_800_000_000 + step), 5, 6, 1000, 2,
+                    "0.5", user, *names]  # fmt: skip
+            scripts[which][rng.random() < 0.5](keys=keys, args=args)
+            if step % 20 == 19:
+                lines = summaries(state, 2, 0.5)
+                for name, (junk, inbox) in zip(users, turned_of(state, users, 2, 0.5), strict=True):
+                    held = sender_keys_of("spamd:", name)
+                    row = lines.get(name, {"senders_to_junk": 0, "senders_to_inbox": 0, "senders": 0, "messages": 0})
+                    assert (row["senders_to_junk"], row["senders_to_inbox"]) == (junk, inbox), (step, name)
+                    fields: dict[Any, Any] = state.client.hgetall(held[0])  # type: ignore[assignment]
+                    assert row["senders"] == state.client.zcard(held[1]) == len(counts_by_sender(fields)) <= 5
+                    assert row["messages"] == state.client.zcard(held[2]) <= 6
+        assert any(row["senders_to_junk"] or row["senders_to_inbox"] for row in summaries(state, 2, 0.5).values())
     finally:
         engine.close()
