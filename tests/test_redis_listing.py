@@ -20,6 +20,7 @@ from spamd.model.bayes import Label, Verdict
 from spamd.store.redis.connect import Script, sender_keys_of
 from spamd.store.redis.listing import list_users, turned_of
 from spamd.store.redis.listing import summaries as summary_lines
+from spamd.store.redis.sender_fields import sender_args
 from spamd.store.redis.senders import DELIVER_LUA, MOVE_LUA
 from spamd.store.redis.summary import FIELDS, summary_key
 from tests import core_helpers as h
@@ -61,7 +62,7 @@ def test_a_users_summary_line_stays_a_full_pass_over_their_counts_through_the_ca
             senders = rng.sample(range(8), rng.choice([1, 1, 2]))
             message = f"m{rng.randrange(12)}".encode()
             args = [message, rng.randrange(2), str(1_800_000_000 + step), 5, 6, 1000, moves, repr(share), user,
-                    *senders]  # fmt: skip
+                    *sender_args(senders)]  # fmt: skip
             (deliver if rng.random() < 0.5 else move)(keys=keys, args=args)
             if step % 25 == 24:
                 lines = summaries(state, moves, share)
@@ -140,16 +141,24 @@ def test_a_users_sender_state_gone_by_expiry_leaves_the_listing(tmp_path, redis_
     try:
         now = int(time.time())
         for n in range(3):  # three messages of one sender moved out of Junk: turned to the inbox
-            assert move(keys=keys, args=[f"m{n}".encode(), 0, str(now), 5, 6, 1000, 3, repr(0.8), "erin", 42]) == 1
+            assert (
+                move(
+                    keys=keys,
+                    args=[f"m{n}".encode(), 0, str(now), 5, 6, 1000, 3, repr(0.8), "erin", *sender_args([42])],
+                )
+                == 1
+            )
         assert [r["user"] for r in list_users(state, 3, 0.8)] == ["erin"]
-        assert move(keys=keys, args=[b"m3", 0, str(now), 5, 6, 1, 3, repr(0.8), "erin", 42]) == 1  # expiring in 1 s
+        assert (
+            move(keys=keys, args=[b"m3", 0, str(now), 5, 6, 1, 3, repr(0.8), "erin", *sender_args([42])]) == 1
+        )  # expiring in 1 s
         deadline = time.monotonic() + 10 * DEADLINE_SLACK
         while any(state.client.exists(key) for key in keys[:3]) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not any(state.client.exists(key) for key in keys[:3])
         assert state.client.hget(keys[3], "erin") is not None  # the line outlives them
         assert list_users(state, 3, 0.8) == [] and engine.senders.summary() == {}
-        assert move(keys=keys, args=[b"m9", 0, str(now), 5, 6, 1000, 3, repr(0.8), "erin", 42]) == 1
+        assert move(keys=keys, args=[b"m9", 0, str(now), 5, 6, 1000, 3, repr(0.8), "erin", *sender_args([42])]) == 1
         line = summaries(state, 3, 0.8)["erin"]
         assert (line["senders_to_inbox"], line["senders"], line["messages"]) == (0, 1, 1)
     finally:

@@ -21,6 +21,7 @@ from redis.exceptions import ClusterError, MovedError, NoScriptError
 from spamd.errors import CorruptStateError
 from spamd.people.senders import way_of
 from spamd.store.redis.connect import UNAVAILABLE, Script, sender_keys_of, user_keys
+from spamd.store.redis.sender_fields import counts_by_sender
 from spamd.store.redis.state import RedisState
 from spamd.store.redis.summary import FIELDS, LINES_LUA, LISTING_BATCH, TURNED_LUA, rule_of, summary_keys
 
@@ -35,7 +36,7 @@ TURNED_SHA = hashlib.sha1(TURNED_LUA.encode()).hexdigest()
 # in the layer's ledger, a sender held (its four counts and its recency), a delivered message held.
 BYTES_PER_TOKEN = 60
 BYTES_PER_TRAINING = 20
-BYTES_PER_SENDER = 120
+BYTES_PER_SENDER = 66  # 120 before the packed counts (a hash field a count)
 BYTES_PER_MESSAGE = 26
 BYTES_PER_USER = 16
 
@@ -251,10 +252,6 @@ def turned_of(state: RedisState, users: list[str], moves: int, share: float) -> 
 
 def _turned_in_python(raw: dict[Any, Any], moves: int, share: float) -> tuple[int, int]:
     """TURNED_LUA's answer from a user's senders hash, read."""
-    by_sender: dict[str, list[int]] = {}
-    for field, value in raw.items():
-        name = field.decode() if isinstance(field, bytes) else str(field)
-        sender, _, which = name.rpartition(":")
-        by_sender.setdefault(sender, [0, 0, 0, 0])["dfio".index(which)] = int(value)
-    ways = [way_of([tuple(counts)], moves, share) for counts in by_sender.values()]  # type: ignore[list-item]
+    counts = counts_by_sender(raw).values()
+    ways = [way_of([tuple(c)], moves, share) for c in counts]  # type: ignore[list-item]
     return sum(way > 0 for way in ways), sum(way < 0 for way in ways)

@@ -23,6 +23,8 @@ import functools
 
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
+from spamd.store.redis.sender_fields import SENDER_FIELDS_LUA
+
 SUMMARY_KEY_NAME = "users_summary"
 # Users read in one pipeline where a listing reads their own keys (a round trip a key before: see docs/redis.md).
 LISTING_BATCH = 1000
@@ -94,8 +96,11 @@ end
 """
 
 
-# way_of over every sender of a user's hash: {to Junk, to the inbox}.
-TURNED_FUNCTION = """
+# way_of over every sender of a user's hash: {to Junk, to the inbox}. Both forms of the fields
+# (spamd/store/redis/sender_fields.py), each added to its sender's counts by the field's name.
+TURNED_FUNCTION = (
+    SENDER_FIELDS_LUA
+    + """
 local function turned_senders(hash, moves, share)
   local counts = {}
   local flat = redis.call('HGETALL', hash)
@@ -104,7 +109,12 @@ local function turned_senders(hash, moves, share)
     if sender then
       local c = counts[sender]
       if not c then c = {d = 0, f = 0, i = 0, o = 0}; counts[sender] = c end
-      c[which] = tonumber(flat[j + 1])
+      if c[which] then c[which] = c[which] + tonumber(flat[j + 1]) end
+    else
+      local c = counts[flat[j]]
+      if not c then c = {d = 0, f = 0, i = 0, o = 0}; counts[flat[j]] = c end
+      local n = unpacked(flat[j + 1])
+      c.d, c.f, c.i, c.o = c.d + n[1], c.f + n[2], c.i + n[3], c.o + n[4]
     end
   end
   local junk, inbox = 0, 0
@@ -123,6 +133,7 @@ local function turned_senders(hash, moves, share)
   return {junk, inbox}
 end
 """
+)
 
 
 # KEYS: senders. ARGV: moves, share. The senders the user's moves turned {to Junk, to the inbox}:
