@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 from spamd.config import load_config  # noqa: E402
 from spamd.engine.engine import Engine  # noqa: E402
 from spamd.frontends.control import op_users  # noqa: E402
+from spamd.frontends.control_protocol import user_rows  # noqa: E402
 from spamd.store.redis.sender_fields import sender_args  # noqa: E402
 from spamd.store.redis.senders import (  # noqa: E402
     KEEP_S,
@@ -116,7 +117,7 @@ def main() -> int:
         try:
             for memory in [False] * args.listings + [True] * args.memory:
                 started, cpu = time.perf_counter(), time.process_time()
-                listed = op_users(engine, {"memory": memory})["users"]
+                listed = user_rows(op_users(engine, {"memory": memory})["users"])
                 answered, answered_cpu = time.perf_counter() - started, time.process_time() - cpu
                 turned = sum(row["senders_to_inbox"] for row in listed)
                 estimate = statistics.median(row["bytes"] for row in listed)

@@ -16,6 +16,7 @@ import pytest
 from spamd.config import UsersConfig
 from spamd.engine.engine import Engine
 from spamd.frontends.control import op_users
+from spamd.frontends.control_protocol import user_rows
 from spamd.model.bayes import Label, Verdict
 from spamd.store.redis.connect import Script, sender_keys_of
 from spamd.store.redis.listing import list_users, turned_of
@@ -86,7 +87,7 @@ def test_a_users_summary_line_stays_a_full_pass_over_their_counts_through_the_ca
 def listed(engine: Engine) -> list[tuple[str, int, int, int, int, int]]:
     return [
         (r["user"], r["trained_ham"], r["trained_spam"], r["tokens"], r["senders_to_junk"], r["senders_to_inbox"])
-        for r in op_users(engine, {})["users"]
+        for r in user_rows(op_users(engine, {})["users"])
     ]
 
 
@@ -121,7 +122,7 @@ def test_spamctl_users_lists_in_redis_what_the_embedded_store_lists_with_and_wit
                 assert shared.users.expired > 0
             else:
                 assert rows and not any(r[1] + r[2] + r[3] for r in rows)
-            measured = op_users(shared, {"memory": True})["users"]
+            measured = user_rows(op_users(shared, {"memory": True})["users"])
             assert [r["user"] for r in measured] == [r[0] for r in rows] and all(r["bytes"] > 0 for r in measured)
         finally:
             local.close()
@@ -190,7 +191,10 @@ def test_a_malformed_summary_line_is_a_clear_error_not_a_wrong_listing(tmp_path,
     try:
         write("alice", "0 0 0 0 2 2 6 4102444800 3:0.8")
         write("bob", "0 0 0 1 0 1 3 4102444800 3:0.8")
-        assert [(r["user"], r["senders_to_inbox"]) for r in op_users(engine, {})["users"]] == [("alice", 2), ("bob", 0)]
+        assert [(r["user"], r["senders_to_inbox"]) for r in user_rows(op_users(engine, {})["users"])] == [
+            ("alice", 2),
+            ("bob", 0),
+        ]
         for bad in (
             "0 0 0 x 0 1 3 4102444800 3:0.8",
             "0 0 0 1 0 1 4102444800 3:0.8",

@@ -41,6 +41,26 @@ def table(rows: Sequence[tuple[str, ...]], indent: str = "", numbers: bool = Tru
     return "\n".join([indent + line.format(*row).rstrip() for row in padded])
 
 
+def column_table(headings: list[tuple[str, str]], columns: dict[str, list[Any]]) -> str:
+    """`table` of a list a column (as `spamctl users` gets them), without making a row of strings first:
+    the header, then each row; the first column left-aligned, the others right-aligned."""
+    picked = [columns[key] for _, key in headings]
+    widths = [max(len(title), _widest(column)) for (title, _), column in zip(headings, picked, strict=True)]
+    line = "  ".join([f"{{:<{widths[0]}}}"] + [f"{{:>{w}}}" for w in widths[1:]])
+    lines = [line.format(*(title for title, _ in headings)).rstrip()]
+    lines += [line.format(*row).rstrip() for row in zip(*picked, strict=True)]
+    return "\n".join(lines)
+
+
+def _widest(column: list[Any]) -> int:
+    """The widest cell of a column as printed (a column of whole numbers: its largest or smallest)."""
+    if not column:
+        return 0
+    if all(type(v) is int for v in column):
+        return max(len(str(max(column))), len(str(min(column))))
+    return max(len(str(v)) for v in column)
+
+
 def _verdicts(counts: dict[str, int] | None) -> str:
     counts = counts or {}
     total = sum(counts.values())

@@ -46,6 +46,7 @@ from spamd.frontends.control_protocol import (
     _mib,
     decode_frame,
     encode_frame,
+    user_columns,
 )
 from spamd.mail.message import looks_like_message
 from spamd.model.bayes import Label, Score
@@ -143,14 +144,15 @@ def op_untrain(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def op_users(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
-    """Each user with a layer: trainings, tokens, bytes, senders their moves turned (`spamctl users`); reads only."""
+    """Each user with a layer: trainings, tokens, bytes, senders their moves turned (`spamctl users`), a list a
+    column (USER_COLUMNS; user_rows makes them a dict a user); reads only."""
     users = engine.users  # type: ignore[attr-defined]
     if users is None:
-        return {"users": [], "per_user": False}
+        return {"users": user_columns([]), "per_user": False}
     senders = engine.senders  # type: ignore[attr-defined]
     listing = getattr(users, "listing", None)
     if listing is not None:  # Redis: one read of every user's summary line (spamd.store.redis.listing)
-        rows = listing(senders.moves, senders.share, memory=bool(args.get("memory")))
+        columns = listing(senders.moves, senders.share, memory=bool(args.get("memory")))
     else:
         turned = senders.summary()
         none = {"senders_to_junk": 0, "senders_to_inbox": 0}
@@ -160,9 +162,10 @@ def op_users(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
         rows += [{"user": name, "trained_ham": 0, "trained_spam": 0, "tokens": 0, "bytes": 0, **turned[name]}
                  for name in turned if name not in listed]  # fmt: skip
         rows.sort(key=lambda row: row["user"])
+        columns = user_columns(rows)
     auth = engine.config.auth
     trust = {"enabled": auth.enabled, "spf": auth.spf, "trusted_authserv_ids": list(auth.trusted_authserv_ids)}
-    return {"users": rows, "per_user": True, "expired": users.expired, "authentication": trust}
+    return {"users": columns, "per_user": True, "expired": users.expired, "authentication": trust}
 
 
 def op_live_days(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:

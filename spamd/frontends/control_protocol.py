@@ -34,6 +34,21 @@ _MAX_SOCKET_PATH = 107
 # Training events from spamctl carry this source tag (folder moves carry the daemon's own).
 TRAIN_SOURCE = "spamctl"
 DEFAULT_EXPLAIN_LIMIT = 15
+# `spamctl users`' reply holds a list a column, each in this order of users (by name): as a dict a
+# user, 100,000 users took a tenth of a second each to pack, send and unpack.
+USER_COLUMNS = ("user", "trained_ham", "trained_spam", "tokens", "bytes", "senders_to_junk", "senders_to_inbox")
+
+
+def user_rows(columns: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """The users reply's columns as a dict a user (`spamctl --json users` prints these)."""
+    return [dict(zip(USER_COLUMNS, row, strict=True)) for row in zip(*(columns[c] for c in USER_COLUMNS), strict=True)]
+
+
+def user_columns(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    """Rows (a dict a user) as the users reply's columns; a column a row lacks is 0."""
+    return {column: [row.get(column, 0) for row in rows] for column in USER_COLUMNS}
+
+
 # A training request's outcome for an input that is no mail message.
 NOT_A_MESSAGE = "not_a_message"
 

@@ -158,8 +158,14 @@ _SHOWN = ("trained_ham", "trained_spam", "tokens", "senders_to_junk", "senders_t
 
 
 def list_users(state: RedisState, moves: int, share: float, memory: bool = False) -> list[dict[str, Any]]:
-    """`spamctl users`' rows, as the embedded store's: each user with a layer (in `<p>users`) or whose moves turned
-    senders, by name; bytes estimated from the counts, or MEMORY USAGE of their keys with `memory`."""
+    """`list_user_columns` as a dict a user."""
+    columns = list_user_columns(state, moves, share, memory)
+    return [dict(zip(columns, row, strict=True)) for row in zip(*columns.values(), strict=True)]
+
+
+def list_user_columns(state: RedisState, moves: int, share: float, memory: bool = False) -> dict[str, list[Any]]:
+    """`spamctl users`' columns, as the embedded store's rows: each user with a layer (in `<p>users`) or whose moves
+    turned senders, by name; bytes estimated from the counts, or MEMORY USAGE of their keys with `memory`."""
     layered = {bytes(n).decode() for n in state.call("listing users", lambda: state.client.zrange(state.users, 0, -1))}
     lines = summaries(state, moves, share)
     counts = lines.counts
@@ -193,11 +199,14 @@ def list_users(state: RedisState, moves: int, share: float, memory: bool = False
         used = _pipelined(state, names, queue, per)
         sizes = [sum(int(u or 0) for u in each) for each in used]
     order = sorted(range(len(names)), key=names.__getitem__)
-    return [
-        {"user": names[i], "trained_ham": v[0], "trained_spam": v[1], "tokens": v[2], "bytes": sizes[i],
-         "senders_to_junk": v[3], "senders_to_inbox": v[4]}
-        for i in order for v in (values[i],)
-    ]  # fmt: skip
+    ordered = [values[i] for i in order]
+    columns: dict[str, list[Any]] = {"user": [names[i] for i in order]}
+    for index, field in enumerate(("trained_ham", "trained_spam", "tokens")):
+        columns[field] = [v[index] for v in ordered]
+    columns["bytes"] = [sizes[i] for i in order]
+    columns["senders_to_junk"] = [v[3] for v in ordered]
+    columns["senders_to_inbox"] = [v[4] for v in ordered]
+    return columns
 
 
 def _pipelined(state: RedisState, items: list[Any], queue: Any, per: int = 1) -> list[Any]:
