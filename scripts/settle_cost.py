@@ -44,49 +44,27 @@ from spamd.frontends.maildir.mailbox import Mailbox  # noqa: E402
 from spamd.frontends.maildir.seen import SeenIndex, encode_indexes  # noqa: E402
 from spamd.frontends.maildir.watcher import MaildirWatcher  # noqa: E402
 from spamd.runtime.logs import configure_logging  # noqa: E402
+from tests.daemon_helpers import HAM_WORDS, SPAM_WORDS  # noqa: E402
 
 DAY = 86400.0
-WORDS = [
-    "meeting",
-    "agenda",
-    "minutes",
-    "project",
-    "review",
-    "deadline",
-    "lunch",
-    "report",
-    "schedule",
-    "budget",
-    "draft",
-    "notes",
-    "team",
-    "viagra",
-    "casino",
-    "winner",
-    "prize",
-    "claim",
-    "cheap",
-    "pills",
-    "offer",
-    "unsubscribe",
-    "bitcoin",
-    "lottery",
-    "free",
-    "money",
-    "urgent",
-    "invoice",
-    "shipping",
-    "order",
-    "account",
-    "password",
-    "reset",
-    "holiday",
-    "family",
-    "weekend",
-    "photos",
-    "dinner",
-    "travel",
-]
+WORDS = (
+    HAM_WORDS
+    + SPAM_WORDS
+    + [
+        "invoice",
+        "shipping",
+        "order",
+        "account",
+        "password",
+        "reset",
+        "holiday",
+        "family",
+        "weekend",
+        "photos",
+        "dinner",
+        "travel",
+    ]
+)
 
 
 def build(maildir: Path, count: int, seed: int = 1) -> dict[str, int]:

@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 from spamd.config import load_config  # noqa: E402
 from spamd.engine.engine import Engine  # noqa: E402
 from spamd.frontends.control import op_users  # noqa: E402
+from spamd.frontends.control_protocol import user_rows  # noqa: E402
 from spamd.model.bayes import Label  # noqa: E402
 from spamd.runtime.gc_tuning import tune_gc_for_message_streams  # noqa: E402
 
@@ -83,7 +84,7 @@ def start(home: Path) -> dict[str, float]:
     engine = Engine.open(load_config(home / "spamd.toml", data_dir=home / "data"), durable=False)
     opened, opened_cpu = time.perf_counter() - started, time.process_time() - cpu
     started = time.perf_counter()
-    listed = op_users(engine, {})["users"]
+    listed = user_rows(op_users(engine, {})["users"])
     answered = time.perf_counter() - started
     figures = {"start_s": opened, "start_cpu_s": opened_cpu, "rss_empty_mib": before, "rss_started_mib": resident_mib(), "users_s": answered,
                "users_listed": float(len(listed)), "pairs": float(engine.senders.pairs() or 0)}  # fmt: skip

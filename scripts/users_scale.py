@@ -3,7 +3,9 @@
 Starts a redis-server on loopback (tests/redis_helpers.py) and, for --users users, runs
 the real move script (spamd.store.redis.senders.MOVE_LUA) --moves times for each of
 --senders senders per user: messages from that sender moved out of Junk, so each
-sender is "rescued" ([users] sender_moves = 3 by default). The scripts are sent in
+sender is "rescued" ([users] sender_moves = 3 by default). The senders' keys are 64-bit,
+as spamd.people.senders.sender_key makes them (--sender-bits 63: as runs before the packed
+counts, whose text of keys past 2**63 was longer). The scripts are sent in
 pipelines of --batch (the daemon sends one per move; the state is the same). Then it
 reports Redis's used_memory before and after (per user), MEMORY USAGE of a sample of
 users' keys, their TTL, and that no user holds more than the caps.
@@ -36,6 +38,8 @@ sys.path.insert(0, str(ROOT))
 from spamd.config import load_config  # noqa: E402
 from spamd.engine.engine import Engine  # noqa: E402
 from spamd.frontends.control import op_users  # noqa: E402
+from spamd.frontends.control_protocol import user_rows  # noqa: E402
+from spamd.store.redis.sender_fields import sender_args  # noqa: E402
 from spamd.store.redis.senders import (  # noqa: E402
     KEEP_S,
     MOVE_LUA,
@@ -54,6 +58,8 @@ def main() -> int:
     parser.add_argument("--senders", type=int, default=20, help="rescued senders per user")
     parser.add_argument("--moves", type=int, default=3, help="messages moved out of Junk per sender")
     parser.add_argument("--batch", type=int, default=2000)
+    parser.add_argument("--sender-bits", type=int, default=64, choices=(63, 64),
+                        help="bits of the senders' keys: 64 as sender_key makes them (runs before the packed counts: 63)")  # fmt: skip
     parser.add_argument("--sample", type=int, default=200, help="users whose keys MEMORY USAGE reads")
     parser.add_argument("--memory", action="store_true", help="also time `spamctl users --memory`")
     parser.add_argument("--listings", type=int, default=3, help="times `spamctl users` is timed")
@@ -63,6 +69,7 @@ def main() -> int:
     client = server.client()
     try:
         sha = client.script_load(MOVE_LUA)
+        shift = 64 - args.sender_bits
         before = int(client.info("memory")["used_memory"])
         started = time.perf_counter()
         pipe = client.pipeline(transaction=False)
@@ -71,11 +78,11 @@ def main() -> int:
             name = f"user{u}@example.com"
             keys = [*sender_keys_of(prefix, name), summary_key(prefix, sender_keys_of(prefix, name)[0], False)]
             for s in range(args.senders):
-                sender = int.from_bytes(hashlib.blake2b(f"{u}:{s}".encode(), digest_size=8).digest(), "big") >> 1
+                sender = int.from_bytes(hashlib.blake2b(f"{u}:{s}".encode(), digest_size=8).digest(), "big") >> shift
                 for m in range(args.moves):
                     key = hashlib.blake2b(f"{u}:{s}:{m}".encode(), digest_size=16).digest()
                     pipe.evalsha(sha, len(keys), *keys, key, 0, recency_now(), SENDERS_PER_USER, PLACED_PER_USER,
-                                 KEEP_S, 3, repr(0.8), name, sender)  # fmt: skip
+                                 KEEP_S, 3, repr(0.8), name, *sender_args([sender]))  # fmt: skip
                     queued += 1
                     if queued == args.batch:
                         pipe.execute()
@@ -110,7 +117,7 @@ def main() -> int:
         try:
             for memory in [False] * args.listings + [True] * args.memory:
                 started, cpu = time.perf_counter(), time.process_time()
-                listed = op_users(engine, {"memory": memory})["users"]
+                listed = user_rows(op_users(engine, {"memory": memory})["users"])
                 answered, answered_cpu = time.perf_counter() - started, time.process_time() - cpu
                 turned = sum(row["senders_to_inbox"] for row in listed)
                 estimate = statistics.median(row["bytes"] for row in listed)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from spamd.frontends.control import ControlClient
+from spamd.frontends.control_protocol import ControlClient
 from spamd.model.bayes import Label
 from spamd.store.redis.state import RedisState
 from spamd.store.redis.store import RedisStore

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from spamd.frontends.control import ControlClient
+from spamd.frontends.control_protocol import ControlClient
 from spamd.model.bayes import Label
 from tests.cli_helpers import Result, run_spamctl
 from tests.daemon_helpers import HAM_WORDS, SPAM_WORDS, DaemonProcess, make_message, sentences, write_config

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from spamd.cli.inputs import holds_several_mbox_messages
 from spamd.config import load_config
 from spamd.engine.engine import Engine
-from spamd.frontends.control import ControlClient, ControlError
+from spamd.frontends.control_protocol import ControlClient, ControlError
 from spamd.model.bayes import Label
 from tests import core_helpers as h
 from tests.cli_helpers import (
@@ -647,3 +647,33 @@ def test_classify_of_many_files_for_a_user_scores_each_with_their_layer_as_one_f
     shared = [fields(line) for line in ctl(home, "--json", "classify", *probes).stdout.splitlines()]
     assert many == one_at_a_time
     assert many[0][2] > shared[0][2]  # her trainings turned the list's next copy towards spam (spamd/people/senders.py)
+
+
+def test_spamctl_talking_to_a_daemon_imports_neither_the_model_nor_the_mail_parser(home: Path) -> None:
+    """Its start-up was a third of a second of imports for a request the daemon answers; offline it opens the
+    state itself and needs them (and sends the store's warnings to stderr)."""
+    from tests.daemon_helpers import DaemonProcess
+
+    probe = (
+        "import sys\nfrom spamd.cli import run\ncode = run(sys.argv[1:])\n"
+        "heavy = sorted(m for m in sys.modules if m.startswith(('spamd.engine', 'spamd.mail', 'numpy', 'structlog')))\n"
+        "print('HEAVY', ' '.join(heavy), file=sys.stderr)\nsys.exit(code)\n"
+    )
+
+    def imported(*args: str) -> list[str]:
+        done = subprocess.run(
+            [sys.executable, "-c", probe, "--config", str(home / "spamd.toml"), "--data-dir", str(home / "data"), *args],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done.stderr.split("HEAVY", 1)[1].split()
+
+    assert "spamd.engine.engine" in imported("stats")  # offline: the state opened here
+    daemon = DaemonProcess("--config", home / "spamd.toml", "--data-dir", home / "data", "--smtp", "127.0.0.1:0")
+    try:
+        daemon.wait_for("daemon_started")
+        for command in (["stats"], ["users"], ["--json", "users"], ["report"]):
+            assert imported(*command) == [], command
+    finally:
+        daemon.signal(signal.SIGTERM)
+        daemon.wait()

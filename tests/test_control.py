@@ -23,15 +23,13 @@ from hypothesis import strategies as st
 
 from spamd.config import load_config
 from spamd.engine.engine import Engine
-from spamd.frontends.control import (
+from spamd.frontends.control import ControlServer, op_classify, op_explain
+from spamd.frontends.control_protocol import (
     MAX_FRAME_BYTES,
     ControlClient,
     ControlError,
-    ControlServer,
     DaemonNotRunning,
     encode_frame,
-    op_classify,
-    op_explain,
 )
 from spamd.mail.message import looks_like_message
 from spamd.model.bayes import Label

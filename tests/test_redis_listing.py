@@ -11,13 +11,17 @@ import random
 import time
 from typing import Any
 
+import pytest
+
 from spamd.config import UsersConfig
 from spamd.engine.engine import Engine
 from spamd.frontends.control import op_users
+from spamd.frontends.control_protocol import user_rows
 from spamd.model.bayes import Label, Verdict
 from spamd.store.redis.connect import Script, sender_keys_of
 from spamd.store.redis.listing import list_users, turned_of
 from spamd.store.redis.listing import summaries as summary_lines
+from spamd.store.redis.sender_fields import sender_args
 from spamd.store.redis.senders import DELIVER_LUA, MOVE_LUA
 from spamd.store.redis.summary import FIELDS, summary_key
 from tests import core_helpers as h
@@ -59,7 +63,7 @@ def test_a_users_summary_line_stays_a_full_pass_over_their_counts_through_the_ca
             senders = rng.sample(range(8), rng.choice([1, 1, 2]))
             message = f"m{rng.randrange(12)}".encode()
             args = [message, rng.randrange(2), str(1_800_000_000 + step), 5, 6, 1000, moves, repr(share), user,
-                    *senders]  # fmt: skip
+                    *sender_args(senders)]  # fmt: skip
             (deliver if rng.random() < 0.5 else move)(keys=keys, args=args)
             if step % 25 == 24:
                 lines = summaries(state, moves, share)
@@ -83,7 +87,7 @@ def test_a_users_summary_line_stays_a_full_pass_over_their_counts_through_the_ca
 def listed(engine: Engine) -> list[tuple[str, int, int, int, int, int]]:
     return [
         (r["user"], r["trained_ham"], r["trained_spam"], r["tokens"], r["senders_to_junk"], r["senders_to_inbox"])
-        for r in op_users(engine, {})["users"]
+        for r in user_rows(op_users(engine, {})["users"])
     ]
 
 
@@ -118,7 +122,7 @@ def test_spamctl_users_lists_in_redis_what_the_embedded_store_lists_with_and_wit
                 assert shared.users.expired > 0
             else:
                 assert rows and not any(r[1] + r[2] + r[3] for r in rows)
-            measured = op_users(shared, {"memory": True})["users"]
+            measured = user_rows(op_users(shared, {"memory": True})["users"])
             assert [r["user"] for r in measured] == [r[0] for r in rows] and all(r["bytes"] > 0 for r in measured)
         finally:
             local.close()
@@ -138,16 +142,24 @@ def test_a_users_sender_state_gone_by_expiry_leaves_the_listing(tmp_path, redis_
     try:
         now = int(time.time())
         for n in range(3):  # three messages of one sender moved out of Junk: turned to the inbox
-            assert move(keys=keys, args=[f"m{n}".encode(), 0, str(now), 5, 6, 1000, 3, repr(0.8), "erin", 42]) == 1
+            assert (
+                move(
+                    keys=keys,
+                    args=[f"m{n}".encode(), 0, str(now), 5, 6, 1000, 3, repr(0.8), "erin", *sender_args([42])],
+                )
+                == 1
+            )
         assert [r["user"] for r in list_users(state, 3, 0.8)] == ["erin"]
-        assert move(keys=keys, args=[b"m3", 0, str(now), 5, 6, 1, 3, repr(0.8), "erin", 42]) == 1  # expiring in 1 s
+        assert (
+            move(keys=keys, args=[b"m3", 0, str(now), 5, 6, 1, 3, repr(0.8), "erin", *sender_args([42])]) == 1
+        )  # expiring in 1 s
         deadline = time.monotonic() + 10 * DEADLINE_SLACK
         while any(state.client.exists(key) for key in keys[:3]) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not any(state.client.exists(key) for key in keys[:3])
         assert state.client.hget(keys[3], "erin") is not None  # the line outlives them
         assert list_users(state, 3, 0.8) == [] and engine.senders.summary() == {}
-        assert move(keys=keys, args=[b"m9", 0, str(now), 5, 6, 1000, 3, repr(0.8), "erin", 42]) == 1
+        assert move(keys=keys, args=[b"m9", 0, str(now), 5, 6, 1000, 3, repr(0.8), "erin", *sender_args([42])]) == 1
         line = summaries(state, 3, 0.8)["erin"]
         assert (line["senders_to_inbox"], line["senders"], line["messages"]) == (0, 1, 1)
     finally:
@@ -162,5 +174,35 @@ def test_the_summary_lines_of_a_cluster_sit_on_each_users_slot(redis_cluster_url
         for user in ("alice", "bob", "carol"):
             key = summary_key("spamd:", sender_keys_of("spamd:", user)[0], True)
             assert state.client.keyslot(key) == state.client.keyslot(sender_keys_of("spamd:", user)[0])
+    finally:
+        engine.close()
+
+
+def test_a_malformed_summary_line_is_a_clear_error_not_a_wrong_listing(tmp_path, redis_url):
+    """Lines are parsed a column at a time: one that is not eight numbers and a rule names the problem."""
+    from spamd.errors import CorruptStateError
+
+    engine = Engine.open(config_for(tmp_path, "malformed", redis_url, "malformed:"), durable=False)
+    state = redis_state(engine)
+
+    def write(name: str, line: str) -> None:
+        state.client.hset(summary_key("malformed:", sender_keys_of("malformed:", name)[0], state.cluster), name, line)
+
+    try:
+        write("alice", "0 0 0 0 2 2 6 4102444800 3:0.8")
+        write("bob", "0 0 0 1 0 1 3 4102444800 3:0.8")
+        assert [(r["user"], r["senders_to_inbox"]) for r in user_rows(op_users(engine, {})["users"])] == [
+            ("alice", 2),
+            ("bob", 0),
+        ]
+        for bad in (
+            "0 0 0 x 0 1 3 4102444800 3:0.8",
+            "0 0 0 1 0 1 4102444800 3:0.8",
+            "",
+            "0 0 0 1 0 1 3 5 3:0.8 extra",
+        ):
+            write("bob", bad)
+            with pytest.raises(CorruptStateError, match="summary lines"):
+                op_users(engine, {})
     finally:
         engine.close()

@@ -19,6 +19,7 @@ from spamd.model.bayes import Label, Verdict
 from spamd.people.senders import way_of
 from spamd.store.redis.connect import Script, sender_keys_of
 from spamd.store.redis.listing import turned_of
+from spamd.store.redis.sender_fields import counts_by_sender, sender_args
 from spamd.store.redis.senders import DELIVER_LUA, MOVE_LUA
 from spamd.store.redis.summary import summary_key
 from tests import core_helpers as h
@@ -101,7 +102,7 @@ def test_a_move_retried_counts_once_and_autolearn_counts_none(tmp_path, redis_pl
             engine.train(list_digest(n, "alice@example.com"), Label.HAM, "autolearn", user_name="alice")
         state = redis_state(engine)
         counts = state.client.hgetall(sender_keys_of("spamd:", "alice")[0])
-        moved_in = sorted(int(v) for k, v in counts.items() if k.endswith(b":i"))
+        moved_in = sorted(c[2] for c in counts_by_sender(counts).values())
         assert moved_in == [3, 3]  # the List-Id and the From address, three moves each
         assert engine.classify(list_digest(99, "alice@example.com"), "alice").score.verdict is Verdict.SPAM
         bobs = list_digest(99, "bob@example.com")
@@ -160,7 +161,7 @@ def test_cluster_senders_node_down_fails_that_users_scoring_only_and_the_retried
             list_digest(102, f"{victim}@example.com"), Label.SPAM, "maildir", user_name=victim
         )  # once more: no new move
         counts = victim_node.client().hgetall(sender_keys_of("spamd:", victim)[0])  # the node that holds its slot
-        assert sorted(int(v) for k, v in counts.items() if k.endswith(b":i")) == [3, 3]
+        assert sorted(c[2] for c in counts_by_sender(counts).values()) == [3, 3]
         assert engine.classify(probe, victim).score.verdict is Verdict.SPAM
     finally:
         if engine is not None:
@@ -179,15 +180,13 @@ def test_a_users_sender_state_stays_within_its_caps_and_expires(redis_plain_url)
     try:
         for n in range(30):  # 30 messages from 30 senders, each filed in Junk, then each moved out
             args = [f"m{n}".encode(), 1, str(1_800_000_000 + n), senders_cap, filed_cap, ttl, 1, "0.8", "carol",
-                    1000 + n]  # a second each  # fmt: skip
+                    *sender_args([1000 + n])]  # a second each  # fmt: skip
             assert deliver(keys=keys, args=args) == 1
             assert move(keys=keys, args=[f"m{n}".encode(), 0, *args[2:]]) == 1
             assert move(keys=keys, args=[f"m{n}".encode(), 0, *args[2:]]) == 0  # a retry: once
             assert client.zcard(keys[1]) <= senders_cap and client.zcard(keys[2]) <= filed_cap
         fields: dict[bytes, bytes] = client.hgetall(keys[0])  # type: ignore[assignment]  # redis-py's union of sync and async replies
-        held = {int(field.split(b":")[0]) for field in fields}
-        assert held == set(range(1025, 1030))  # the five most recent senders, nothing left of the others
-        assert all(fields[f"{sender}:{kind}".encode()] == b"1" for sender in held for kind in "dfo")
+        assert fields == {str(sender).encode(): b"1,1,0,1" for sender in range(1025, 1030)}  # the five most recent
         filed: list[bytes] = client.zrange(keys[2], 0, -1)  # type: ignore[assignment]  # as above
         assert set(filed) == {f"m{n}".encode() for n in range(22, 30)}
         scored: list[tuple[bytes, float]] = client.zrange(keys[2], 0, -1, withscores=True)  # type: ignore[assignment]

@@ -14,21 +14,16 @@ unreachable right now: try again later). It does not score, learn or store anyth
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from pathlib import Path
 from typing import Any
 
-import structlog
-
-from spamd.cli.admin import cmd_export, cmd_import, cmd_reload, cmd_report, cmd_snapshot, cmd_stats, cmd_users
-from spamd.cli.classify import cmd_classify, cmd_explain
-from spamd.cli.evaluate import add_eval_arguments, cmd_eval
-from spamd.cli.output import EX_TEMPFAIL
-from spamd.cli.training import cmd_train, cmd_untrain
-from spamd.cli.web import add_web_token_arguments, cmd_web_token
+from spamd.cli.output import EX_TEMPFAIL, logs_to_stderr
+from spamd.cli.web import add_web_token_arguments
 from spamd.config import load_config
 from spamd.errors import SpamdError, StoreUnavailableError
-from spamd.frontends.control import DEFAULT_EXPLAIN_LIMIT
+from spamd.frontends.control_protocol import DEFAULT_EXPLAIN_LIMIT
 from spamd.runtime.gc_tuning import tune_gc_for_message_streams
 
 
@@ -43,7 +38,7 @@ def _add_common(parser: argparse.ArgumentParser, top: bool) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="spamctl",
         description="Control spamd: through the running daemon's control socket, or on its state when none runs.",
@@ -51,7 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(parser, top=True)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, help: str, handler: Any) -> argparse.ArgumentParser:
+    def command(name: str, help: str, handler: str) -> argparse.ArgumentParser:
+        """A subcommand run by `handler`, "module.function" of spamd.cli, imported only when it runs: spamctl
+        talking to a daemon then imports neither the model nor the mail parser."""
         sub = commands.add_parser(name, help=help, description=help)
         _add_common(sub, top=False)
         sub.set_defaults(handler=handler)
@@ -61,30 +58,36 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--user", metavar="NAME", default=None, help=f"{what} (docs/users.md)")
 
     stats = command(
-        "stats", "counters, model size, snapshot and journal state, scoring speed, live accuracy", cmd_stats
+        "stats", "counters, model size, snapshot and journal state, scoring speed, live accuracy", "admin.cmd_stats"
     )
     user_option(stats, "also this user's layer: trainings, tokens, bytes")
     users = command(
         "users",
         "the users with a layer of their own or senders their moves turned: trainings, tokens, bytes",
-        cmd_users,
+        "admin.cmd_users",
     )
     users.add_argument("--memory", action="store_true",
                        help="with the model in Redis: bytes by MEMORY USAGE of each user's keys (slow at many users), "
                        "not estimated from the counts")  # fmt: skip
-    report = command("report", "live accuracy per day: what people's moves said of spamd's verdicts", cmd_report)
+    report = command(
+        "report", "live accuracy per day: what people's moves said of spamd's verdicts", "admin.cmd_report"
+    )
     report.add_argument("--plot", metavar="FILE.png", help="draw errors and training volume per day here")
-    train = command("train", "train messages: files, Maildir folders, directories, mbox files, - for stdin", cmd_train)
+    train = command(
+        "train", "train messages: files, Maildir folders, directories, mbox files, - for stdin", "training.cmd_train"
+    )
     which = train.add_mutually_exclusive_group(required=True)
     which.add_argument("--spam", action="store_true", help="train as spam")
     which.add_argument("--ham", action="store_true", help="train as ham")
     train.add_argument("paths", nargs="+", metavar="PATH", help="message file, mbox, Maildir folder, directory, or -")
     user_option(train, "train this user's layer as well as the shared model")
-    untrain = command("untrain", "remove messages from the model", cmd_untrain)
+    untrain = command("untrain", "remove messages from the model", "training.cmd_untrain")
     untrain.add_argument("paths", nargs="+", metavar="PATH", help="message file, mbox, Maildir folder, directory, or -")
     user_option(untrain, "remove what this user trained (their layer and the shared model)")
     classify = command(
-        "classify", "verdict, score and spam probability: of one message, or a line each for many", cmd_classify
+        "classify",
+        "verdict, score and spam probability: of one message, or a line each for many",
+        "classify.cmd_classify",
     )
     classify.add_argument(
         "paths",
@@ -93,26 +96,42 @@ def build_parser() -> argparse.ArgumentParser:
         help="message file or -; several, a directory, Maildir folder or mbox: a line each",
     )
     user_option(classify, "score for this user: the shared model with their layer")
-    explain = command("explain", "the tokens that moved a message's score most, each way", cmd_explain)
+    explain = command("explain", "the tokens that moved a message's score most, each way", "classify.cmd_explain")
     explain.add_argument("file", metavar="FILE|-")
     explain.add_argument("--limit", type=int, default=DEFAULT_EXPLAIN_LIMIT, metavar="N", help="tokens per direction")
     user_option(explain, "explain the score for this user: the shared model with their layer")
-    command("snapshot", "write a snapshot of the model now", cmd_snapshot)
-    command("reload", "make the running daemon re-read its config", cmd_reload)
-    export = command("export", "write a verified, portable backup of model and ledger", cmd_export)
+    command("snapshot", "write a snapshot of the model now", "admin.cmd_snapshot")
+    command("reload", "make the running daemon re-read its config", "admin.cmd_reload")
+    export = command("export", "write a verified, portable backup of model and ledger", "admin.cmd_export")
     export.add_argument("file", metavar="FILE")
-    imported = command("import", "replace model and ledger with an export (verified first)", cmd_import)
+    imported = command("import", "replace model and ledger with an export (verified first)", "admin.cmd_import")
     imported.add_argument("file", metavar="FILE")
-    add_eval_arguments(command("eval", "TREC-style online evaluation over an index file", cmd_eval))
+    evaluate = command("eval", "TREC-style online evaluation over an index file", "evaluate.cmd_eval")
+    if argv is None or "eval" in argv:  # its options need the evaluation's modules (numpy): only when it may run
+        from spamd.cli.evaluate import add_eval_arguments
+
+        add_eval_arguments(evaluate)
     add_web_token_arguments(
-        command("web-token", "the web console's login token (made if there is none), or a password hash", cmd_web_token)
+        command(
+            "web-token",
+            "the web console's login token (made if there is none), or a password hash",
+            "web.cmd_web_token",
+        )
     )
     return parser
 
 
+def _handler(name: str) -> Any:
+    module, _, function = name.rpartition(".")
+    handler = getattr(importlib.import_module(f"spamd.cli.{module}"), function)
+    if "structlog" in sys.modules:  # the command's modules log: to stderr (where a daemon answers, none is imported)
+        logs_to_stderr()
+    return handler
+
+
 def run(argv: list[str] | None = None) -> int:
     """Parse, load the config, run one command; every user-caused failure is one line and status 1."""
-    args = build_parser().parse_args(argv)
+    args = build_parser(sys.argv[1:] if argv is None else argv).parse_args(argv)
     if args.command == "explain" and args.limit < 1:
         print("spamctl: --limit must be at least 1", file=sys.stderr)
         return 2
@@ -122,7 +141,7 @@ def run(argv: list[str] | None = None) -> int:
             data_dir=Path(args.data_dir) if args.data_dir else None,
             redis_url=args.redis,
         )
-        return int(args.handler(config, args))
+        return int(_handler(args.handler)(config, args))
     except StoreUnavailableError as e:
         print(f"spamctl: {e}", file=sys.stderr)
         return EX_TEMPFAIL
@@ -139,8 +158,5 @@ def run(argv: list[str] | None = None) -> int:
 
 
 def main() -> None:
-    # The store's warnings (a stale snapshot temp removed, say) go to stderr: structlog's
-    # default printer writes to stdout, where they broke `--json` output for scripts.
-    structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=sys.stderr))
     tune_gc_for_message_streams()
     sys.exit(run())

@@ -9,13 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from spamd.cli.backends import open_backend
-from spamd.cli.inputs import _read_file
-from spamd.cli.output import emit_json, format_stats, table, user_request
+from spamd.cli.output import column_table, emit_json, format_stats, table, user_request
 from spamd.config import Config
 from spamd.errors import SpamdError
-from spamd.frontends.control import DaemonNotRunning
+from spamd.frontends.control_protocol import DaemonNotRunning, user_rows
 from spamd.runtime.humanize import human_bytes
-from spamd.store import write_atomically
 
 
 def cmd_stats(config: Config, args: argparse.Namespace) -> int:
@@ -23,7 +21,7 @@ def cmd_stats(config: Config, args: argparse.Namespace) -> int:
     with closing(open_backend(config)) as backend:
         stats = backend.request("stats")
         if name is not None:
-            rows = backend.request("users")["users"]
+            rows = user_rows(backend.request("users")["users"])
             stats["user"] = next((r for r in rows if r["user"] == name), {"user": name, "trained_ham": 0,
                                  "trained_spam": 0, "tokens": 0, "bytes": 0})  # fmt: skip
     if args.json:
@@ -42,17 +40,23 @@ def cmd_users(config: Config, args: argparse.Namespace) -> int:
     with closing(open_backend(config)) as backend:
         result = backend.request("users", **({"memory": True} if args.memory else {}))
     if args.json:
-        emit_json(result)
+        emit_json({**result, "users": user_rows(result["users"])})
         return 0
     if not result["per_user"]:
         print("no per-user layers in this store (docs/users.md)")
         return 0
-    rows: list[tuple[str, ...]] = [
-        ("user", "trained ham", "trained spam", "tokens", "bytes", "senders to Junk", "to inbox")
-    ]
-    rows += [(r["user"], str(r["trained_ham"]), str(r["trained_spam"]), str(r["tokens"]), human_bytes(r["bytes"]),
-              str(r.get("senders_to_junk", 0)), str(r.get("senders_to_inbox", 0))) for r in result["users"]]  # fmt: skip
-    print(table(rows) if result["users"] else "no user has trained a layer yet")
+    columns = result["users"]
+    if not columns["user"]:
+        print("no user has trained a layer yet")
+    else:
+        sizes = {size: human_bytes(size) for size in set(columns["bytes"])}  # few sizes, many users
+        shown = [*columns, "shown_bytes"]
+        columns = {**columns, "shown_bytes": [sizes[size] for size in columns["bytes"]]}
+        print(column_table(
+            [("user", "user"), ("trained ham", "trained_ham"), ("trained spam", "trained_spam"), ("tokens", "tokens"),
+             ("bytes", "shown_bytes"), ("senders to Junk", "senders_to_junk"), ("to inbox", "senders_to_inbox")],
+            {name: columns[name] for name in shown},
+        ))  # fmt: skip
     print_trust(result.get("authentication"))
     return 0
 
@@ -134,6 +138,8 @@ def cmd_export(config: Config, args: argparse.Namespace) -> int:
     with closing(open_backend(config)) as backend:
         data = backend.export_bytes()
     try:
+        from spamd.store.durable import write_atomically  # the store package: only for a file written
+
         write_atomically(target, data)
     except PermissionError:
         raise SpamdError(f"{target}: permission denied") from None
@@ -150,6 +156,8 @@ def cmd_import(config: Config, args: argparse.Namespace) -> int:
     source = Path(args.file)
     if source.is_dir():
         raise SpamdError(f"{source}: is a directory, not a spamd export")
+    from spamd.cli.inputs import _read_file  # the mail parser: imported by the commands that read mail
+
     data = _read_file(source)
     if not data:
         raise SpamdError(f"{source}: empty file, not a spamd export")

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from spamd.cli.output import logs_to_stderr
 from spamd.config import Config
-from spamd.engine.engine import Engine
 from spamd.errors import SpamdError, StateLockedError
-from spamd.frontends.control import ENGINE_OPERATIONS, MAX_FRAME_BYTES, ControlClient, DaemonNotRunning
+from spamd.frontends.control_protocol import MAX_FRAME_BYTES, ControlClient, DaemonNotRunning
+
+if TYPE_CHECKING:  # the model and the mail parser are imported only where spamctl opens the state itself
+    from spamd.engine.engine import Engine
 
 # Training requests carry a few messages each: small enough that the daemon's
 # loop is never held long (each training is an fsync), large enough to amortize
@@ -59,6 +62,8 @@ class OfflineBackend:
         self.socket_path = socket_path
 
     def request(self, command: str, **args: Any) -> Any:
+        from spamd.frontends.control import ENGINE_OPERATIONS
+
         operation = ENGINE_OPERATIONS.get(command)
         if operation is not None:
             return operation(self.engine, args)
@@ -97,6 +102,10 @@ def open_backend(config: Config, daemon_only: bool = False) -> Backend:
     except DaemonNotRunning:
         if daemon_only:
             raise
+    from spamd.engine.engine import Engine  # a third of a second: not paid where a daemon answers
+
+    logs_to_stderr()
+
     try:
         engine = Engine.open(config)
     except StateLockedError:

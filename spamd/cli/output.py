@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -15,17 +16,49 @@ def emit_json(value: Any) -> None:
     print(json.dumps(value, indent=2, sort_keys=True, default=str))
 
 
+def logs_to_stderr() -> None:
+    """The store's warnings (a stale snapshot temp removed, say) go to stderr: structlog's default
+    printer writes to stdout, where they broke `--json` output for scripts. Called once spamctl imports
+    what logs (structlog and its rich tracebacks: a tenth of a second of start-up otherwise)."""
+    import structlog
+
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=sys.stderr))
+
+
 def table(rows: Sequence[tuple[str, ...]], indent: str = "", numbers: bool = True) -> str:
-    """Left-aligned first column; the others right-aligned (numbers) or left-aligned (text)."""
+    """Left-aligned first column; the others right-aligned (numbers) or left-aligned (text).
+
+    Each line is made by one format string: 100,000 users' rows (`spamctl users`) took 0.7 s of
+    CPU a cell at a time, 0.2 s so.
+    """
     if not rows:
         return ""
-    widths = [max(len(row[i]) for row in rows if i < len(row)) for i in range(max(map(len, rows)))]
-    lines = []
-    for row in rows:
-        align = str.rjust if numbers else str.ljust
-        cells = [row[0].ljust(widths[0])] + [align(cell, widths[i + 1]) for i, cell in enumerate(row[1:])]
-        lines.append(indent + "  ".join(cells).rstrip())
+    width = max(map(len, rows))
+    padded = rows if all(len(row) == width for row in rows) else [(*row, *[""] * (width - len(row))) for row in rows]
+    widths = [max(map(len, column)) for column in zip(*padded, strict=True)]
+    align = ">" if numbers else "<"
+    line = "  ".join([f"{{:<{widths[0]}}}"] + [f"{{:{align}{w}}}" for w in widths[1:]])
+    return "\n".join([indent + line.format(*row).rstrip() for row in padded])
+
+
+def column_table(headings: list[tuple[str, str]], columns: dict[str, list[Any]]) -> str:
+    """`table` of a list a column (as `spamctl users` gets them), without making a row of strings first:
+    the header, then each row; the first column left-aligned, the others right-aligned."""
+    picked = [columns[key] for _, key in headings]
+    widths = [max(len(title), _widest(column)) for (title, _), column in zip(headings, picked, strict=True)]
+    line = "  ".join([f"{{:<{widths[0]}}}"] + [f"{{:>{w}}}" for w in widths[1:]])
+    lines = [line.format(*(title for title, _ in headings)).rstrip()]
+    lines += [line.format(*row).rstrip() for row in zip(*picked, strict=True)]
     return "\n".join(lines)
+
+
+def _widest(column: list[Any]) -> int:
+    """The widest cell of a column as printed (a column of whole numbers: its largest or smallest)."""
+    if not column:
+        return 0
+    if all(type(v) is int for v in column):
+        return max(len(str(max(column))), len(str(min(column))))
+    return max(len(str(v)) for v in column)
 
 
 def _verdicts(counts: dict[str, int] | None) -> str:
@@ -191,7 +224,9 @@ def format_live_accuracy(live: dict[str, Any]) -> str:
 
 def user_request(args: Any) -> dict[str, str]:
     """The request arguments for spamctl's --user: {} without one; a bad name is an error before anything is sent."""
-    from spamd.people.users import check_user_name
-
     name = getattr(args, "user", None)
-    return {} if name is None else {"user": check_user_name(name, "--user")}
+    if name is None:
+        return {}
+    from spamd.people.users import check_user_name  # the per-user model's module: only for a --user
+
+    return {"user": check_user_name(name, "--user")}

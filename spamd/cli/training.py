@@ -12,7 +12,7 @@ from spamd.cli.backends import BATCH_BYTES, BATCH_MESSAGES, open_backend
 from spamd.cli.inputs import Inputs, too_large
 from spamd.cli.output import EX_TEMPFAIL, emit_json, table, user_request
 from spamd.config import Config
-from spamd.frontends.control import NOT_A_MESSAGE
+from spamd.frontends.control_protocol import NOT_A_MESSAGE
 
 
 def cmd_train(config: Config, args: argparse.Namespace) -> int:

@@ -1,10 +1,7 @@
 """The control socket: spamctl's requests to the running daemon, and the operations they run.
 
-Wire format: each frame is `<u32 big-endian length><msgpack map>`, at most
-MAX_FRAME_BYTES. A request is {"command": str, "args": {...}}; the reply is
-{"ok": true, "result": ...} or {"ok": false, "error": "<one line>"}. Messages
-travel as bytes inside requests, never as paths: the daemon opens nothing a
-peer names. Model exports and imports travel in CHUNK_BYTES pieces.
+The wire format and spamctl's client are in spamd.frontends.control_protocol. Messages
+travel as bytes inside requests, never as paths: the daemon opens nothing a peer names.
 
 The socket file is owner-only (0600, chmod between bind and listen, before
 anyone can connect), its directory must not be writable by others, and peers
@@ -32,71 +29,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-import msgpack
 import structlog
 
 from spamd.engine.scoring import explanation
 from spamd.errors import SpamdError, StoreUnavailableError
+from spamd.frontends.control_protocol import (
+    _HEADER,
+    _MAX_SOCKET_PATH,
+    CHUNK_BYTES,
+    DEFAULT_EXPLAIN_LIMIT,
+    MAX_FRAME_BYTES,
+    MAX_IMPORT_BYTES,
+    NOT_A_MESSAGE,
+    TRAIN_SOURCE,
+    ControlError,
+    _mib,
+    decode_frame,
+    encode_frame,
+    user_columns,
+)
 from spamd.mail.message import looks_like_message
 from spamd.model.bayes import Label, Score
 from spamd.people.users import check_user_name
 
 log = structlog.get_logger()
-
-MAX_FRAME_BYTES = 64 * 1024 * 1024
-# Export and import pieces: comfortably under the frame cap with msgpack overhead.
-CHUNK_BYTES = 16 * 1024 * 1024
-# An import larger than this is refused before it is buffered. The largest
-# possible snapshot (hash_bits = 28, every bucket set in both classes, a full
-# ledger) is about 4.1 GiB; that is the bound.
-MAX_IMPORT_BYTES = 5 * 1024**3
-_HEADER = struct.Struct(">I")
-# sockaddr_un.sun_path is 108 bytes on Linux, including the terminating NUL.
-_MAX_SOCKET_PATH = 107
-# Training events from spamctl carry this source tag (folder moves carry the daemon's own).
-TRAIN_SOURCE = "spamctl"
-DEFAULT_EXPLAIN_LIMIT = 15
-
-
-class ControlError(SpamdError):
-    """The control socket cannot be used, or the daemon refused a request."""
-
-
-class DaemonNotRunning(ControlError):
-    """Nothing answers on the control socket (no file, or a stale one)."""
-
-
-def _mib(n: int) -> str:
-    return f"{n / 1024 / 1024:.0f} MiB"
-
-
-# ---------------------------------------------------------------- frames
-
-
-def encode_frame(obj: Any) -> bytes:
-    data = msgpack.packb(obj, use_bin_type=True, default=_to_plain)
-    if len(data) > MAX_FRAME_BYTES:
-        raise ControlError(f"control frame of {len(data)} bytes exceeds the {_mib(MAX_FRAME_BYTES)} limit")
-    return _HEADER.pack(len(data)) + data
-
-
-def decode_frame(data: bytes) -> Any:
-    try:
-        return msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
-    except Exception as e:  # msgpack raises several unrelated types on garbage
-        raise ControlError(f"malformed control frame ({type(e).__name__})") from None
-
-
-def _to_plain(value: Any) -> Any:
-    """msgpack fallback for what stats dicts may hold: paths, enums, numpy scalars."""
-    if isinstance(value, Path):
-        return str(value)
-    if hasattr(value, "item"):  # numpy scalar
-        return value.item()
-    if hasattr(value, "value"):  # enum
-        return value.value
-    raise TypeError(f"cannot send {type(value).__name__} over the control socket")
-
 
 # ---------------------------------------------------------------- operations on an Engine
 
@@ -111,9 +67,6 @@ class EngineLike(Protocol):
     def sender_standing(self, raw: bytes, user_name: str | None = None) -> dict[str, Any]: ...
     def train(self, raw: bytes, label: Label, source: str, user: bool = True, user_name: str | None = None) -> Any: ...
     def untrain(self, raw: bytes, source: str, user_name: str | None = None) -> Any: ...
-
-
-NOT_A_MESSAGE = "not_a_message"
 
 
 def _raw(args: dict[str, Any], name: str = "raw") -> bytes:
@@ -191,14 +144,15 @@ def op_untrain(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def op_users(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
-    """Each user with a layer: trainings, tokens, bytes, senders their moves turned (`spamctl users`); reads only."""
+    """Each user with a layer: trainings, tokens, bytes, senders their moves turned (`spamctl users`), a list a
+    column (USER_COLUMNS; user_rows makes them a dict a user); reads only."""
     users = engine.users  # type: ignore[attr-defined]
     if users is None:
-        return {"users": [], "per_user": False}
+        return {"users": user_columns([]), "per_user": False}
     senders = engine.senders  # type: ignore[attr-defined]
     listing = getattr(users, "listing", None)
     if listing is not None:  # Redis: one read of every user's summary line (spamd.store.redis.listing)
-        rows = listing(senders.moves, senders.share, memory=bool(args.get("memory")))
+        columns = listing(senders.moves, senders.share, memory=bool(args.get("memory")))
     else:
         turned = senders.summary()
         none = {"senders_to_junk": 0, "senders_to_inbox": 0}
@@ -208,9 +162,10 @@ def op_users(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
         rows += [{"user": name, "trained_ham": 0, "trained_spam": 0, "tokens": 0, "bytes": 0, **turned[name]}
                  for name in turned if name not in listed]  # fmt: skip
         rows.sort(key=lambda row: row["user"])
+        columns = user_columns(rows)
     auth = engine.config.auth
     trust = {"enabled": auth.enabled, "spf": auth.spf, "trusted_authserv_ids": list(auth.trusted_authserv_ids)}
-    return {"users": rows, "per_user": True, "expired": users.expired, "authentication": trust}
+    return {"users": columns, "per_user": True, "expired": users.expired, "authentication": trust}
 
 
 def op_live_days(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
@@ -496,100 +451,3 @@ class ControlServer:
         where = str(args.get("name") or "import")
         # On the loop, with no await: no training can interleave between verify and install.
         return self.daemon.engine.import_snapshot(bytes(buffer), where)
-
-
-# ---------------------------------------------------------------- the client
-
-
-class ControlClient:
-    """spamctl's end: blocking, one connection reused for every request."""
-
-    def __init__(self, path: Path, timeout: float = 300.0):
-        self.path = Path(path)
-        self.timeout = timeout
-        self._sock: socket.socket | None = None
-
-    def connect(self) -> None:
-        """Connect, or raise DaemonNotRunning (no socket, or a stale one) / ControlError."""
-        if self._sock is not None:
-            return
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(str(self.path))
-        except (FileNotFoundError, ConnectionRefusedError):
-            sock.close()
-            raise DaemonNotRunning(f"no spamd is running (nothing answers on {self.path})") from None
-        except PermissionError:
-            sock.close()
-            raise ControlError(f"{self.path}: permission denied connecting to the control socket") from None
-        except OSError as e:
-            sock.close()
-            raise ControlError(f"{self.path}: cannot connect to the control socket: {e.strerror or e}") from None
-        self._sock = sock
-
-    def close(self) -> None:
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
-
-    def __enter__(self) -> ControlClient:
-        self.connect()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def request(self, command: str, **args: Any) -> Any:
-        """Send one request and return its result; ControlError carries the daemon's refusal."""
-        frame = encode_frame({"command": command, "args": args})  # too large: refused before connecting
-        self.connect()
-        assert self._sock is not None
-        try:
-            self._sock.sendall(frame)
-            (length,) = _HEADER.unpack(self._receive(_HEADER.size))
-            if length > MAX_FRAME_BYTES:
-                raise ControlError(f"reply of {length} bytes exceeds the {_mib(MAX_FRAME_BYTES)} control frame limit")
-            reply = decode_frame(self._receive(length))
-        except TimeoutError:
-            self.close()
-            raise ControlError(f"{self.path}: no reply from spamd within {self.timeout:.0f} s") from None
-        except (BrokenPipeError, ConnectionResetError):
-            self.close()
-            raise ControlError(f"{self.path}: spamd closed the connection") from None
-        if not isinstance(reply, dict) or "ok" not in reply:
-            raise ControlError(f"{self.path}: malformed reply from spamd")
-        if not reply["ok"]:
-            if reply.get("temporary"):  # the shared store is down: the caller may retry
-                raise StoreUnavailableError(str(reply.get("error")))
-            raise ControlError(str(reply.get("error")))
-        return reply.get("result")
-
-    def _receive(self, n: int) -> bytes:
-        assert self._sock is not None
-        chunks, remaining = [], n
-        while remaining:
-            chunk = self._sock.recv(min(remaining, 1 << 20))
-            if not chunk:
-                # A reply sent just before hanging up (e.g. "frame too large") may be all there is.
-                raise ConnectionResetError
-            chunks.append(chunk)
-            remaining -= len(chunk)
-        return b"".join(chunks)
-
-    def export_bytes(self) -> bytes:
-        size = self.request("export_begin")["size"]
-        parts, offset = [], 0
-        while offset < size:
-            data = self.request("export_chunk", offset=offset)["data"]
-            if not data:
-                raise ControlError(f"{self.path}: export ended early at byte {offset} of {size}")
-            parts.append(data)
-            offset += len(data)
-        return b"".join(parts)
-
-    def import_bytes(self, data: bytes, name: str) -> dict[str, Any]:
-        self.request("import_begin", size=len(data))
-        for offset in range(0, len(data), CHUNK_BYTES):
-            self.request("import_chunk", data=data[offset : offset + CHUNK_BYTES])
-        return self.request("import_commit", name=name)

@@ -2,7 +2,7 @@
 
 Keys of one user, on the user's slot (hash tag `{u:NAME}`, as the user's layer):
 
-    <prefix>{u:NAME}:senders      hash "<sender>:d|f|i|o" -> delivered, filed into Junk, moved in, moved out
+    <prefix>{u:NAME}:senders      hash sender -> "delivered,filed into Junk,moved in,moved out" (sender_fields.py)
     <prefix>{u:NAME}:senders_at   sorted set sender -> when last counted (the oldest go past the cap)
     <prefix>{u:NAME}:filed        sorted set message key -> 2 x when filed or moved (s) + 1 if in Junk
 
@@ -27,6 +27,7 @@ from spamd.model.bayes import Features, Label, ModelView, Score
 from spamd.people.senders import Way, moved_score, way_of
 from spamd.store.redis.connect import Script, sender_keys_of
 from spamd.store.redis.listing import summaries
+from spamd.store.redis.sender_fields import counts_from, fields_of, sender_args
 from spamd.store.redis.state import RedisState
 from spamd.store.redis.summary import SUMMARY_LUA, TURNED_FUNCTION, summary_key
 from spamd.store.redis.views import RedisModel
@@ -39,7 +40,8 @@ KEEP_S = 400 * 86400
 
 # KEYS: senders, senders_at, filed, the summary's hash (spamd.store.redis.summary).
 # ARGV: key, 0/1, now (whole seconds), senders cap, filed cap, ttl, sender_moves,
-# sender_share, user name, senders...
+# sender_share, user name, then two names a sender (sender_fields.sender_args: its packed field, and the
+# prefix of an older spamd's fields, which the script folds into the packed one).
 # `filed` scores a message 2 x when + 1 if in Junk: where it is and how recent in one
 # sorted set (MEMORY USAGE of a user with 20 rescued senders, scripts/users_scale.py:
 # a hash for the side beside a sorted set for the time, 5,088 -> 3,976 bytes).
@@ -56,23 +58,20 @@ local sum = summary_read(skey, uname)
 if redis.call('EXISTS', KEYS[2]) == 0 then sum[4], sum[5] = 0, 0 end  -- new, or expired: nothing turned
 local recount = sum[9] ~= rule
 -- way_of (spamd/people/senders.py) of one sender's counts: 1 to Junk, -1 to the inbox, 0 neither.
-local function way(d, f, i, o)
+local function way(c)
+  local d, f, i, o = c[1], c[2], c[3], c[4]
   if d == 0 or moves == 0 then return 0 end
   local in_junk = math.min(math.max(f - o + i, 0), d)
   if o >= moves and d - in_junk >= share * d then return -1 end
   if i >= moves and in_junk >= share * d then return 1 end
   return 0
 end
-local function way_of_sender(sender)
-  local c = redis.call('HMGET', KEYS[1], sender .. ':d', sender .. ':f', sender .. ':i', sender .. ':o')
-  return way(tonumber(c[1] or '0'), tonumber(c[2] or '0'), tonumber(c[3] or '0'), tonumber(c[4] or '0'))
-end
 local function turn(w, sign)
   if w == 1 then sum[4] = sum[4] + sign elseif w == -1 then sum[5] = sum[5] + sign end
 end
 local function turn_all(sign)  -- the senders of ARGV, before (-1) and after (+1) their counts change
   if recount then return end
-  for i = FIRST_SENDER, #ARGV do turn(way_of_sender(ARGV[i]), sign) end
+  for i = FIRST_SENDER, #ARGV, 2 do turn(way(sender_read(KEYS[1], ARGV[i], ARGV[i + 1])), sign) end
 end
 local function bound(at, cap, hash)
   local n = redis.call('ZCARD', at)
@@ -80,16 +79,15 @@ local function bound(at, cap, hash)
     local gone = redis.call('ZPOPMIN', at, n - cap)
     if hash then
       for j = 1, #gone, 2 do
-        local s = gone[j]
-        if not recount then turn(way_of_sender(s), -1) end
-        redis.call('HDEL', hash, s .. ':d', s .. ':f', s .. ':i', s .. ':o')
+        local s = gone[j]  -- its fields are in the member's form
+        if not recount then turn(way(sender_read(hash, s, s)), -1) end
+        sender_delete(hash, s)
       end
     end
   end
 end
-local function count(sender, field, now)
-  redis.call('HINCRBY', KEYS[1], sender .. field, 1)
-  redis.call('ZADD', KEYS[2], now, sender)
+local function count(add, now)  -- {d, f, i, o} added to each sender of ARGV
+  for i = FIRST_SENDER, #ARGV, 2 do sender_add(KEYS[1], KEYS[2], ARGV[i], ARGV[i + 1], add, now) end
 end
 local function finish()
   turn_all(1)
@@ -113,10 +111,7 @@ DELIVER_LUA = (
     + """
 local key, filed, now = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 turn_all(-1)
-for i = FIRST_SENDER, #ARGV do
-  count(ARGV[i], ':d', now)
-  if filed == 1 then count(ARGV[i], ':f', now) end
-end
+count({1, filed, 0, 0}, now)
 redis.call('ZADD', KEYS[3], now * 2 + filed, key)
 finish()
 return 1
@@ -132,19 +127,14 @@ local score = redis.call('ZSCORE', KEYS[3], key)
 if not score then
   if #ARGV < FIRST_SENDER then return 0 end
   turn_all(-1)
-  local place = 1 - to_junk  -- never filed for this user: delivered to the other side
-  for i = FIRST_SENDER, #ARGV do
-    count(ARGV[i], ':d', now)
-    if place == 1 then count(ARGV[i], ':f', now) end
-  end
+  -- never filed for this user: delivered to the other side, and moved
+  count({1, 1 - to_junk, to_junk, 1 - to_junk}, now)
 else
   if tonumber(score) % 2 == to_junk then return 0 end
   turn_all(-1)
+  count({0, 0, to_junk, 1 - to_junk}, now)
 end
 redis.call('ZADD', KEYS[3], now * 2 + to_junk, key)
-for i = FIRST_SENDER, #ARGV do
-  if to_junk == 1 then count(ARGV[i], ':i', now) else count(ARGV[i], ':o', now) end
-end
 finish()
 return 1
 """
@@ -177,7 +167,7 @@ class RedisSenders:
         keys = sender_keys_of(self.prefix, user)
         keys.append(summary_key(self.prefix, keys[0], self.state.cluster))
         args = [key, side, recency_now(), SENDERS_PER_USER, PLACED_PER_USER, KEEP_S, self.moves, repr(self.share),
-                user, *map(str, senders)]  # fmt: skip
+                user, *sender_args(senders)]  # fmt: skip
         return self.state.call(
             f"{what} of user {user}", lambda: script(keys=keys, args=args), where=self.state.node_of(keys[0])
         )
@@ -204,6 +194,7 @@ class RedisSenders:
         return moved
 
     def counts(self, user: str, senders: tuple[int, ...]) -> list[tuple[int, int, int, int] | None]:
+        """One HMGET: each sender's packed field and the four fields an older spamd wrote, added."""
         key = sender_keys_of(self.prefix, user)[0]
         fields = sender_fields(senders)
         values = self.state.call(
@@ -256,12 +247,12 @@ class RedisSenders:
 
 
 def sender_fields(senders: tuple[int, ...]) -> list[str]:
-    """The hash fields of `senders`' four counts (delivered, filed, moved in, moved out), in that order."""
-    return [f"{s}:{f}" for s in senders for f in "dfio"]
+    """The hash fields that may hold `senders`' counts (sender_fields.fields_of), sender after sender."""
+    return [field for s in senders for field in fields_of(s)]
 
 
 def counts_of(values: list[Any], senders: int) -> list[tuple[int, int, int, int] | None]:
     """HMGET's values of `sender_fields` as each sender's four counts (None: never heard of)."""
-    n = [int(v) if v is not None else 0 for v in values]
-    quads = [(n[i], n[i + 1], n[i + 2], n[i + 3]) for i in range(0, 4 * senders, 4)]
+    per = len(fields_of(0))
+    quads = [counts_from(values[i : i + per]) for i in range(0, per * senders, per)]
     return [quad if any(quad) else None for quad in quads]

@@ -23,6 +23,8 @@ import functools
 
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
+from spamd.store.redis.sender_fields import SENDER_FIELDS_LUA
+
 SUMMARY_KEY_NAME = "users_summary"
 # Users read in one pipeline where a listing reads their own keys (a round trip a key before: see docs/redis.md).
 LISTING_BATCH = 1000
@@ -94,8 +96,11 @@ end
 """
 
 
-# way_of over every sender of a user's hash: {to Junk, to the inbox}.
-TURNED_FUNCTION = """
+# way_of over every sender of a user's hash: {to Junk, to the inbox}. Both forms of the fields
+# (spamd/store/redis/sender_fields.py), each added to its sender's counts by the field's name.
+TURNED_FUNCTION = (
+    SENDER_FIELDS_LUA
+    + """
 local function turned_senders(hash, moves, share)
   local counts = {}
   local flat = redis.call('HGETALL', hash)
@@ -104,7 +109,12 @@ local function turned_senders(hash, moves, share)
     if sender then
       local c = counts[sender]
       if not c then c = {d = 0, f = 0, i = 0, o = 0}; counts[sender] = c end
-      c[which] = tonumber(flat[j + 1])
+      if c[which] then c[which] = c[which] + tonumber(flat[j + 1]) end
+    else
+      local c = counts[flat[j]]
+      if not c then c = {d = 0, f = 0, i = 0, o = 0}; counts[flat[j]] = c end
+      local n = unpacked(flat[j + 1])
+      c.d, c.f, c.i, c.o = c.d + n[1], c.f + n[2], c.i + n[3], c.o + n[4]
     end
   end
   local junk, inbox = 0, 0
@@ -123,6 +133,7 @@ local function turned_senders(hash, moves, share)
   return {junk, inbox}
 end
 """
+)
 
 
 # KEYS: senders. ARGV: moves, share. The senders the user's moves turned {to Junk, to the inbox}:
@@ -140,12 +151,16 @@ return {turned[1], turned[2]}
 
 # ARGV: summary hashes (on a cluster, those of one node's slots: passed as arguments, not KEYS, which a
 # cluster holds to one slot; the flag lets the script read keys of several slots of its node).
-# Returns every line as "name line", one a line: one string, parsed once in Python, not a reply a field.
+# Returns two strings, the names and their lines, one a line: parsed in Python a column at a time, not a
+# reply a field (redis-py's parser of 200,000 replies is Python).
 LINES_LUA = """#!lua flags=no-writes,allow-cross-slot-keys
-local out = {}
+local names, lines = {}, {}
 for k = 1, #ARGV do
   local flat = redis.call('HGETALL', ARGV[k])
-  for j = 1, #flat, 2 do out[#out + 1] = flat[j] .. ' ' .. flat[j + 1] end
+  for j = 1, #flat, 2 do
+    names[#names + 1] = flat[j]
+    lines[#lines + 1] = flat[j + 1]
+  end
 end
-return table.concat(out, '\\n')
+return {table.concat(names, '\\n'), table.concat(lines, '\\n')}
 """

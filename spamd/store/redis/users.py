@@ -53,7 +53,7 @@ from spamd.people.users import (
     scoring_table,
 )
 from spamd.store.redis.connect import Script, user_keys
-from spamd.store.redis.listing import list_users
+from spamd.store.redis.listing import list_user_columns, list_users
 from spamd.store.redis.scripts import ACK_LUA, FORGET_LUA, LAYER_SUMMARY_LUA, SCORE_LUA, USER_LUA
 from spamd.store.redis.state import RedisState, SharedTraining
 from spamd.store.redis.summary import summary_key
@@ -199,10 +199,10 @@ class RedisUsers:
             if row["user"] in layered
         ]
 
-    def listing(self, moves: int, share: float, memory: bool = False) -> list[dict[str, Any]]:
-        """`spamctl users`' rows: users with a layer or with senders their moves turned, by name (one read of the
+    def listing(self, moves: int, share: float, memory: bool = False) -> dict[str, list[Any]]:
+        """`spamctl users`' columns: users with a layer or with senders their moves turned, by name (one read of the
         users' summary lines); bytes estimated from the counts, or their keys' MEMORY USAGE with `memory`."""
-        return list_users(self.state, moves, share, memory)
+        return list_user_columns(self.state, moves, share, memory)
 
     # ---------------------------------------------------------- export / import
 
