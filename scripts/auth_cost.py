@@ -1,0 +1,82 @@
+"""What sender authentication adds to a message's analysis: CPU a message with [auth] on and off, DNS cached.
+
+Signs trec07p-dev messages with a test key (as scripts/bench_smtp.py --auth does: d=bench.example,
+published with a DMARC record by a loopback DNS server in a process of its own), analyzes each
+once untimed so the resolver's cache holds every answer, then times `Classifier.analyze` of the
+same mail with [auth] enabled and disabled, alternated --rounds times in one process; the best
+round of each (CPU time) is the figure, the rest being the machine's noise.
+
+    .venv/bin/python scripts/auth_cost.py                                  # this checkout
+    .venv/bin/python scripts/auth_cost.py --tree /tmp/old --tree .         # an A/B of two checkouts
+
+With --tree the script runs itself once per tree (that tree's code on sys.path first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def measure(tree: Path, messages: int, rounds: int) -> None:
+    sys.path[:0] = [str(tree), str(ROOT / "scripts")]
+    from bench_smtp import DEFAULT_INDEX, SignedMail, read_corpus
+
+    from spamd.config import load_config
+    from spamd.learning.classifier import Classifier
+
+    rows = read_corpus(DEFAULT_INDEX)[1000 : 1000 + messages]
+    work = Path(tempfile.mkdtemp(prefix="spamd-auth-cost-"))
+    signed = SignedMail(work)
+    try:
+        mail = [signed.sign(raw) for _, raw in rows]
+        classifiers = {}
+        for setting in ("off", "on"):
+            config = work / f"{setting}.toml"
+            config.write_text(signed.section(setting))
+            classifiers[setting] = Classifier(load_config(config), None)
+        for raw in mail:  # untimed: every DNS answer cached
+            classifiers["on"].analyze(raw)
+            classifiers["off"].analyze(raw)
+        best = {"off": float("inf"), "on": float("inf")}
+        for _ in range(rounds):
+            for setting, classifier in classifiers.items():
+                started = time.process_time()
+                for raw in mail:
+                    classifier.analyze(raw)
+                best[setting] = min(best[setting], (time.process_time() - started) / len(mail) * 1e3)
+        print(f"{tree}: {len(mail)} signed messages, analysis CPU a message (best of {rounds}): [auth] off "
+              f"{best['off']:.3f} ms, on {best['on']:.3f} ms; authentication adds {best['on'] - best['off']:.3f} ms "
+              f"({best['on'] / best['off']:.2f}x)")  # fmt: skip
+    finally:
+        signed.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--tree", type=Path, action="append", help="a checkout whose spamd is measured")
+    parser.add_argument("--in-tree", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.in_tree is not None:
+        measure(args.in_tree, args.messages, args.rounds)
+        return 0
+    for tree in [t.resolve() for t in args.tree or [ROOT]]:
+        command = [sys.executable, __file__, "--in-tree", str(tree), "--messages", str(args.messages),
+                   "--rounds", str(args.rounds)]  # fmt: skip
+        done = subprocess.run(command, cwd=tree, env=dict(os.environ, PYTHONSAFEPATH="1"))
+        if done.returncode != 0:
+            return done.returncode
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
