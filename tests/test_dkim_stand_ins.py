@@ -38,6 +38,15 @@ def test_the_split_is_dkimpys(raw: bytes) -> None:
     assert ours(raw) == dkimpy_parse(raw)
 
 
+@settings(max_examples=2000, deadline=None)
+@given(_MESSAGES)
+def test_counting_signatures_is_a_line_by_line_count(raw: bytes) -> None:
+    from spamd.mail.auth.dkim import signature_headers
+
+    head = raw.split(b"\n\n", 1)[0].split(b"\r\n\r\n", 1)[0]
+    assert signature_headers(raw) == sum(1 for line in head.split(b"\n") if line[:15].lower() == b"dkim-signature:")
+
+
 @pytest.mark.parametrize(
     "raw",
     [

@@ -124,8 +124,9 @@ class SignatureResult:
 
 def signature_headers(raw: bytes) -> int:
     """How many DKIM-Signature headers the message's head has (0: nothing to verify, no DNS)."""
-    head = raw.split(b"\n\n", 1)[0].split(b"\r\n\r\n", 1)[0]
-    return sum(1 for line in head.split(b"\n") if line[:15].lower() == b"dkim-signature:")
+    ends = [found for found in (raw.find(b"\n\n"), raw.find(b"\r\n\r\n")) if found >= 0]
+    head = raw[: min(ends)].lower() if ends else raw.lower()  # lines by \n, up to the first empty one
+    return head.startswith(b"dkim-signature:") + head.count(b"\ndkim-signature:")
 
 
 def verify_signatures(raw: bytes, resolver: CachingResolver, budget: Budget) -> tuple[SignatureResult, ...]:
@@ -189,7 +190,10 @@ def split_message(raw: bytes) -> tuple[list[list[bytes]], bytes]:
             headers.append([found.group(1), line[found.end() :] + b"\r\n"])
         elif not line.startswith(b"From "):
             raise dkim.MessageFormatError(f"Unexpected characters in RFC822 header: {line!r}")
-    if b"\r" in body:
+    crlf = body.count(b"\r\n")
+    if crlf == body.count(b"\n"):  # every line end a CRLF already (mail as SMTP brings it): no copy
+        return headers, body
+    if crlf:
         return headers, body.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n")
     return headers, body.replace(b"\n", b"\r\n")
 
