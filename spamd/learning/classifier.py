@@ -25,9 +25,8 @@ from spamd.people.senders import (
     SenderCounts,
     authenticated_senders,
     from_address,
-    moved_score,
+    moved_by_counts,
     sender_keys,
-    way_of,
 )
 from spamd.people.users import LayerScorer
 from spamd.runtime.gc_tuning import tune_gc_for_message_streams
@@ -164,8 +163,7 @@ class Classifier:
         assert senders is not None
         if counts is None:
             return senders.adjust(score, user_name, analyzed.senders, self.config.model, analyzed.authenticated)
-        way = way_of(counts, senders.moves, senders.share, analyzed.authenticated)
-        return moved_score(score, way, self.config.model)
+        return moved_by_counts(score, counts, senders.moves, senders.share, analyzed.authenticated, self.config.model)
 
 
 def scoring_layers(users: LayerScorer | None, users_config: UsersConfig, user_name: str | None) -> LayerScorer | None:

@@ -162,6 +162,18 @@ def way_of(
     return found
 
 
+def moved_by_counts(
+    score: Score,
+    counts: Iterable[tuple[int, int, int, int] | None],
+    moves: int,
+    share: float,
+    authenticated: int,
+    config: Any,
+) -> Score:
+    """`score` moved (`moved_score`) the way `way_of` the user's counts of the message's senders says."""
+    return moved_score(score, way_of(counts, moves, share, authenticated), config)
+
+
 def moved_score(score: Score, way: int, config: Any) -> Score:
     """`score` moved by PUSH to the side `way` says, and at least FLOOR past the middle; a claimed
     sender's by CLAIMED_PUSH towards ham, no further (NONE: as it is)."""
