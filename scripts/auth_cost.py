@@ -26,9 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def measure(tree: Path, messages: int, rounds: int) -> None:
-    sys.path[:0] = [str(tree), str(ROOT / "scripts")]
-    from bench_smtp import DEFAULT_INDEX, SignedMail, read_corpus
-
+    sys.path[:0] = [str(tree), str(ROOT)]  # the tree's spamd first
+    from scripts.bench_smtp import DEFAULT_INDEX, SignedMail, read_corpus
     from spamd.config import load_config
     from spamd.learning.classifier import Classifier
 
@@ -41,7 +40,7 @@ def measure(tree: Path, messages: int, rounds: int) -> None:
         for setting in ("off", "on"):
             config = work / f"{setting}.toml"
             config.write_text(signed.section(setting))
-            classifiers[setting] = Classifier(load_config(config), None)
+            classifiers[setting] = Classifier(load_config(config), None)  # type: ignore[arg-type]  # analysis only
         for raw in mail:  # untimed: every DNS answer cached
             classifiers["on"].analyze(raw)
             classifiers["off"].analyze(raw)

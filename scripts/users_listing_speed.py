@@ -29,7 +29,7 @@ from spamd.store.redis.summary import summary_key  # noqa: E402
 from tests.redis_helpers import RedisServer  # noqa: E402
 
 
-def write_lines(client, users: int) -> None:  # type: ignore[no-untyped-def]
+def write_lines(client, users: int) -> None:
     expires = int(time.time()) + 400 * 86400
     pipe = client.pipeline(transaction=False)
     key = summary_key("spamd:", "", False)

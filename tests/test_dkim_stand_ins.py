@@ -108,7 +108,7 @@ def test_rsa_verify_by_openssl_is_dkimpys(rsa_keys, data: bytes, bits: int, algo
 
     private = rsa_keys[bits]
     chosen = hashes.SHA256() if algorithm == "sha256" else hashes.SHA1()
-    signature = bytearray(private.sign(data, padding.PKCS1v15(), chosen))  # type: ignore[attr-defined]
+    signature = bytearray(private.sign(data, padding.PKCS1v15(), chosen))
     if flip is not None:
         signature[flip // 8 % len(signature)] ^= 1 << flip % 8
     signed = data + b"x" if other_data else data
@@ -134,7 +134,7 @@ def test_rsa_verify_takes_a_signature_without_its_leading_zeros_and_refuses_one_
     key = _dkimpy_key(private)
     for n in range(5000):  # bounded: a signature starts with a zero byte one time in 256
         data = str(n).encode()
-        signature = private.sign(data, padding.PKCS1v15(), hashes.SHA256())  # type: ignore[attr-defined]
+        signature = private.sign(data, padding.PKCS1v15(), hashes.SHA256())
         if signature[0] == 0:
             break
     else:

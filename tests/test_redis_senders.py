@@ -20,7 +20,7 @@ from spamd.people.senders import way_of
 from spamd.store.redis.connect import Script, sender_keys_of
 from spamd.store.redis.listing import turned_of
 from spamd.store.redis.sender_fields import counts_by_sender, sender_args
-from spamd.store.redis.senders import DELIVER_LUA, MOVE_LUA
+from spamd.store.redis.senders import DELIVER_LUA, MOVE_LUA, RedisSenders
 from spamd.store.redis.summary import summary_key
 from tests import core_helpers as h
 from tests.daemon_helpers import list_digest, make_message, wait_until_sync
@@ -240,6 +240,7 @@ def test_plain_redis_reads_a_users_senders_with_the_models_counts_and_a_server_d
         analyzed = engine.classify(list_digest(99, "alice@example.com")).analyzed
         for user in ("alice", "bob"):
             together = engine.senders.score_and_counts(engine.model, analyzed.features, user, analyzed.senders)
+            assert isinstance(engine.senders, RedisSenders)
             apart = engine.model.score(analyzed.features), engine.senders.counts(user, analyzed.senders)
             assert together == apart
         assert any(together[1]) is False  # bob: never heard of the list

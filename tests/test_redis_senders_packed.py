@@ -108,7 +108,9 @@ def test_state_an_older_spamd_wrote_scores_and_lists_the_same_after_the_upgrade_
         def same() -> None:
             for user in ("alice", "bob", "carol"):
                 copy = high_sender_digest(99, f"{user}@example.com")
-                assert engine.senders.counts(user, probe) == [local.senders._stats.get((user, s)) for s in probe]
+                redis_senders, local_senders = engine.senders, local.senders
+                assert isinstance(redis_senders, RedisSenders) and isinstance(local_senders, SenderReputation)
+                assert redis_senders.counts(user, probe) == [local_senders._stats.get((user, s)) for s in probe]
                 assert engine.classify(copy, user).score == local.classify(copy, user).score, user
             assert engine.senders.summary() == local.senders.summary()
             assert listed(engine) == listed(local)  # spamctl users
@@ -204,7 +206,7 @@ def test_the_scripts_count_as_the_embedded_store_through_an_upgrade(redis_url, t
         }
         for user in ours:
             assert senders.counts(user, SENDERS) == [rep._stats.get((user, s)) for s in SENDERS]
-            held: dict[Any, Any] = state.client.hgetall(sender_keys_of("spamd:", user)[0])  # type: ignore[assignment]
+            held: dict[Any, Any] = state.client.hgetall(sender_keys_of("spamd:", user)[0])
             by_field = counts_by_sender(held)
             assert len(by_field) == sum((user, s) in rep._stats for s in SENDERS)  # no sender in both forms
             for s in SENDERS:
@@ -248,7 +250,7 @@ def test_the_summary_lines_stay_exact_through_the_caps_across_the_upgrade(tmp_pa
                     held = sender_keys_of("spamd:", name)
                     row = lines.get(name, {"senders_to_junk": 0, "senders_to_inbox": 0, "senders": 0, "messages": 0})
                     assert (row["senders_to_junk"], row["senders_to_inbox"]) == (junk, inbox), (step, name)
-                    fields: dict[Any, Any] = state.client.hgetall(held[0])  # type: ignore[assignment]
+                    fields: dict[Any, Any] = state.client.hgetall(held[0])
                     assert row["senders"] == state.client.zcard(held[1]) == len(counts_by_sender(fields)) <= 5
                     assert row["messages"] == state.client.zcard(held[2]) <= 6
         assert any(row["senders_to_junk"] or row["senders_to_inbox"] for row in summaries(state, 2, 0.5).values())
