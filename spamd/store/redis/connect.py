@@ -11,6 +11,7 @@ command of its own beyond a script's EVALSHA / EVAL.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -152,3 +153,25 @@ class Script:
             return self.client.evalsha(self.sha, len(keys), *keys, *args)
         except NoScriptError:
             return self.client.eval(self.text, len(keys), *keys, *args)
+
+    def pipelined(
+        self, calls: list[tuple[list[str], list[Any]]], after: Callable[[Any], Any] | None = None
+    ) -> list[Any]:
+        """The script once per (keys, args) of `calls`, then whatever `after` queues, in one pipeline (one round
+        trip); sent again whole (EVAL) where the node lacks the script. A reply that is an error is raised."""
+        for whole in (False, True):
+            pipe = self.client.pipeline(transaction=False)
+            for keys, args in calls:
+                if whole:
+                    pipe.eval(self.text, len(keys), *keys, *args)
+                else:
+                    pipe.evalsha(self.sha, len(keys), *keys, *args)
+            if after is not None:
+                after(pipe)
+            replies = list(pipe.execute(raise_on_error=False))
+            if not any(isinstance(reply, NoScriptError) for reply in replies[: len(calls)]):
+                break
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies

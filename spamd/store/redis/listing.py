@@ -9,14 +9,13 @@ turned senders counted afresh), or MEMORY USAGE is asked for.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import time
 import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from redis.exceptions import ClusterError, MovedError, NoScriptError
+from redis.exceptions import ClusterError, MovedError
 
 from spamd.errors import CorruptStateError
 from spamd.people.senders import way_of
@@ -29,7 +28,6 @@ from spamd.store.redis.summary import FIELDS, LINES_LUA, LISTING_BATCH, TURNED_L
 # with EXISTS (the two clocks, this host's and Redis's, may differ a little).
 EXPIRY_MARGIN_S = 5
 
-TURNED_SHA = hashlib.sha1(TURNED_LUA.encode()).hexdigest()
 
 # Bytes of a user's keys in Redis, estimated from the summary's counts (MEMORY USAGE, Redis 7.0,
 # listpack-encoded keys: scripts/users_scale.py and docs/redis.md): a layer's token, a training
@@ -239,21 +237,10 @@ def turned_of(state: RedisState, users: list[str], moves: int, share: float) -> 
                 for user in batch:
                     pipe.hgetall(sender_keys_of(prefix, user)[0])
                 return [_turned_in_python(raw, moves, share) for raw in pipe.execute()]
-            for sha in (True, False):  # EVAL where a node lacks the script (restarted, failed over)
-                pipe = state.client.pipeline(transaction=False)
-                for user in batch:
-                    key = sender_keys_of(prefix, user)[0]
-                    if sha:
-                        pipe.evalsha(TURNED_SHA, 1, key, moves, repr(share))
-                    else:
-                        pipe.eval(TURNED_LUA, 1, key, moves, repr(share))
-                replies = list(pipe.execute(raise_on_error=not sha))
-                if not any(isinstance(r, NoScriptError) for r in replies):
-                    for reply in replies:
-                        if isinstance(reply, Exception):
-                            raise reply
-                    return replies
-            raise AssertionError("unreachable: EVAL replies or raises")
+            calls = [([sender_keys_of(prefix, user)[0]], [moves, repr(share)]) for user in batch]
+            return Script(state.client, TURNED_LUA).pipelined(
+                calls
+            )  # EVAL where a node lacks it (restarted, failed over)
 
         out += state.call("reading the users' senders", read)
     return out

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import numpy as np
 import redis
 import structlog
-from redis.exceptions import ClusterError, MovedError, NoScriptError
+from redis.exceptions import ClusterError, MovedError
 
 from spamd.config import Config
 from spamd.config.addresses import redact_url
@@ -332,20 +332,7 @@ class RedisState:
         text = " ".join(map(str, ids.tolist()))
 
         def read() -> list[Any]:
-            for sent_whole in (False, True):  # EVALSHA, then EVAL where the server does not have the script yet
-                pipe = self.client.pipeline(transaction=False)
-                if sent_whole:
-                    pipe.eval(self._score.text, 3, *self.keys[:3], text)
-                else:
-                    pipe.evalsha(self._score.sha, 3, *self.keys[:3], text)
-                pipe.hmget(key, fields)
-                replies = pipe.execute(raise_on_error=False)
-                if not isinstance(replies[0], NoScriptError):
-                    break
-            for reply in replies:
-                if isinstance(reply, Exception):
-                    raise reply
-            return list(replies)
+            return self._score.pipelined([(self.keys[:3], [text])], lambda pipe: pipe.hmget(key, fields))
 
         reply, values = self.call("scoring", read)
         return _fetched(reply, len(ids)), values
