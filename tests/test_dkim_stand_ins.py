@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spamd.mail.auth.dkim import _DKIMPY_INT2STR, _DKIMPY_STR2INT, bytes_to_int, int_to_bytes, split_message
+from spamd.mail.auth.dkimpy_stand_ins import _DKIMPY_INT2STR, _DKIMPY_STR2INT, bytes_to_int, int_to_bytes, split_message
 
 # Pieces a head is made of, so that the cases hit folds, "From " lines, bad names and empty lines.
 _PIECES = st.sampled_from(
@@ -104,7 +104,7 @@ def test_rsa_verify_by_openssl_is_dkimpys(rsa_keys, data: bytes, bits: int, algo
     from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.asymmetric import padding
 
-    from spamd.mail.auth.dkim import _DKIMPY_RSA_VERIFY, rsa_verify
+    from spamd.mail.auth.dkimpy_stand_ins import _DKIMPY_RSA_VERIFY, rsa_verify
 
     private = rsa_keys[bits]
     chosen = hashes.SHA256() if algorithm == "sha256" else hashes.SHA1()
@@ -128,7 +128,7 @@ def test_rsa_verify_takes_a_signature_without_its_leading_zeros_and_refuses_one_
     from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.asymmetric import padding
 
-    from spamd.mail.auth.dkim import _DKIMPY_RSA_VERIFY, rsa_verify
+    from spamd.mail.auth.dkimpy_stand_ins import _DKIMPY_RSA_VERIFY, rsa_verify
 
     private = rsa_keys[1024]
     key = _dkimpy_key(private)
@@ -152,7 +152,7 @@ def test_rsa_verify_takes_a_signature_without_its_leading_zeros_and_refuses_one_
 def test_the_canonicalization_patterns_compiled_once_are_dkimpys(pieces: list[bytes]) -> None:
     import re
 
-    from spamd.mail.auth.dkim import compress_whitespace, strip_trailing_whitespace, unfold_header_value
+    from spamd.mail.auth.dkimpy_stand_ins import compress_whitespace, strip_trailing_whitespace, unfold_header_value
 
     content = b"".join(pieces)
     assert strip_trailing_whitespace(content) == re.sub(b"[\t ]+\r\n", b"\r\n", content)
