@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dkim
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from spamd.mail.auth.dkimpy_stand_ins import _DKIMPY_INT2STR, _DKIMPY_STR2INT, bytes_to_int, int_to_bytes, split_message
@@ -158,3 +158,161 @@ def test_the_canonicalization_patterns_compiled_once_are_dkimpys(pieces: list[by
     assert strip_trailing_whitespace(content) == re.sub(b"[\t ]+\r\n", b"\r\n", content)
     assert compress_whitespace(content) == re.sub(b"[\t ]+", b" ", content)
     assert unfold_header_value(content) == re.sub(b"\r?\n", b"", content)
+
+
+# --------------------------------------------------------------- the b= pattern and the head in one pass
+
+_B_TAG_PIECES = st.sampled_from(
+    [b"b", b"=", b" ", b"\t", b"\r\n", b"\n", b"\r", b";", b"a", b"Z", b"0", b"+", b"/", b"bh", b":"]
+)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.tuples(st.lists(_B_TAG_PIECES, max_size=40), st.sampled_from([b"", b"\r\n", b"\n", b"a\r\n"])).map(
+    lambda parts: b"".join(parts[0]) + parts[1]
+))  # fmt: skip
+@example(b"v=1; b=abc\r\n")
+@example(b"v=1; b = ab\r\n c=;\tb=\n")
+def test_the_b_tag_pattern_matches_what_dkimpys_matches(value: bytes) -> None:
+    from spamd.mail.auth.dkimpy_stand_ins import _DKIMPY_B_TAG, B_TAG
+
+    assert [m.span() for m in B_TAG.finditer(value)] == [m.span() for m in _DKIMPY_B_TAG.finditer(value)]
+    assert B_TAG.sub(b"\\1", value) == _DKIMPY_B_TAG.sub(b"\\1", value)
+
+
+_LINES = st.sampled_from(
+    [b"Subject: x", b"From: a@b", b"X-A:", b"DKIM-Signature: v=1; b=abc", b" folded", b"\tfolded", b"From a@b Mon",
+     b"::x", b"a b: c", b"x\ry: z", b"Received: by x", b"no colon", b"", b"\x80: y"]
+)  # fmt: skip
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(_LINES, max_size=12), st.sampled_from([b"\r\n", b"\n"]), st.integers(0, 40), st.binary(max_size=30))
+def test_the_split_of_heads_of_whole_lines_is_dkimpys(lines: list[bytes], end: bytes, stray: int, body: bytes) -> None:
+    """Heads of fields, folds and mbox lines, every line ending alike (or one line end made the other
+    kind): where the split takes each field in one match, and where it must not."""
+    raw = b"".join(line + end for line in lines) + end + body
+    if stray < len(lines):  # one line's end made the other kind
+        raw = raw.replace(end, b"\n" if end == b"\r\n" else b"\r\n", 1) if stray % 2 else raw
+    assert ours(raw) == dkimpy_parse(raw)
+
+
+# --------------------------------------------------------------- one signature's check, as dkimpy's DKIM.verify
+
+
+@pytest.fixture(scope="module")
+def signing_keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    import base64
+    import subprocess
+
+    from spamd.evaluation.signing_keys import SigningKey, ed25519_key, rsa_key
+
+    directory = tmp_path_factory.mktemp("keys")
+    pem = directory / "small.pem"  # a 512-bit key: its valid signatures pass nothing (RFC 8301)
+    subprocess.run(["openssl", "genrsa", "-out", str(pem), "512"], check=True, capture_output=True)
+    der = subprocess.run(["openssl", "rsa", "-in", str(pem), "-pubout", "-outform", "DER"], check=True,
+                         capture_output=True).stdout  # fmt: skip
+    small = SigningKey("shop.example", "small", pem.read_bytes(), b"rsa-sha256",
+                       f"v=DKIM1; k=rsa; p={base64.b64encode(der).decode()}")  # fmt: skip
+    return {"rsa": rsa_key(directory, "shop.example", "sel1"), "ed25519": ed25519_key("shop.example", "ed1"),
+            "rsa512": small}  # fmt: skip
+
+
+_HEAD = b"From: Shop <deals@shop.example>\r\nTo: you@example.org\r\nSubject: Deals  of\r\n\tthe week\r\nDate: Mon, 2 Mar 2026 10:00:00 +0000\r\n"
+_BODIES = [
+    b"Hello,\r\n\r\nour  deals \r\n\r\n\r\n",
+    b"",
+    b"\r\n",
+    b"one line without an end",
+    b"a\r\n \t\r\nb  \t c\r\n",
+]
+_MUTATIONS = st.sampled_from(
+    ["none", "body byte", "body appended", "header changed", "header refolded", "second from", "second from above",
+     "a=rsa-sha1",
+     "a=unknown", "no bh", "bh changed", "b changed", "b broken", "l=3", "l=x", "c=relaxed/relaxed", "c=bad",
+     "h without from", "i= other domain", "x= past", "t= letters", "q=other", "duplicate tag", "key missing",
+     "key revoked", "key of the other type", "key malformed", "key tlsrpt", "no semicolons"]
+)  # fmt: skip
+
+
+def _mutated(signed: bytes, mutation: str, signature_end: int) -> bytes:
+    import re
+
+    signature, rest = signed[:signature_end], signed[signature_end:]
+    head, _, body = rest.partition(b"\r\n\r\n")
+    tags = {
+        "a=rsa-sha1": (rb"a=[\w-]+", b"a=rsa-sha1"), "a=unknown": (rb"a=[\w-]+", b"a=rsa-md5"),
+        "no bh": (rb"bh=[^;]+;", b""), "bh changed": (rb"bh=.", b"bh=A"), "b changed": (rb"\bb=(.)", b"b=A"),
+        "b broken": (rb"\bb=", b"b=*"), "l=3": (rb"; ?bh=", b"; l=3; bh="), "l=x": (rb"; ?bh=", b"; l=x; bh="),
+        "c=relaxed/relaxed": (rb"c=[\w/]+", b"c=relaxed/relaxed"), "c=bad": (rb"c=[\w/]+", b"c=weird"),
+        "h without from": (rb"h=from ?: ?", b"h="), "i= other domain": (rb"; ?bh=", b"; i=@other.example; bh="),
+        "x= past": (rb"; ?bh=", b"; x=1000; bh="), "t= letters": (rb"; ?bh=", b"; t=soon; bh="),
+        "q=other": (rb"q=[\w/]+", b"q=http"), "duplicate tag": (rb"; ?bh=", b"; d=x.example; bh="),
+        "no semicolons": (rb";", b""),
+    }  # fmt: skip
+    if mutation in tags:
+        pattern, replacement = tags[mutation]
+        signature = re.sub(pattern, replacement, signature, count=1)
+    elif mutation == "body byte" and body:
+        body = bytes([body[0] ^ 1]) + body[1:]
+    elif mutation == "body appended":
+        body += b"appended\r\n"
+    elif mutation == "header changed":
+        head = head.replace(b"Deals", b"Steals")
+    elif mutation == "header refolded":
+        head = head.replace(b"Deals  of\r\n\tthe", b"Deals of the")
+    elif mutation == "second from":
+        head += b"\r\nFrom: other@else.example"
+    elif mutation == "second from above":  # h= names From once: the lower one is signed, dkimpy hashes both
+        head = b"From: other@else.example\r\n" + head
+    return signature + head + b"\r\n\r\n" + body
+
+
+def _outcome(check: object) -> str:
+    try:
+        return "pass" if check() else "false"  # type: ignore[operator]
+    except Exception as e:
+        return type(e).__name__
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    key_name=st.sampled_from(["rsa", "ed25519", "rsa512"]),
+    canonicalization=st.sampled_from(
+        [(b"relaxed", b"simple"), (b"simple", b"simple"), (b"relaxed", b"relaxed"), (b"simple", b"relaxed")]
+    ),  # fmt: skip
+    length=st.booleans(),
+    body=st.sampled_from(_BODIES),
+    mutation=_MUTATIONS,
+)
+def test_checking_a_signature_is_dkimpys_verify(
+    signing_keys, key_name, canonicalization, length, body, mutation
+) -> None:
+    """Signed mail, then one thing changed in it or in the key's record: `check_signature` says what
+    dkimpy's own verify says (pass, fail, or the exception it raises)."""
+    from spamd.mail.auth.dkim import _QUIET, CanonicalBodies, check_signature
+
+    key = signing_keys[key_name]
+    message = _HEAD + b"\r\n" + body
+    signature = dkim.sign(
+        message, key.selector.encode(), key.domain.encode(), key.private, signature_algorithm=key.algorithm,
+        canonicalize=canonicalization, length=length, include_headers=[b"from", b"to", b"subject", b"date"],
+    )  # fmt: skip
+    raw = _mutated(signature + message, mutation, len(signature))
+    other = signing_keys["ed25519" if key_name == "rsa" else "rsa"]
+    record = {
+        "key missing": None, "key revoked": b"v=DKIM1; k=rsa; p=", "key of the other type": other.dns_value.encode(),
+        "key malformed": b"v=DKIM1; k=rsa; p=!!!", "key tlsrpt": key.dns_value.encode() + b"; s=tlsrpt",
+    }.get(mutation, key.dns_value.encode())  # fmt: skip
+
+    def lookup(name: bytes, timeout: float = 5) -> bytes | None:
+        return record
+
+    headers, rest = split_message(raw)
+    fields = [field for field in headers if field[0].lower() == b"dkim-signature"]
+    verifier = dkim.DKIM(b"", logger=_QUIET, minkey=1024)
+    verifier.headers, verifier.body = headers, rest
+    theirs = _outcome(lambda: verifier.verify(idx=0, dnsfunc=lookup))
+    assert _outcome(lambda: check_signature(headers, CanonicalBodies(rest), fields[0], lookup)) == theirs
+    if mutation == "none":
+        assert theirs == ("KeyFormatError" if key_name == "rsa512" else "pass")
