@@ -43,10 +43,13 @@ class SignatureResult:
     result: str
 
 
+_EMPTY_LINE = re.compile(rb"\n\n|\r\n\r\n")
+
+
 def signature_headers(raw: bytes) -> int:
     """How many DKIM-Signature headers the message's head has (0: nothing to verify, no DNS)."""
-    ends = [found for found in (raw.find(b"\n\n"), raw.find(b"\r\n\r\n")) if found >= 0]
-    head = raw[: min(ends)].lower() if ends else raw.lower()  # lines by \n, up to the first empty one
+    end = _EMPTY_LINE.search(raw)
+    head = raw[: end.start()].lower() if end else raw.lower()  # lines by \n, up to the first empty one
     return head.startswith(b"dkim-signature:") + head.count(b"\ndkim-signature:")
 
 
