@@ -47,6 +47,16 @@ def test_counting_signatures_is_a_line_by_line_count(raw: bytes) -> None:
     assert signature_headers(raw) == sum(1 for line in head.split(b"\n") if line[:15].lower() == b"dkim-signature:")
 
 
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(st.sampled_from([b"\n", b"\r\n", b"\r", b"a", b"\n\n", b"\r\n\r\n", b"\n\r\n"]), max_size=20))
+def test_the_head_ends_at_the_first_empty_line_of_either_kind(pieces: list[bytes]) -> None:
+    from spamd.mail.auth.dkim import head_end
+
+    raw = b"".join(pieces)
+    ends = [found for found in (raw.find(b"\n\n"), raw.find(b"\r\n\r\n")) if found >= 0]
+    assert head_end(raw) == (min(ends) if ends else -1)
+
+
 @pytest.mark.parametrize(
     "raw",
     [
@@ -230,7 +240,7 @@ _MUTATIONS = st.sampled_from(
     ["none", "body byte", "body appended", "header changed", "header refolded", "second from", "second from above",
      "a=rsa-sha1",
      "a=unknown", "no bh", "bh changed", "b changed", "b broken", "l=3", "l=x", "c=relaxed/relaxed", "c=bad",
-     "h without from", "i= other domain", "x= past", "t= letters", "q=other", "duplicate tag", "key missing",
+     "h without from", "h=from:from", "h names a missing field", "names in capitals", "i= other domain", "x= past", "t= letters", "q=other", "duplicate tag", "key missing",
      "key revoked", "key of the other type", "key malformed", "key tlsrpt", "no semicolons"]
 )  # fmt: skip
 
@@ -245,7 +255,8 @@ def _mutated(signed: bytes, mutation: str, signature_end: int) -> bytes:
         "no bh": (rb"bh=[^;]+;", b""), "bh changed": (rb"bh=.", b"bh=A"), "b changed": (rb"\bb=(.)", b"b=A"),
         "b broken": (rb"\bb=", b"b=*"), "l=3": (rb"; ?bh=", b"; l=3; bh="), "l=x": (rb"; ?bh=", b"; l=x; bh="),
         "c=relaxed/relaxed": (rb"c=[\w/]+", b"c=relaxed/relaxed"), "c=bad": (rb"c=[\w/]+", b"c=weird"),
-        "h without from": (rb"h=from ?: ?", b"h="), "i= other domain": (rb"; ?bh=", b"; i=@other.example; bh="),
+        "h without from": (rb"h=from ?: ?", b"h="), "h=from:from": (rb"h=from", b"h=from : FROM"),
+        "h names a missing field": (rb"h=", b"h=x-missing:"), "i= other domain": (rb"; ?bh=", b"; i=@other.example; bh="),
         "x= past": (rb"; ?bh=", b"; x=1000; bh="), "t= letters": (rb"; ?bh=", b"; t=soon; bh="),
         "q=other": (rb"q=[\w/]+", b"q=http"), "duplicate tag": (rb"; ?bh=", b"; d=x.example; bh="),
         "no semicolons": (rb";", b""),
@@ -259,6 +270,8 @@ def _mutated(signed: bytes, mutation: str, signature_end: int) -> bytes:
         body += b"appended\r\n"
     elif mutation == "header changed":
         head = head.replace(b"Deals", b"Steals")
+    elif mutation == "names in capitals":  # relaxed lowers them; simple does not
+        head = head.replace(b"Subject:", b"SUBJECT:")
     elif mutation == "header refolded":
         head = head.replace(b"Deals  of\r\n\tthe", b"Deals of the")
     elif mutation == "second from":
@@ -284,9 +297,16 @@ def _outcome(check: object) -> str:
     length=st.booleans(),
     body=st.sampled_from(_BODIES),
     mutation=_MUTATIONS,
+    include=st.sampled_from(
+        [
+            [b"from", b"to", b"subject", b"date"],
+            [b"from", b"subject", b"from", b"x-missing", b"date"],
+            [b"subject", b"from", b"to", b"to"],
+        ]
+    ),  # fmt: skip
 )
 def test_checking_a_signature_is_dkimpys_verify(
-    signing_keys, key_name, canonicalization, length, body, mutation
+    signing_keys, key_name, canonicalization, length, body, mutation, include
 ) -> None:
     """Signed mail, then one thing changed in it or in the key's record: `check_signature` says what
     dkimpy's own verify says (pass, fail, or the exception it raises)."""
@@ -296,7 +316,7 @@ def test_checking_a_signature_is_dkimpys_verify(
     message = _HEAD + b"\r\n" + body
     signature = dkim.sign(
         message, key.selector.encode(), key.domain.encode(), key.private, signature_algorithm=key.algorithm,
-        canonicalize=canonicalization, length=length, include_headers=[b"from", b"to", b"subject", b"date"],
+        canonicalize=canonicalization, length=length, include_headers=include,
     )  # fmt: skip
     raw = _mutated(signature + message, mutation, len(signature))
     other = signing_keys["ed25519" if key_name == "rsa" else "rsa"]

@@ -17,6 +17,7 @@ import dkim.crypto
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa, utils
+from dkim.canonicalization import CanonicalizationPolicy
 
 # dkimpy's own pure-Python helpers, replaced by faster ones that give the same results
 # (tests/test_dkim_stand_ins.py compares them on any input). Each signed trec07p-dev message's
@@ -70,10 +71,11 @@ def rsa_verify(hashed: object, signature: bytes, public_key: dict[str, int]) -> 
 
 
 # dkimpy's relaxed canonicalization calls re.sub with a pattern each time: the module's pattern
-# cache looked up 34 times a signed message. The same patterns, compiled once.
+# cache looked up 34 times a signed message. The same patterns, compiled once; and where the
+# bytes' own methods give the same result, those (re scans a byte at a time: a signed trec07p-dev
+# message's header fields, 35 -> 20 us in context).
 _TRAILING_WHITESPACE = re.compile(b"[\t ]+\r\n")
 _WHITESPACE = re.compile(b"[\t ]+")
-_LINE_BREAK = re.compile(b"\r?\n")
 
 
 def strip_trailing_whitespace(content: bytes) -> bytes:
@@ -81,11 +83,13 @@ def strip_trailing_whitespace(content: bytes) -> bytes:
 
 
 def compress_whitespace(content: bytes) -> bytes:
-    return _WHITESPACE.sub(b" ", content)
+    """Each run of spaces and tabs one space: without a tab or two spaces in a row, nothing to do."""
+    return _WHITESPACE.sub(b" ", content) if b"\t" in content or b"  " in content else content
 
 
 def unfold_header_value(content: bytes) -> bytes:
-    return _LINE_BREAK.sub(b"", content)
+    """re.sub(b"\\r?\\n", b"", content): every LF goes, and a CR right before one."""
+    return content.replace(b"\r\n", b"").replace(b"\n", b"")
 
 
 # dkimpy's pattern for a signature's b= value (taken out of the signature before it is hashed)
@@ -94,6 +98,36 @@ def unfold_header_value(content: bytes) -> bytes:
 # pattern, matching the same spans (tests/test_dkim_stand_ins.py), in one pass.
 _DKIMPY_B_TAG = dkim.RE_BTAG
 B_TAG = re.compile(rb"([;\s]b\s*=)(?:[\sa-zA-Z0-9+/=]*[a-zA-Z0-9+/=])?(?:\r?\n\Z)?")
+
+
+def signed_headers_text(
+    policy: CanonicalizationPolicy, headers: list[list[bytes]], include_headers: list[bytes], field: list[bytes]
+) -> bytes:
+    """What dkimpy's `hash_headers` hashes, in one piece: the fields h= names, picked as dkimpy picks them
+    (by name, from the bottom), and the signature `field` without its b= value.
+
+    dkimpy canonicalizes every field it is given and then picks; picking first (a field's name
+    from the split is printable with no space, so canonicalization does not change which match)
+    and canonicalizing only the picked, then hashing one string: 60 -> 20 us a signed
+    trec07p-dev message in context.
+    """
+    relaxed = policy.header_algorithm is dkim.canonicalization.Relaxed
+    canonical = _relaxed_fields if relaxed else policy.canonicalize_headers
+    picked = canonical(dkim.select_headers(headers, include_headers))
+    [(signature_name, signature_value)] = canonical([(field[0], B_TAG.sub(b"\\1", field[1]))])
+    parts: list[bytes] = []
+    for name, value in picked:
+        parts += (name, b":", value)
+    parts += (signature_name, b":", signature_value.rstrip())
+    return b"".join(parts)
+
+
+def _relaxed_fields(fields: list[list[bytes]] | list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """dkimpy's relaxed header canonicalization, its patterns applied where it calls a helper for each."""
+    return [
+        (name.lower().rstrip(), compress_whitespace(unfold_header_value(value)).strip() + b"\r\n")
+        for name, value in fields
+    ]
 
 
 @lru_cache(maxsize=1024)
