@@ -25,8 +25,9 @@ from spamd.people.senders import (
     SenderCounts,
     authenticated_senders,
     from_address,
+    keys_of_senders,
     moved_by_counts,
-    sender_keys,
+    sender_names,
 )
 from spamd.people.users import LayerScorer
 from spamd.runtime.gc_tuning import tune_gc_for_message_streams
@@ -125,7 +126,8 @@ class Classifier:
         authenticate: bool,
         session: SmtpSession | None = None,
     ) -> Analyzed:
-        key, senders = stripped_message_key(stripped), sender_keys(message)
+        names = sender_names(message)
+        key, senders = stripped_message_key(stripped), keys_of_senders(names)
         model = self.config.model
         auth = self.authenticate(stripped, message, session) if authenticate else NOTHING
         if model.auth_outcomes:
@@ -134,7 +136,7 @@ class Classifier:
         if not authenticate:
             return Analyzed(key, features, senders)
         return Analyzed(
-            key, features, senders, authenticated_senders(message, senders, auth), auth.dmarc_rejects(), auth.header()
+            key, features, senders, authenticated_senders(names, senders, auth), auth.dmarc_rejects(), auth.header()
         )
 
     def scoring_layer(self, user_name: str | None) -> LayerScorer | None:

@@ -111,7 +111,11 @@ def sender_key(name: str) -> int:
 
 def sender_keys(message: ParsedMessage) -> tuple[int, ...]:
     """`sender_names` hashed to 64 bits (at most 4: the first From and List-Ids a message carries)."""
-    return tuple(dict.fromkeys(sender_key(n) for n in sender_names(message)))[:4]
+    return keys_of_senders(sender_names(message))
+
+
+def keys_of_senders(names: list[str]) -> tuple[int, ...]:
+    return tuple(dict.fromkeys(sender_key(n) for n in names))[:4]
 
 
 def authenticated_as(name: str, auth: AuthResult) -> str:
@@ -124,9 +128,10 @@ def authenticated_as(name: str, auth: AuthResult) -> str:
     return ""
 
 
-def authenticated_senders(message: ParsedMessage, keys: tuple[int, ...], auth: AuthResult) -> int:
-    """A bit per key of `keys` (`sender_keys(message)`): set where `auth` authenticates that sender."""
-    trusted = {sender_key(n) for n in sender_names(message) if authenticated_as(n, auth)}
+def authenticated_senders(names: list[str], keys: tuple[int, ...], auth: AuthResult) -> int:
+    """A bit per key of `keys` (`keys_of_senders(names)`, `names` the message's `sender_names`): set where
+    `auth` authenticates that sender."""
+    trusted = {sender_key(n) for n in names if authenticated_as(n, auth)}
     return sum(1 << i for i, key in enumerate(keys) if key in trusted)
 
 

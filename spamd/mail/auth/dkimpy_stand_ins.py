@@ -25,7 +25,8 @@ from dkim.canonicalization import CanonicalizationPolicy
 # 0.43 ms verification), and parsed the same key record again (0.05 ms).
 _DKIMPY_INT2STR, _DKIMPY_STR2INT, _DKIMPY_EVALUATE_PK = dkim.crypto.int2str, dkim.crypto.str2int, dkim.evaluate_pk
 _DKIMPY_RSA_VERIFY = dkim.RSASSA_PKCS1_v1_5_verify
-_HASHES = {"sha256": hashes.SHA256, "sha1": hashes.SHA1}
+_PREHASHED = {"sha256": utils.Prehashed(hashes.SHA256()), "sha1": utils.Prehashed(hashes.SHA1())}
+_PKCS1 = padding.PKCS1v15()
 
 
 def int_to_bytes(n: int, length: int = -1) -> bytearray:
@@ -53,7 +54,7 @@ def rsa_verify(hashed: object, signature: bytes, public_key: dict[str, int]) -> 
     with the 2048-bit keys most senders use; OpenSSL, a few us. Keys under 1024 bits (which dkimpy
     then refuses as too small) and hashes it does not know take dkimpy's own path."""
     modulus, exponent = public_key["modulus"], public_key["publicExponent"]
-    algorithm = _HASHES.get(str(getattr(hashed, "name", "")).lower())
+    algorithm = _PREHASHED.get(str(getattr(hashed, "name", "")).lower())
     if algorithm is None or modulus.bit_length() < 1024:
         return bool(_DKIMPY_RSA_VERIFY(hashed, signature, public_key))
     try:
@@ -64,7 +65,7 @@ def rsa_verify(hashed: object, signature: bytes, public_key: dict[str, int]) -> 
     if len(signature) < size:  # as dkimpy reads it: a number, leading zero bytes or not
         signature = bytes(signature).rjust(size, b"\0")
     try:
-        key.verify(bytes(signature), hashed.digest(), padding.PKCS1v15(), utils.Prehashed(algorithm()))  # type: ignore[attr-defined]
+        key.verify(bytes(signature), hashed.digest(), _PKCS1, algorithm)  # type: ignore[attr-defined]
     except (InvalidSignature, ValueError):  # ValueError: longer than the key (dkimpy: almost surely no match)
         return False
     return True
