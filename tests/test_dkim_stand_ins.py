@@ -336,3 +336,34 @@ def test_checking_a_signature_is_dkimpys_verify(
     assert _outcome(lambda: check_signature(headers, CanonicalBodies(rest), fields[0], lookup)) == theirs
     if mutation == "none":
         assert theirs == ("KeyFormatError" if key_name == "rsa512" else "pass")
+
+
+_TAG_PIECES = st.sampled_from(
+    [b"v", b"=", b"1", b";", b" ", b"\t", b"\r\n", b"a", b"A", b"_", b"-", b"0", b"\xc3\xa9", b"b"]
+)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(_TAG_PIECES, max_size=30).map(b"".join))
+def test_parsing_tags_is_dkimpys(tag_list: bytes) -> None:
+    from spamd.mail.auth.dkimpy_stand_ins import _DKIMPY_PARSE_TAG_VALUE, parse_tag_value
+
+    def outcome(parse: object) -> object:
+        try:
+            return parse(tag_list)  # type: ignore[operator]
+        except dkim.util.InvalidTagValueList as e:
+            return type(e).__name__, e.args
+
+    assert outcome(parse_tag_value) == outcome(_DKIMPY_PARSE_TAG_VALUE)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(
+    st.lists(st.sampled_from([b"From", b"from", b"To", b"SUBJECT", b"subject", b"X-A"]), max_size=10),
+    st.lists(st.sampled_from([b"from", b"to", b"subject", b"x-a", b"x-missing"]), max_size=8),
+)
+def test_selecting_header_fields_is_dkimpys(names: list[bytes], include: list[bytes]) -> None:
+    from spamd.mail.auth.dkimpy_stand_ins import _DKIMPY_SELECT_HEADERS, select_headers
+
+    headers = [[name, b"%d\r\n" % number] for number, name in enumerate(names)]
+    assert select_headers(headers, list(include)) == _DKIMPY_SELECT_HEADERS(headers, list(include))
