@@ -86,6 +86,33 @@ async def test_a_helper_finds_the_features_the_loop_finds(config: Config) -> Non
     assert all(h.process.poll() is not None for h in helpers.helpers)
 
 
+async def test_a_batch_is_answered_as_one_message_at_a_time_and_a_bad_frame_fails_alone() -> None:
+    """What one read brings is analyzed a stage at a time over the batch: the same answers as
+    message by message; a frame that cannot be read is answered with an error, the rest as ever."""
+    from spamd.engine.analyzers import _answers, encode_work
+    from spamd.runtime.helper_processes import FRAME
+
+    classifier = Classifier(CONFIG, None)  # type: ignore[arg-type]
+    raws = messages()[:40]
+    for work in (
+        [(number, encode_work(raw, None)) for number, raw in enumerate(raws)],
+        [(number, encode_work(raw, None)) for number, raw in enumerate(raws)][:7] + [(99, b"\xff")],
+    ):
+        reply, answers = b"".join(_answers(classifier, work)), {}
+        while reply:
+            kind, ident, length = FRAME.unpack_from(reply)
+            answers[ident] = (kind, reply[FRAME.size : FRAME.size + length])
+            reply = reply[FRAME.size + length :]
+        assert sorted(answers) == sorted(ident for ident, _ in work)
+        helpers = AnalysisProcesses(CONFIG, 0)
+        for ident, (kind, payload) in answers.items():
+            if ident == 99:
+                assert kind == b"E"
+                continue
+            answer = helpers.decode(kind, payload)
+            assert isinstance(answer, Analyzed) and same(answer, classifier.analyze(raws[ident]))
+
+
 async def test_new_parser_caps_reach_the_helpers() -> None:
     helpers = AnalysisProcesses(CONFIG, 1)
     await helpers.start()

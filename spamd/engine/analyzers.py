@@ -158,22 +158,43 @@ def serve(sock: socket.socket) -> None:
     classifier: Classifier | None = None
     for batch in frames(sock):
         answers: list[bytes] = []
+        work: list[tuple[int, bytes]] = []  # messages since the last configuration frame
         for kind, ident, payload in batch:
             if kind == b"C":
+                answers += _answers(classifier, work)
+                work = []
                 parser, model, auth = pickle.loads(payload)  # from the daemon that started us, over a private socket
                 classifier = Classifier(Config(parser=parser, model=model, auth=auth), None)  # type: ignore[arg-type]
                 answers.append(frame(b"R", 0))
-                continue
-            try:
-                assert classifier is not None, "a message before the configuration"
-                raw, session = decode_work(payload)
-                answers.append(frame(*_encode_answer(ident, classifier.analyze(raw, session=session))))
-            except Exception as e:  # the loop analyzes it again and reports what happens there
-                answers.append(frame(b"E", ident, f"{type(e).__name__}: {e}".encode()))
+            else:
+                work.append((ident, payload))
+        answers += _answers(classifier, work)
         try:
             sock.sendall(b"".join(answers))
         except ConnectionError:
             return
+
+
+def _answers(classifier: Classifier | None, work: list[tuple[int, bytes]]) -> list[bytes]:
+    """Each message's answer, analyzed a stage at a time over them all (`Classifier.analyze_many`);
+    if that fails, one at a time, so that only the message at fault is answered with an error."""
+    if len(work) > 1 and classifier is not None:
+        try:
+            decoded = [decode_work(payload) for _, payload in work]
+            analyzed = classifier.analyze_many([raw for raw, _ in decoded], True, [session for _, session in decoded])
+            return [frame(*_encode_answer(ident, each)) for (ident, _), each in zip(work, analyzed, strict=True)]
+        except Exception:  # each is analyzed again below, and answered with its own error
+            pass
+    return [_answer(classifier, ident, payload) for ident, payload in work]
+
+
+def _answer(classifier: Classifier | None, ident: int, payload: bytes) -> bytes:
+    try:
+        assert classifier is not None, "a message before the configuration"
+        raw, session = decode_work(payload)
+        return frame(*_encode_answer(ident, classifier.analyze(raw, session=session)))
+    except Exception as e:  # the loop analyzes it again and reports what happens there
+        return frame(b"E", ident, f"{type(e).__name__}: {e}".encode())
 
 
 if __name__ == "__main__":
