@@ -29,6 +29,7 @@ from pathlib import Path
 from tests.cli_helpers import DEADLINE_SLACK
 from tests.daemon_helpers import DaemonProcess, wait_until_sync
 from tests.doc_snippets import snippet
+from tests.ports import free_port
 
 DOVECOT = "/usr/sbin/dovecot"
 SIEVEC = "/usr/bin/sievec"
@@ -71,12 +72,6 @@ service imap-login {{
 }}
 {extra}
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def private_dir(prefix: str) -> Path:

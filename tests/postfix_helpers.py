@@ -35,6 +35,7 @@ from spamd.model.bayes import Label
 from tests.attack_helpers import NextHop
 from tests.daemon_helpers import DaemonProcess, crlf, make_message, wait_until_sync, write_config
 from tests.doc_snippets import main_cf_settings, master_cf_services, snippet, with_placeholders
+from tests.ports import free_port
 
 POSTFIX = Path("/usr/sbin/postfix")
 POSTQUEUE = Path("/usr/sbin/postqueue")
@@ -57,13 +58,6 @@ def postfix_missing() -> str | None:
     except KeyError:
         return "the postfix user or the postdrop group is missing (apt-get install postfix creates them)"
     return None
-
-
-def free_port() -> int:
-    """A loopback port free right now (for configs that must name a port before anything listens)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def postfix_directory() -> Path:

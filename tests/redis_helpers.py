@@ -28,6 +28,7 @@ from spamd.store.redis.state import RedisState
 from spamd.store.redis.store import RedisStore
 from spamd.store.redis.users import RedisUsers
 from tests.daemon_helpers import DaemonProcess, folder_files, wait_until_sync, write_config
+from tests.ports import free_port
 
 if TYPE_CHECKING:
     from spamd.engine.engine import Engine
@@ -58,13 +59,6 @@ def needs_redis(*more: str) -> None:
                 f"{', '.join(missing)} not installed, and CI installs it (.ci/run): apt-get install redis-server"
             )
         pytest.skip(f"{', '.join(missing)} not installed; apt-get install redis-server")
-
-
-def free_port() -> int:
-    """A loopback port free right now (redis-server has no --port 0)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def free_cluster_port() -> int:
@@ -113,14 +107,23 @@ class RedisServer:
         return self
 
     def ping(self) -> bool:
+        """Whether this server answers on its port: its own process, not another that holds the port
+        (then this one fails to bind, exits, and the next ping says so with its log)."""
         if self.proc is not None and self.proc.poll() is not None:
             raise AssertionError(f"redis-server exited ({self.proc.returncode}): {self.log_tail()}")
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
-                s.sendall(b"PING\r\n")
-                return s.recv(64).startswith(b"+PONG")
-        except OSError:
+                s.sendall(b"INFO server\r\n")
+                reply = b""
+                for _ in range(20):  # bounded: INFO server is a few kB
+                    reply += s.recv(65536)
+                    if reply.startswith(b"$") and b"\r\n" in reply:
+                        length = int(reply[1 : reply.index(b"\r\n")])
+                        if len(reply) >= reply.index(b"\r\n") + 2 + length:
+                            break
+        except (OSError, ValueError):
             return False
+        return self.proc is None or f"process_id:{self.proc.pid}\r\n".encode() in reply
 
     def log_tail(self) -> str:
         try:

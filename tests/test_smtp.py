@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import smtplib
-import socket
 import time
 
 import pytest
@@ -23,6 +22,7 @@ from tests.daemon_helpers import (
     wait_until,
     watcher_of,
 )
+from tests.ports import free_port
 
 pytestmark = pytest.mark.asyncio
 
@@ -182,12 +182,6 @@ class Sink:
 async def start_sink(sink: Sink, port: int = 0) -> asyncio.Server:
     loop = asyncio.get_running_loop()
     return await loop.create_server(lambda: SMTP(sink, hostname="nexthop", loop=loop), "127.0.0.1", port)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def test_relay_to_next_hop(tmp_path):
