@@ -333,9 +333,20 @@ def test_checking_a_signature_is_dkimpys_verify(
     verifier = dkim.DKIM(b"", logger=_QUIET, minkey=1024)
     verifier.headers, verifier.body = headers, rest
     theirs = _outcome(lambda: verifier.verify(idx=0, dnsfunc=lookup))
-    assert _outcome(lambda: check_signature(headers, CanonicalBodies(rest), fields[0], lookup)) == theirs
+    ours = _outcome(lambda: check_signature(headers, CanonicalBodies(rest), fields[0], dkimpys_tags(fields[0]), lookup))
+    assert ours == theirs
     if mutation == "none":
         assert theirs == ("KeyFormatError" if key_name == "rsa512" else "pass")
+
+
+def dkimpys_tags(field: list[bytes]) -> dict[bytes, bytes]:
+    """The signature's tags, refused (MessageFormatError) only where dkimpy's verify refuses them."""
+    from spamd.mail.auth.dkimpy_stand_ins import parse_tag_value
+
+    try:
+        return parse_tag_value(field[1])
+    except dkim.util.InvalidTagValueList as e:
+        raise dkim.MessageFormatError(e) from e
 
 
 _TAG_PIECES = st.sampled_from(
@@ -355,6 +366,30 @@ def test_parsing_tags_is_dkimpys(tag_list: bytes) -> None:
             return type(e).__name__, e.args
 
     assert outcome(parse_tag_value) == outcome(_DKIMPY_PARSE_TAG_VALUE)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(_TAG_PIECES, max_size=30).map(b"".join))
+@example(b"v=1; x-y=2")  # a tag name dkimpy takes and RFC 6376 does not
+@example(b"v=1;; a=2")  # an empty tag dkimpy refuses
+@example(b"v=1; z=" + b"0" * 8200)  # longer than any real signature
+def test_a_signatures_tags_are_refused_where_either_parser_refused_them(tag_list: bytes) -> None:
+    """Parsed once, a signature's tags are refused where our tag-list parser or dkimpy's refused them
+    (each parsed it once before), and give the same d= and s=."""
+    from spamd.mail.auth.dkim import signature_tags
+    from spamd.mail.auth.dkimpy_stand_ins import _DKIMPY_PARSE_TAG_VALUE
+    from spamd.mail.auth.records import RecordError, parse_tag_list
+
+    try:
+        theirs = _DKIMPY_PARSE_TAG_VALUE(tag_list)
+        strict = parse_tag_list(tag_list)
+    except (dkim.util.InvalidTagValueList, RecordError):
+        with pytest.raises(dkim.MessageFormatError):
+            signature_tags(tag_list)
+        return
+    assert signature_tags(tag_list) == theirs
+    for name in ("d", "s"):
+        assert theirs.get(name.encode(), b"").decode("utf-8", "replace").strip().lower() == strict.get(name, "").lower()
 
 
 @settings(max_examples=2000, deadline=None)
