@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -23,6 +24,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+_LINE_END = re.compile(rb"\r\n|\n|\r(?!\n)")  # smtplib's
 
 
 def measure(tree: Path, messages: int, rounds: int) -> None:
@@ -35,7 +37,7 @@ def measure(tree: Path, messages: int, rounds: int) -> None:
     work = Path(tempfile.mkdtemp(prefix="spamd-auth-cost-"))
     signed = SignedMail(work)
     try:
-        mail = [signed.sign(raw) for _, raw in rows]
+        mail = [_LINE_END.sub(b"\r\n", signed.sign(raw)) for _, raw in rows]  # every line end CRLF, as SMTP brings it
         classifiers = {}
         for setting in ("off", "on"):
             config = work / f"{setting}.toml"
