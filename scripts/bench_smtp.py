@@ -285,7 +285,7 @@ def main() -> int:
         for tree in trees for processes in args.processes or [None] for web in args.web or ["off"] for users in args.users or [0]
         for per_user in args.per_user or ["on"] for acked in args.replicas_acked or [None] for auth in args.auth or [None]
     ))  # fmt: skip
-    results: dict[tuple[Path, int | None, str, int, str, int | None, str | None], list[tuple[float, float, float]]] = {
+    results: dict[tuple[Path, int | None, str, int, str, int | None, str | None], list[tuple[float, float, float, float]]] = {
         s: [] for s in settings
     }
     failed = False
@@ -301,7 +301,7 @@ def main() -> int:
                 work = Path(tempfile.mkdtemp(dir=work_root))
                 with replicated_redis(work, acked) as redis_section:
                     auth_section = signed.section(auth) if signed is not None else ""
-                    rate, p99, cpu, ok = run_once(
+                    rate, p99, cpu, busy, ok = run_once(
                         args,
                         rows,
                         replay,
@@ -314,7 +314,7 @@ def main() -> int:
                         warm=auth in ("warm", "off-warm"),
                         per_user=per_user == "on",
                     )
-                results[tree, processes, web, users, per_user, acked, auth].append((rate, p99, cpu))
+                results[tree, processes, web, users, per_user, acked, auth].append((rate, p99, cpu, busy))
                 failed |= not ok
     finally:
         if signed is not None:
@@ -332,18 +332,21 @@ def main() -> int:
             scoring = f" (per-user scoring {per_user})" if users else ""
             print(f"{name}processes {'default' if processes is None else processes}, web console {web}, users {users}{scoring}{redis}: "
                   f"{' '.join(f'{r:.0f}' for r in rates)} msgs/s, median {statistics.median(rates):.0f}; "
-                  f"p99 {' '.join(f'{p99:.1f}' for _, p99, _ in runs)} ms; spamd CPU {' '.join(f'{cpu:.2f}' for *_, cpu in runs)} ms/msg")  # fmt: skip
+                  f"p99 {' '.join(f'{p99:.1f}' for _, p99, *_ in runs)} ms; spamd CPU {' '.join(f'{cpu:.2f}' for _, _, cpu, _ in runs)} ms/msg; "
+                  f"timed pass CPU in all {' '.join(f'{busy:.2f}' for *_, busy in runs)} ms/msg")  # fmt: skip
         for line in user_ratios(results):
             print(line)
     return 1 if failed else 0
 
 
-def user_ratios(results: dict[tuple[Any, ...], list[tuple[float, float, float]]]) -> list[str]:
+def user_ratios(results: dict[tuple[Any, ...], list[tuple[float, float, float, float]]]) -> list[str]:
     """The users' comparisons, each as the ratio of medians and round by round (runs alternate, so round k
     of one set-up ran beside round k of the other): per-user scoring on over off, the same N Maildirs (what
     per-user scoring costs); N users' Maildirs scored as theirs over one Maildir and the shared model. Beside the
     throughput, the median of the rounds' ratios (paired, so less of other work's load from one round to the
-    next) and the ratio of spamd's CPU a message (the other way up: over 1 costs more)."""
+    next) and the ratio of spamd's CPU a message (the other way up: over 1 costs more). Authentication `warm`
+    over `off-warm` and over `off` the same way, its CPU the timed pass's in all (spamd's processes and the
+    client's): with both cores busy, throughput goes as its inverse, which the machine's swings move less."""
     lines = []
     for (tree, processes, web, users, per_user, acked, auth), runs in results.items():
         rest = (processes, web, acked, auth)
@@ -351,16 +354,23 @@ def user_ratios(results: dict[tuple[Any, ...], list[tuple[float, float, float]]]
         if users and per_user == "on":
             pairs.append(("per-user scoring on / off", (tree, processes, web, users, "off", acked, auth)))
             pairs.append(("over one Maildir, the shared model", (tree, processes, web, 0, "off", acked, auth)))
+        if auth == "warm":
+            pairs += [
+                (f"auth warm / {off}", (tree, processes, web, users, per_user, acked, off))
+                for off in ("off-warm", "off")
+            ]
         for what, base in pairs:
             if not results.get(base) or not runs:
                 continue
             rates, before = [rate for rate, *_ in runs], [rate for rate, *_ in results[base]]
             paired = [a / b for a, b in zip(rates, before, strict=False)]
-            cpus, cpus_before = [cpu for *_, cpu in runs], [cpu for *_, cpu in results[base]]
+            column = 3 if what.startswith("auth") else 2
+            cpus, cpus_before = [run[column] for run in runs], [run[column] for run in results[base]]
             label = f"{tree.name} " if len({key[0] for key in results}) > 1 else ""
             lines.append(
-                f"{label}{users} users, {what}: {statistics.median(rates) / statistics.median(before):.2f}x by the "
-                f"medians, {statistics.median(paired):.2f}x the rounds' median; spamd CPU a message "
+                f"{label}{f'{users} users, ' if users else ''}{what}: {statistics.median(rates) / statistics.median(before):.2f}x "
+                f"by the medians, {statistics.median(paired):.2f}x the rounds' median; "
+                f"{'the timed pass' if column == 3 else 'spamd'}'s CPU a message "
                 f"{statistics.median(cpus) / statistics.median(cpus_before):.2f}x; "
                 f"per round {' '.join(f'{r:.2f}' for r in paired)}"
                 + ("" if rest == (None, "off", None, None) else f" ({rest})")
@@ -380,9 +390,10 @@ def run_once(
     redis_section: str = "",
     warm: bool = False,
     per_user: bool = True,
-) -> tuple[float, float, float, bool]:
+) -> tuple[float, float, float, float, bool]:
     """One fresh spamd, pretrained, replayed to by the clients: (msgs/s, p99 latency in ms, spamd's CPU ms a
-    message, every message delivered)."""
+    message, the timed pass's CPU ms a message in all (spamd's processes and the client's), every message
+    delivered)."""
     config_file = work / "spamd.toml"
     fsync = "false" if args.no_fsync else "true"
     parser_section = "" if processes is None else f"[parser]\nprocesses = {processes}\n"
@@ -430,8 +441,11 @@ def run_once(
         elapsed = time.perf_counter() - started
         client_cpu = time.process_time() - client_cpu
         timed = {name: seconds - before.get(name, 0.0) for name, seconds in process_cpu(proc.pid).items()}
+        timed_all = (sum(timed.values()) + client_cpu) / max(1, len(latencies)) * 1000
         print("timed pass, CPU a message by process: " + ", ".join(
-            f"{name} {seconds / max(1, len(latencies)) * 1000:.3f} ms" for name, seconds in sorted(timed.items())))  # fmt: skip
+            f"{name} {seconds / max(1, len(latencies)) * 1000:.3f} ms" for name, seconds in sorted(timed.items()))
+            + f", client {client_cpu / max(1, len(latencies)) * 1000:.3f} ms; in all {timed_all:.3f} ms, "
+            f"{(sum(timed.values()) + client_cpu) / elapsed:.2f} cores busy")  # fmt: skip
     finally:
         proc.terminate()
         _, status, usage = os.wait4(proc.pid, 0)
@@ -458,7 +472,7 @@ def run_once(
         print("  error:", error)
     p99 = percentile(latencies, 0.99) if latencies else 0.0
     cpu_ms = cpu / max(1, len(latencies)) * 1000
-    return rate, p99, cpu_ms, not errors and delivered == len(replay) * (2 if warm else 1) and code == 0
+    return rate, p99, cpu_ms, timed_all, not errors and delivered == len(replay) * (2 if warm else 1) and code == 0
 
 
 def process_cpu(pid: int) -> dict[str, float]:
