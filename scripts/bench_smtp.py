@@ -285,9 +285,9 @@ def main() -> int:
         for tree in trees for processes in args.processes or [None] for web in args.web or ["off"] for users in args.users or [0]
         for per_user in args.per_user or ["on"] for acked in args.replicas_acked or [None] for auth in args.auth or [None]
     ))  # fmt: skip
-    results: dict[tuple[Path, int | None, str, int, str, int | None, str | None], list[tuple[float, float, float, float]]] = {
-        s: [] for s in settings
-    }
+    results: dict[
+        tuple[Path, int | None, str, int, str, int | None, str | None], list[tuple[float, float, float, float]]
+    ] = {s: [] for s in settings}
     failed = False
     work_root = Path(tempfile.mkdtemp(prefix="spamd-bench-"))
     signed = SignedMail(work_root) if args.auth else None
