@@ -402,3 +402,71 @@ def test_selecting_header_fields_is_dkimpys(names: list[bytes], include: list[by
 
     headers = [[name, b"%d\r\n" % number] for number, name in enumerate(names)]
     assert select_headers(headers, list(include)) == _DKIMPY_SELECT_HEADERS(headers, list(include))
+
+
+def _signature_tags() -> st.SearchStrategy[dict[bytes, bytes]]:
+    """A well-formed signature's tags with up to four of them changed or dropped, each to a value one
+    of dkimpy's checks refuses or to the edge of its pattern (a trailing line end, 76 and 77 digits,
+    times around now, an i= no longer than d=), so that every check is reached."""
+    import time
+
+    now = int(time.time())
+    base = {b"v": b"1", b"a": b"rsa-sha256", b"b": b"YWJjZA==", b"bh": b"YWJj", b"d": b"shop.example",
+            b"h": b"from:to", b"s": b"sel"}  # fmt: skip
+    values = {
+        b"v": [b"2", b"1\n"],
+        b"a": [b"rsa-sha1", b"ed25519-sha256", b"rsa-md5"],
+        b"b": [b"YW Jj\r\n ZA==", b"YWJjZ", b"*abc", b"YWJj\n", b"", b"===="],
+        b"bh": [b"YWJjZ", b"Y W J j", b"!!!!", b""],
+        b"d": [b"SHOP.example", b"sh(op.example", b"\xc3\xa9.example", b"\xc3\xa9(x.example", b"", b"a;b"],
+        b"h": [b""],
+        b"s": [b""],
+        b"i": [b"@shop.example", b"x@mail.shop.example", b"x.shop.example", b"@other.example", b"shop.example",
+               b"xshop.example", b""],
+        b"l": [b"0", b"123", b"1" * 76, b"1" * 77, b"x", b"12\n", b""],
+        b"q": [b"dns/txt", b"http"],
+        b"t": [b"%d" % now, b"%d" % (now + 30000), b"%d" % (now + 40000), b"soon", b"%d\n" % now, b"0"],
+        b"x": [b"%d" % (now + 100), b"1000", b"%d" % (now - 100), b"%d" % (now - 40000), b"later", b"0"],
+        b"cv": [b"pass", b"fail", b"none", b"maybe"],
+    }  # fmt: skip
+    change = st.sampled_from(sorted(values)).flatmap(
+        lambda name: st.tuples(st.just(name), st.one_of(st.none(), st.sampled_from(values[name])))
+    )
+
+    def changed(changes: list[tuple[bytes, bytes | None]]) -> dict[bytes, bytes]:
+        sig = dict(base)
+        for name, value in changes:
+            if value is None:
+                sig.pop(name, None)
+            else:
+                sig[name] = value
+        return sig
+
+    return st.lists(change, max_size=4).map(changed)
+
+
+@settings(max_examples=4000, deadline=None)
+@given(_signature_tags())
+def test_validating_a_signatures_tags_is_dkimpys(sig: dict[bytes, bytes]) -> None:
+    from spamd.mail.auth.dkimpy_stand_ins import _DKIMPY_VALIDATE_SIGNATURE_FIELDS, validate_signature_fields
+
+    def outcome(validate: object) -> object:
+        try:
+            return validate(dict(sig))  # type: ignore[operator]
+        except Exception as e:
+            return type(e).__name__, str(e)
+
+    assert outcome(validate_signature_fields) == outcome(_DKIMPY_VALIDATE_SIGNATURE_FIELDS)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(
+    st.binary(max_size=60)
+    | st.lists(st.sampled_from([b" ", b"\t", b"\r", b"\n", b"\x0b", b"\x0c", b"A", b"\x85"])).map(b"".join)
+)
+def test_removing_whitespace_is_dkimpys_pattern(value: bytes) -> None:
+    import re
+
+    from spamd.mail.auth.dkimpy_stand_ins import without_whitespace
+
+    assert without_whitespace(value) == re.sub(rb"\s+", b"", value)

