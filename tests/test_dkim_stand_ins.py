@@ -371,6 +371,8 @@ def test_parsing_tags_is_dkimpys(tag_list: bytes) -> None:
 @settings(max_examples=3000, deadline=None)
 @given(st.lists(_TAG_PIECES, max_size=30).map(b"".join))
 @example(b"v=1; x-y=2")  # a tag name dkimpy takes and RFC 6376 does not
+@example(b"")  # no tags at all
+@example(b" ; ")
 @example(b"v=1;; a=2")  # an empty tag dkimpy refuses
 @example(b"v=1; z=" + b"0" * 8200)  # longer than any real signature
 def test_a_signatures_tags_are_refused_where_either_parser_refused_them(tag_list: bytes) -> None:

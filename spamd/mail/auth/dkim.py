@@ -102,7 +102,8 @@ def verify_signatures(raw: bytes, resolver: CachingResolver, budget: Budget) -> 
     return tuple(results)
 
 
-_TAG_NAME = re.compile(rb"[A-Za-z][A-Za-z0-9_]*\Z")
+_TAG_NAME = rb"[A-Za-z][A-Za-z0-9_]*"
+_TAG_NAMES = re.compile(rb"%s(?:;%s)*" % (_TAG_NAME, _TAG_NAME))  # joined by ";", which no name holds
 _H_SEPARATOR = re.compile(rb"\s*:\s*")  # dkimpy's split of h=
 
 
@@ -118,9 +119,9 @@ def signature_tags(value: bytes) -> dict[bytes, bytes]:
         tags = parse_tag_value(value)
     except dkim.util.InvalidTagValueList as e:
         raise dkim.MessageFormatError(e) from e
-    for name in tags:
-        if _TAG_NAME.match(name) is None:
-            raise dkim.MessageFormatError(f"not a tag name: {name[:60]!r}")
+    if tags and _TAG_NAMES.fullmatch(b";".join(tags)) is None:  # one pattern's pass, not one a name
+        wrong = next(name for name in tags if not re.fullmatch(_TAG_NAME, name))
+        raise dkim.MessageFormatError(f"not a tag name: {wrong[:60]!r}")
     return tags
 
 
