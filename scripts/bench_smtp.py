@@ -36,7 +36,9 @@ is `[auth] enabled = false` on the same signed mail; "off-warm" is "off" after t
 untimed pass, so that its timed pass, as warm's, meets a daemon that has delivered the mail
 once already (a Maildir of 2,000 files, the seen index, the processes' heaps): the baseline
 that differs from "warm" in authentication alone; "silent" points [auth] at a loopback port
-that never answers, so each message waits out its DNS budget.
+that never answers, so each message waits out its DNS budget. Given "warm" with "off-warm" or
+"off", the summary gives their ratios, of throughput and of the timed pass's CPU in all
+(spamd's processes and the client's: with both cores busy, throughput goes as its inverse).
 """
 
 from __future__ import annotations
