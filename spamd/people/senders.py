@@ -109,12 +109,8 @@ def sender_key(name: str) -> int:
     return xxhash.xxh3_64_intdigest(name.encode("utf-8", "surrogatepass"))
 
 
-def sender_keys(message: ParsedMessage) -> tuple[int, ...]:
-    """`sender_names` hashed to 64 bits (at most 4: the first From and List-Ids a message carries)."""
-    return keys_of_senders(sender_names(message))
-
-
 def keys_of_senders(names: list[str]) -> tuple[int, ...]:
+    """A message's `sender_names` hashed to 64 bits (at most 4: the first From and List-Ids it carries)."""
     return tuple(dict.fromkeys(sender_key(n) for n in names))[:4]
 
 
