@@ -168,8 +168,7 @@ def validate_signature_fields(sig: dict[bytes, bytes]) -> None:
             raise dkim.ValidationError(f"missing {field!s}=")
     if sig[b"a"] not in dkim.HASH_ALGORITHMS:
         raise dkim.ValidationError(f"unknown signature algorithm: {sig[b'a']!s}")
-    b_value_base64 = _BASE64.match(sig[b"b"]) is not None
-    if not b_value_base64 or len(without_whitespace(sig[b"b"])) % 4 != 0:
+    if _BASE64.match(sig[b"b"]) is None or len(without_whitespace(sig[b"b"])) % 4 != 0:
         raise dkim.ValidationError(f"b= value is not valid base64 ({sig[b'b']!s})")
     # dkimpy matches b= (not bh=) against the pattern a second time here: passed above.
     if len(without_whitespace(sig[b"bh"])) % 4 != 0:
@@ -180,7 +179,8 @@ def validate_signature_fields(sig: dict[bytes, bytes]) -> None:
     if domain.isascii() and _D_SPECIALS.search(domain):
         raise dkim.ValidationError(f"d= value is not valid ({domain!s})")
     if b"i" in sig and (
-        not sig[b"i"].lower().endswith(domain.lower()) or sig[b"i"][-len(domain) - 1] not in ("@", ".", 64, 46)
+        # dkimpy's ("@", ".", 64, 46): a byte of bytes is an int, so only its ints ever match
+        not sig[b"i"].lower().endswith(domain.lower()) or sig[b"i"][-len(domain) - 1] not in b"@."
     ):
         raise dkim.ValidationError(f"i= domain is not a subdomain of d= (i={sig[b'i']!s} d={domain!s})")
     if b"l" in sig and _L_VALUE.match(sig[b"l"]) is None:
