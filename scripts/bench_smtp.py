@@ -28,7 +28,7 @@ to 0.9 ms of kernel CPU per delivery and ran 20-30% slower.
     python scripts/bench_smtp.py --auth silent --limit 200 --clients 8     # a DNS server that never answers
 
 With --auth, every replayed message is DKIM-signed by a test key made on the spot
-(d=bench.example), published with a DMARC record by a DNS server of our own on
+(d=bench.example, RSA of --key-bits: 2048 by default), published with a DMARC record by a DNS server of our own on
 loopback (spamd.evaluation.loopback_dns), which the daemon asks alone ([auth]
 nameservers, a process of its own): "on" verifies each message (its key, and DMARC
 for its From domain: a look-up per new domain, then the resolver's cache); "warm" the
@@ -182,14 +182,14 @@ def replicated_redis(work: Path, acked: int | None) -> Iterator[str]:
 class SignedMail:
     """A test key for bench.example, a loopback DNS server publishing it, and the [auth] section for each setting."""
 
-    def __init__(self, work: Path):
+    def __init__(self, work: Path, key_bits: int = 2048):
         sys.path.insert(0, str(ROOT))
         import socket
 
         from spamd.evaluation.loopback_dns import serve_in_process
         from spamd.evaluation.signing_keys import rsa_key
 
-        self.key = rsa_key(work, "bench.example", "bench")
+        self.key = rsa_key(work, "bench.example", "bench", key_bits)
         records = {"bench._domainkey.bench.example": [self.key.dns_value], "_dmarc.bench.example": ["v=DMARC1; p=none"]}
         # In a process of its own, as a local resolver is; every other name is NXDOMAIN, kept an hour.
         self.zone, self.address = serve_in_process(records, ttl=3600, negative_ttl=3600)
@@ -267,6 +267,9 @@ def main() -> int:
         help="the replay DKIM-signed by a test key, [auth] off, on (a loopback DNS server publishing the key) or "
              "asking a DNS server that never answers; given twice or more, the runs alternate between them",
     )  # fmt: skip
+    parser.add_argument(
+        "--key-bits", type=int, default=2048, help="the test key's RSA size (2048: what large senders publish)"
+    )
     parser.add_argument("--autolearn", action="store_true", help="[maildir] autolearn on: mail trains the model")
     parser.add_argument("--rounds", type=int, default=1, help="runs of each setting, interleaved")
     parser.add_argument(
@@ -298,7 +301,7 @@ def main() -> int:
     ] = {s: [] for s in settings}
     failed = False
     work_root = Path(tempfile.mkdtemp(prefix="spamd-bench-"))
-    signed = SignedMail(work_root) if args.auth else None
+    signed = SignedMail(work_root, args.key_bits) if args.auth else None
     if signed is not None:
         replay = [signed.sign(raw) for raw in replay]
     try:
