@@ -20,7 +20,7 @@ from typing import TypeVar
 from spamd.config import AuthConfig, Config, MaildirConfig, ModelConfig, SmtpConfig, StoreConfig
 from spamd.daemon import Daemon
 from spamd.engine.engine import Engine
-from spamd.frontends.maildir.layout import unique_name
+from spamd.frontends.maildir.layout import FILED_MARK, unique_name
 from spamd.frontends.maildir.watcher import MaildirWatcher
 from spamd.model.bayes import Label
 from tests.cli_helpers import DEADLINE_SLACK
@@ -200,6 +200,11 @@ def folder_files(maildir: Path, folder: str = "") -> list[Path]:
     """Message files of a folder ("" is INBOX), new/ and cur/."""
     base = maildir / folder if folder else maildir
     return files(base / "new") + files(base / "cur")
+
+
+def filed(maildir: Path, folder: str = "") -> list[Path]:
+    """The folder's message files that spamd filed (scored and moved there)."""
+    return [p for p in folder_files(maildir, folder) if FILED_MARK in p.name]
 
 
 def drop(
