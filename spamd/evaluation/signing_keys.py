@@ -24,11 +24,18 @@ class SigningKey:
     algorithm: bytes
     dns_value: str  # the TXT record at SELECTOR._domainkey.DOMAIN
 
-    def sign(self, message: bytes, length: bool = False, headers: list[bytes] | None = None) -> bytes:
-        """`message` with this key's DKIM-Signature on top."""
+    def sign(
+        self,
+        message: bytes,
+        length: bool = False,
+        headers: list[bytes] | None = None,
+        canonicalize: tuple[bytes, bytes] = (b"relaxed", b"simple"),
+    ) -> bytes:
+        """`message` with this key's DKIM-Signature on top (c= `canonicalize`: dkimpy's default, or as
+        large senders sign, relaxed/relaxed)."""
         signature = dkim.sign(
             message, self.selector.encode(), self.domain.encode(), self.private,
-            signature_algorithm=self.algorithm, length=length,
+            signature_algorithm=self.algorithm, length=length, canonicalize=canonicalize,
             include_headers=headers or [b"from", b"to", b"subject", b"date", b"list-id"],
         )  # fmt: skip
         return signature + message
