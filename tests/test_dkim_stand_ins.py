@@ -170,6 +170,19 @@ def test_the_canonicalization_patterns_compiled_once_are_dkimpys(pieces: list[by
     assert unfold_header_value(content) == re.sub(b"\r?\n", b"", content)
 
 
+@given(st.lists(st.sampled_from([b" ", b"\t", b"  ", b"\r", b"\n", b"\r\n", b"a", b"\x00"]), max_size=40))
+def test_a_relaxed_body_compressed_first_is_dkimpys(pieces: list[bytes]) -> None:
+    import re
+
+    from dkim.canonicalization import correct_empty_body, strip_trailing_lines
+
+    from spamd.mail.auth.dkimpy_stand_ins import relaxed_body
+
+    content = b"".join(pieces)
+    dkimpys = re.sub(b"[\t ]+", b" ", re.sub(b"[\t ]+\r\n", b"\r\n", content))  # its two steps, in its order
+    assert relaxed_body(content) == correct_empty_body(strip_trailing_lines(dkimpys))
+
+
 # --------------------------------------------------------------- the b= pattern and the head in one pass
 
 _B_TAG_PIECES = st.sampled_from(

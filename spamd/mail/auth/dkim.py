@@ -21,6 +21,7 @@ from dkim.canonicalization import CanonicalizationPolicy, InvalidCanonicalizatio
 
 from spamd.mail.auth.dkimpy_stand_ins import (
     parse_tag_value,
+    relaxed_body,
     rsa_verify,
     signed_headers_text,
     split_message,
@@ -183,7 +184,8 @@ class CanonicalBodies:
     def canonical(self, policy: CanonicalizationPolicy) -> bytes:
         algorithm = policy.body_algorithm
         if algorithm not in self._canonical:
-            self._canonical[algorithm] = policy.canonicalize_body(self.body)
+            relaxed = algorithm is dkim.canonicalization.Relaxed
+            self._canonical[algorithm] = relaxed_body(self.body) if relaxed else policy.canonicalize_body(self.body)
         return self._canonical[algorithm]
 
 

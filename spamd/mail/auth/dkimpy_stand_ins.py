@@ -103,6 +103,15 @@ def compress_whitespace(content: bytes) -> bytes:
     return _SPACE_RUNS.sub(b" ", content)
 
 
+def relaxed_body(content: bytes) -> bytes:
+    """dkimpy's Relaxed.canonicalize_body: the runs of spaces and tabs compressed first, so that the one
+    before a CRLF is a single space, which one `replace` removes (dkimpy strips them first, then
+    compresses: the same result, tests/test_dkim_stand_ins.py; 31-33 -> 18-23 us a body)."""
+    compressed = compress_whitespace(content)
+    stripped = compressed.replace(b" \r\n", b"\r\n") if b" \r\n" in compressed else compressed
+    return dkim.canonicalization.correct_empty_body(dkim.canonicalization.strip_trailing_lines(stripped))
+
+
 def unfold_header_value(content: bytes) -> bytes:
     """re.sub(b"\\r?\\n", b"", content): every LF goes, and a CR right before one."""
     return content.replace(b"\r\n", b"").replace(b"\n", b"")
