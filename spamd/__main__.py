@@ -15,6 +15,7 @@ from spamd.daemon import Daemon
 from spamd.errors import SpamdError, StoreUnavailableError
 from spamd.runtime.gc_tuning import tune_gc_for_message_streams
 from spamd.runtime.logs import configure_logging
+from spamd.runtime.malloc_tuning import keep_read_buffers_in_the_heap
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -52,6 +53,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     tune_gc_for_message_streams()
+    keep_read_buffers_in_the_heap()
     try:
         daemon = Daemon(
             args.config,

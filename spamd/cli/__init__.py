@@ -25,6 +25,7 @@ from spamd.config import load_config
 from spamd.errors import SpamdError, StoreUnavailableError
 from spamd.frontends.control_protocol import DEFAULT_EXPLAIN_LIMIT
 from spamd.runtime.gc_tuning import tune_gc_for_message_streams
+from spamd.runtime.malloc_tuning import keep_read_buffers_in_the_heap
 
 
 def _add_common(parser: argparse.ArgumentParser, top: bool) -> None:
@@ -159,4 +160,5 @@ def run(argv: list[str] | None = None) -> int:
 
 def main() -> None:
     tune_gc_for_message_streams()
+    keep_read_buffers_in_the_heap()
     sys.exit(run())

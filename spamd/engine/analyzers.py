@@ -34,6 +34,7 @@ from spamd.mail.auth.spf import SmtpSession
 from spamd.model.bayes import Features
 from spamd.runtime.gc_tuning import tune_gc_for_message_streams
 from spamd.runtime.helper_processes import HelperProcesses, HelperUnavailable, frame, frames, ignore_stop_signals
+from spamd.runtime.malloc_tuning import keep_read_buffers_in_the_heap
 from spamd.runtime.scheduling import yield_to_the_loop
 
 _KEY_LENGTH = struct.Struct("!H")
@@ -154,6 +155,7 @@ def serve(sock: socket.socket) -> None:
     """
     ignore_stop_signals()
     tune_gc_for_message_streams()
+    keep_read_buffers_in_the_heap()
     yield_to_the_loop()
     classifier: Classifier | None = None
     for batch in frames(sock):

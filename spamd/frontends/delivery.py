@@ -40,6 +40,7 @@ from spamd.frontends.maildir.files import maildir_lines, write_file
 from spamd.frontends.maildir.layout import Ownership
 from spamd.learning.classifier import usable_cores
 from spamd.runtime.helper_processes import HelperProcesses, HelperUnavailable, frame, frames, ignore_stop_signals
+from spamd.runtime.malloc_tuning import keep_read_buffers_in_the_heap
 
 _WORK = struct.Struct("!BIIHHIHH")
 _ERROR = struct.Struct("!iH")
@@ -141,6 +142,7 @@ def serve(sock: socket.socket) -> None:
     from spamd.runtime.scheduling import yield_to_the_loop
 
     ignore_stop_signals()
+    keep_read_buffers_in_the_heap()
     yield_to_the_loop()  # the writer threads started below inherit it
     sending = threading.Lock()
     writers = ThreadPoolExecutor(WRITER_THREADS, thread_name_prefix="delivery")

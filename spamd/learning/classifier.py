@@ -31,6 +31,7 @@ from spamd.people.senders import (
 )
 from spamd.people.users import LayerScorer
 from spamd.runtime.gc_tuning import tune_gc_for_message_streams
+from spamd.runtime.malloc_tuning import keep_read_buffers_in_the_heap
 
 # `[auth] dmarc_reject_action = "spam"`: a DMARC failure under p=reject is filed as spam, at
 # least this far past the middle (the senders' rule's floor, spamd.people.senders.FLOOR).
@@ -209,6 +210,7 @@ def _start_worker(
 ) -> None:
     global _worker_classifier
     tune_gc_for_message_streams()
+    keep_read_buffers_in_the_heap()
     _worker_classifier = Classifier(config, model, users, senders)  # type: ignore[arg-type]  # None: analysis only, it never scores
 
 
