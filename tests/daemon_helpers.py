@@ -17,6 +17,8 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TypeVar
 
+import pytest
+
 from spamd.config import AuthConfig, Config, MaildirConfig, ModelConfig, SmtpConfig, StoreConfig
 from spamd.daemon import Daemon
 from spamd.engine.engine import Engine
@@ -194,6 +196,11 @@ def crlf(data: bytes) -> bytes:
 
 def files(directory: Path) -> list[Path]:
     return sorted(p for p in directory.iterdir() if p.is_file()) if directory.is_dir() else []
+
+
+# watchdog warns (harmlessly) when a folder created while it runs gets its inotify watch
+# added twice; as an error (pyproject) it would kill watchdog's thread.
+WATCHDOG_WARNING_IGNORED = pytest.mark.filterwarnings("ignore:Callback with id:RuntimeWarning")
 
 
 def folder_files(maildir: Path, folder: str = "") -> list[Path]:

@@ -20,6 +20,7 @@ from spamd.frontends.maildir.layout import FILED_MARK, base_of
 from spamd.frontends.maildir.seen import RecentNames
 from spamd.model.bayes import Label
 from tests.daemon_helpers import (
+    WATCHDOG_WARNING_IGNORED,
     daemon_config,
     drop,
     engine_of,
@@ -36,12 +37,7 @@ from tests.daemon_helpers import (
     watcher_of,
 )
 
-pytestmark = [
-    pytest.mark.asyncio,
-    # watchdog warns (harmlessly) when a folder created while it runs gets its inotify
-    # watch added twice; as an error (pyproject) it would kill watchdog's thread.
-    pytest.mark.filterwarnings("ignore:Callback with id:RuntimeWarning"),
-]
+pytestmark = [pytest.mark.asyncio, WATCHDOG_WARNING_IGNORED]
 
 JUNK, TRASH = ".Junk", ".Trash"
 

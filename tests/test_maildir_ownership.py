@@ -13,6 +13,7 @@ import pytest
 
 from spamd.model.bayes import Label
 from tests.daemon_helpers import (
+    WATCHDOG_WARNING_IGNORED,
     daemon_config,
     drop,
     filed,
@@ -26,12 +27,7 @@ from tests.daemon_helpers import (
     watcher_of,
 )
 
-pytestmark = [
-    pytest.mark.asyncio,
-    # watchdog warns (harmlessly) when a folder created while it runs gets its inotify
-    # watch added twice; as an error (pyproject) it would kill watchdog's thread.
-    pytest.mark.filterwarnings("ignore:Callback with id:RuntimeWarning"),
-]
+pytestmark = [pytest.mark.asyncio, WATCHDOG_WARNING_IGNORED]
 
 JUNK = ".Junk"
 

@@ -20,6 +20,7 @@ from spamd.errors import ConfigError
 from spamd.frontends.maildir.settle import SettleQueue, arrival, settles_as
 from spamd.model.bayes import Label
 from tests.daemon_helpers import (
+    WATCHDOG_WARNING_IGNORED,
     daemon_config,
     drop,
     engine_of,
@@ -199,8 +200,8 @@ def test_settle_after_is_validated(tmp_path):
 
 
 def in_process(test):
-    """An async test of a daemon on this test's loop (watchdog's harmless warning ignored, as in test_maildir.py)."""
-    return pytest.mark.asyncio(pytest.mark.filterwarnings("ignore:Callback with id:RuntimeWarning")(test))
+    """An async test of a daemon on this test's loop (watchdog's harmless warning ignored)."""
+    return pytest.mark.asyncio(WATCHDOG_WARNING_IGNORED(test))
 
 
 @in_process
