@@ -6,19 +6,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import pickle
+import select
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import dns.message
+import dns.rcode
 import pytest
 
-from spamd.config import Config, ModelConfig, ParserConfig
+from spamd.config import AuthConfig, Config, ModelConfig, ParserConfig
 from spamd.engine.analyzers import AnalysisProcesses, AnalysisUnavailable
 from spamd.learning.classifier import Analyzed, Classifier
 from spamd.model.bayes import Label
 from tests import fuzz_helpers as fh
+from tests.auth_helpers import SigningKeys, mail
 from tests.core_helpers import PLAIN, TREC_INDEX, corpus_sample
 from tests.daemon_helpers import (
     daemon_config,
@@ -86,11 +92,26 @@ async def test_a_helper_finds_the_features_the_loop_finds(config: Config) -> Non
     assert all(h.process.poll() is not None for h in helpers.helpers)
 
 
+def answered(frames: bytes) -> dict[int, tuple[bytes, bytes]]:
+    """The frames the helper sent, by id: (kind, payload)."""
+    from spamd.runtime.helper_processes import FRAME
+
+    answers = {}
+    while frames:
+        kind, ident, length = FRAME.unpack_from(frames)
+        answers[ident] = (kind, frames[FRAME.size : FRAME.size + length])
+        frames = frames[FRAME.size + length :]
+    return answers
+
+
+def received_until_closed(sock: socket.socket) -> bytes:
+    return b"".join(iter(lambda: sock.recv(1 << 20), b""))
+
+
 async def test_a_batch_is_answered_as_one_message_at_a_time_and_a_bad_frame_fails_alone() -> None:
     """What one read brings is analyzed a stage at a time over the batch: the same answers as
     message by message; a frame that cannot be read is answered with an error, the rest as ever."""
-    from spamd.engine.analyzers import _answers, encode_work
-    from spamd.runtime.helper_processes import FRAME
+    from spamd.engine.analyzers import _answer_all, _Answers, encode_work
 
     classifier = Classifier(CONFIG, None)  # type: ignore[arg-type]
     raws = messages()[:40]
@@ -98,19 +119,73 @@ async def test_a_batch_is_answered_as_one_message_at_a_time_and_a_bad_frame_fail
         [(number, encode_work(raw, None)) for number, raw in enumerate(raws)],
         [(number, encode_work(raw, None)) for number, raw in enumerate(raws)][:7] + [(99, b"\xff")],
     ):
-        reply, answers = b"".join(_answers(classifier, work)), {}
-        while reply:
-            kind, ident, length = FRAME.unpack_from(reply)
-            answers[ident] = (kind, reply[FRAME.size : FRAME.size + length])
-            reply = reply[FRAME.size + length :]
-        assert sorted(answers) == sorted(ident for ident, _ in work)
+        ours, theirs = socket.socketpair()
+        with ours, theirs:
+            answers = _Answers(theirs)
+            _answer_all(classifier, work, answers)
+            answers.send()
+            theirs.shutdown(socket.SHUT_WR)
+            reply = answered(received_until_closed(ours))
+        assert sorted(reply) == sorted(ident for ident, _ in work)
         helpers = AnalysisProcesses(CONFIG, 0)
-        for ident, (kind, payload) in answers.items():
+        for ident, (kind, payload) in reply.items():
             if ident == 99:
                 assert kind == b"E"
                 continue
             answer = helpers.decode(kind, payload)
             assert isinstance(answer, Analyzed) and same(answer, classifier.analyze(raws[ident]))
+
+
+async def test_each_answer_leaves_before_the_next_message_s_senders_are_verified(test_keys: SigningKeys) -> None:
+    await asyncio.to_thread(answers_leave_as_each_message_is_verified, test_keys)
+
+
+def answers_leave_as_each_message_is_verified(test_keys: SigningKeys) -> None:
+    """A helper that verifies senders answers for each message as soon as it is verified, so that the
+    loop scores and delivers it meanwhile: here the answer for an unsigned message is already
+    on its way when the next one's key look-up reaches the nameserver, which holds it unanswered."""
+    from spamd.engine.analyzers import encode_work
+    from spamd.runtime.helper_processes import frame
+
+    nameserver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    nameserver.bind(("127.0.0.1", 0))
+    nameserver.settimeout(60)
+    auth = AuthConfig(nameservers=(f"127.0.0.1:{nameserver.getsockname()[1]}",))
+    ours, theirs = socket.socketpair()
+    helper = subprocess.Popen(
+        [sys.executable, "-m", "spamd.engine.analyzers", str(theirs.fileno())], pass_fds=(theirs.fileno(),)
+    )
+    theirs.close()
+    try:
+        ours.settimeout(60)
+        ours.sendall(frame(b"C", 0, pickle.dumps((ParserConfig(), ModelConfig(), auth))))
+        assert answered(ours.recv(1 << 16)) == {0: (b"R", b"")}
+        unsigned = mail(sender="Alice <alice@home.example>", subject="lunch")
+        signed = test_keys.shop.sign(mail())
+        ours.sendall(frame(b"W", 1, encode_work(unsigned, None)) + frame(b"W", 2, encode_work(signed, None)))
+        query, client = nameserver.recvfrom(4096)  # the signed message's key, asked for
+        assert dns.message.from_wire(query).question[0].name.to_text() == "sel1._domainkey.shop.example."
+        readable, _, _ = select.select([ours], [], [], 0)
+        assert readable, "no answer yet for the message verified first"
+        first = answered(ours.recv(1 << 20))
+        assert list(first) == [1] and first[1][0] == b"A"
+        while True:  # no such name, for the key and what is asked after it (DMARC)
+            refused = dns.message.make_response(dns.message.from_wire(query))
+            refused.set_rcode(dns.rcode.NXDOMAIN)
+            nameserver.sendto(refused.to_wire(), client)
+            readable, _, _ = select.select([ours, nameserver], [], [], 60)
+            assert readable, "neither an answer nor a query within a minute"
+            if ours in readable:
+                break
+            query, client = nameserver.recvfrom(4096)
+        second = answered(ours.recv(1 << 20))
+        assert list(second) == [2]
+        analyzed = AnalysisProcesses(CONFIG, 0).decode(*second[2])
+        assert isinstance(analyzed, Analyzed) and "dkim=" in analyzed.auth_report
+    finally:
+        ours.close()
+        helper.wait(timeout=60)
+        nameserver.close()
 
 
 async def test_new_parser_caps_reach_the_helpers() -> None:

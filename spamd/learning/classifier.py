@@ -111,6 +111,15 @@ class Classifier:
         `authenticate`: verify the senders (for scoring; a training does not need it), with
         each message's SMTP session in `sessions` (None: none).
         """
+        return list(self.analyzed_in_turn(raws, authenticate, sessions))
+
+    def analyzed_in_turn(
+        self, raws: list[bytes], authenticate: bool = True, sessions: Sequence[SmtpSession | None] | None = None
+    ) -> Iterator[Analyzed]:
+        """`analyze_many`'s results one at a time, each as soon as it is ready: every stage runs over the
+        whole list, but the last, verifying the senders, which runs message by message, so that the
+        analysis helper can answer for the first message while it verifies the next (its answers all
+        waited for the whole list's verification: see spamd.engine.analyzers)."""
         stripped = [strip_own_headers(raw) for raw in raws]  # once: for the key and for the tokens
         parsed = [parse_message(message, self.config.parser) for message in stripped]
         model = self.config.model
@@ -118,16 +127,11 @@ class Classifier:
         # [model] auth_outcomes: the outcomes are tokens, so a training verifies the message too.
         authenticate = (authenticate or model.auth_outcomes) and self.config.auth.enabled
         sessions = sessions if sessions is not None else [None] * len(raws)
-        auths = [
-            self.authenticate(message, parsed_message, session) if authenticate else NOTHING
-            for message, parsed_message, session in zip(stripped, parsed, sessions, strict=True)
-        ]
-        return [
-            self._analyzed(message, parsed_message, tokens, weights, authenticate, auth)
-            for message, parsed_message, (tokens, weights), auth in zip(
-                stripped, parsed, token_lists, auths, strict=True
-            )
-        ]
+        for message, parsed_message, (tokens, weights), session in zip(
+            stripped, parsed, token_lists, sessions, strict=True
+        ):
+            auth = self.authenticate(message, parsed_message, session) if authenticate else NOTHING
+            yield self._analyzed(message, parsed_message, tokens, weights, authenticate, auth)
 
     def _analyzed(
         self,
