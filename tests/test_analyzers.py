@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import pickle
 import select
 import signal
@@ -292,9 +293,20 @@ async def test_no_helper_outlives_a_killed_daemon(tmp_path: Path) -> None:
                     found[args[2].decode()] = int(pid)
         return found if {"spamd.engine.analyzers", "spamd.frontends.delivery"} <= found.keys() else None
 
+    def ready_logged() -> dict[str, int] | None:
+        """Each kind's pid, from its `KIND_process_ready` event, once both are logged."""
+        events = [json.loads(line) for line in (tmp_path / "spamd.log").read_text().splitlines() if line[:1] == "{"]
+        ready = {e["event"]: e["pid"] for e in events if e["event"].endswith("_process_ready")}
+        return ready if len(ready) == 2 else None
+
     try:
         found = await wait_until(helpers, timeout=30)
         assert isinstance(found, dict)
+        ready = await wait_until(ready_logged, timeout=30)  # the admin's sign that a helper takes its share
+        assert ready == {
+            "analysis_process_ready": found["spamd.engine.analyzers"],
+            "delivery_process_ready": found["spamd.frontends.delivery"],
+        }
         daemon.send_signal(signal.SIGKILL)
         daemon.wait(timeout=10)
         await wait_until(lambda: not any(_alive(pid) for pid in found.values()), timeout=10)

@@ -182,6 +182,8 @@ class HelperProcesses(Generic[T]):
                 kind, ident, length = FRAME.unpack(await helper.reader.readexactly(FRAME.size))
                 payload = await helper.reader.readexactly(length)
                 if kind == b"R":
+                    if not helper.ready:  # (a new configuration is answered with b"R" too)
+                        log.info(f"{self.kind}_process_ready", pid=helper.process.pid)
                     helper.ready = True
                     self._failed_starts = 0
                     continue
