@@ -167,9 +167,8 @@ def serve(sock: socket.socket) -> None:
                 if kind == b"C":
                     _answer_all(classifier, work, answers)
                     work = []
-                    parser, model, auth = pickle.loads(
-                        payload
-                    )  # from the daemon that started us, over a private socket
+                    # From the daemon that started us, over a private socket.
+                    parser, model, auth = pickle.loads(payload)
                     classifier = Classifier(Config(parser=parser, model=model, auth=auth), None)  # type: ignore[arg-type]
                     answers.add(frame(b"R", 0))
                 else:
