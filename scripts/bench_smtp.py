@@ -109,28 +109,28 @@ def start_daemon(
             [sys.executable, *runner, "-m", "spamd", "--config", str(config_file), "--data-dir", str(data_dir), "--smtp", "127.0.0.1:0"],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, cwd=tree,
         )  # fmt: skip
-    deadline = time.monotonic() + 60
+    started = logged_event(log_file, "daemon_started", proc, 60)
+    if started is None:
+        proc.kill()
+        raise SystemExit("spamd did not start within 60 s")
+    return proc, started["smtp_port"]
+
+
+def logged_event(log_file: Path, event: str, proc: subprocess.Popen, limit_s: float) -> dict | None:
+    """The first `event` record of the daemon's JSON log, waited for up to limit_s (None: not within it).
+
+    For the analysis helper's `analysis_process_ready`: until it is ready the loop analyzes the mail, in
+    a process of its own with a DNS cache of its own, so a warm pass would meet a helper that had not
+    seen the first messages' domains (30 look-ups at the start of a timed pass)."""
+    deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
         for line in log_file.read_text(errors="replace").splitlines():
-            if '"daemon_started"' in line:
-                return proc, json.loads(line)["smtp_port"]
+            if f'"{event}"' in line:
+                return json.loads(line)
         if proc.poll() is not None:
             raise SystemExit(f"spamd exited with {proc.returncode}:\n{log_file.read_text(errors='replace')}")
         time.sleep(0.05)
-    proc.kill()
-    raise SystemExit("spamd did not start within 60 s")
-
-
-def wait_for_event(log_file: Path, event: str, limit_s: float) -> bool:
-    """Wait (up to limit_s) for `event` in the daemon's log. The analysis helper's: until it is ready the loop
-    analyzes the mail, in a process of its own with a DNS cache of its own, so a warm pass would meet a
-    helper that had not seen the first messages' domains (30 look-ups at the start of a timed pass)."""
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        if f'"{event}"' in log_file.read_text(errors="replace"):
-            return True
-        time.sleep(0.05)
-    return False
+    return None
 
 
 def wait_for_resting_file_system(where: Path, limit_s: float, resting_us: float) -> float:
@@ -444,7 +444,7 @@ def run_once(
     pretrain(data_dir, config_file, rows[: args.train], users)
     print(f"trained {args.train} messages in {time.perf_counter() - t:.1f} s")
     proc, port = start_daemon(data_dir, config_file, work / "spamd.log", args.profile, tree)
-    if processes != 0 and not wait_for_event(work / "spamd.log", "analysis_process_ready", 20):
+    if processes != 0 and logged_event(work / "spamd.log", "analysis_process_ready", proc, 20) is None:
         print(
             "no analysis_process_ready within 20 s (a tree that does not log it?): the loop analyzes the first messages"
         )
