@@ -41,9 +41,9 @@ delivered the mail once already (a Maildir of 2,000 files, the seen index, the p
 heaps): the baseline that differs from "warm" in authentication alone (--warm-passes N gives
 both N untimed passes: a daemon longer at work); "silent" points [auth] at a loopback port
 that never answers, so each message waits out its DNS budget; "trusted" replays the mail as
-Postfix hands it on with OpenDKIM and OpenDMARC in front (their Authentication-Results above
-its Received), `[auth] trusted_authserv_ids` naming them, after the same untimed passes as
-"warm" (every setting then replays that mail). Given "warm" or "trusted" with "off-warm"
+Postfix hands it on with a verifying milter in front (its Authentication-Results above its
+Received), `[auth] trusted_authserv_ids` naming it, after the same untimed passes as "warm"
+(every setting then replays that mail). Given "warm" or "trusted" with "off-warm"
 or "off", the summary gives their ratios, of throughput and of the timed pass's CPU in all
 (spamd's processes and the client's: with both cores busy, throughput goes as its inverse).
 """
@@ -235,9 +235,10 @@ class SignedMail:
 
     @staticmethod
     def with_mta_results(raw: bytes) -> bytes:
-        """`raw` as Postfix hands it on with OpenDKIM and OpenDMARC in front (docs/postfix.md): their
-        Authentication-Results (our key's signature passes; no From domain in the bench's zone has a
-        DMARC record) above Postfix's Received, the one hop `[auth] trusted_hops` trusts."""
+        """`raw` as Postfix hands it on with a verifying milter in front (docs/postfix.md): its
+        Authentication-Results, one header for DKIM and DMARC as rspamd writes them (OpenDKIM and
+        OpenDMARC write one each), above Postfix's Received, the one hop `[auth] trusted_hops`
+        trusts. Our key's signature passes; no From domain in the bench's zone has a DMARC record."""
         head = raw[: raw.find(b"\r\n\r\n")]
         found = re.search(rb"(?im)^from:([^\r\n]*(?:\r\n[ \t][^\r\n]*)*)", head)
         address = email.utils.parseaddr(found.group(1).decode("latin-1").replace("\r\n", "")) if found else ("", "")
