@@ -239,7 +239,8 @@ class SignedMail:
         Authentication-Results, one header for DKIM and DMARC as rspamd writes them (OpenDKIM and
         OpenDMARC write one each), above Postfix's Received, the one hop `[auth] trusted_hops`
         trusts. Our key's signature passes; no From domain in the bench's zone has a DMARC record."""
-        head = raw[: raw.find(b"\r\n\r\n")]
+        end = raw.find(b"\r\n\r\n")
+        head = raw if end < 0 else raw[:end]
         found = re.search(rb"(?im)^from:([^\r\n]*(?:\r\n[ \t][^\r\n]*)*)", head)
         address = email.utils.parseaddr(found.group(1).decode("latin-1").replace("\r\n", "")) if found else ("", "")
         domain = address[1].rpartition("@")[2].lower()

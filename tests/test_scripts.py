@@ -390,6 +390,35 @@ def test_claimed_push_scores_forgeries_from_a_rescued_sender_under_each_bound(tm
     assert through == of, lines
 
 
+def test_bench_smtp_trusted_replays_mail_whose_authentication_results_the_daemon_trusts(
+    index_with_junk: Path, tmp_path: Path
+) -> None:
+    """--auth trusted: the signed mail carries a verifying milter's Authentication-Results above Postfix's
+    Received, which the daemon trusts (X-Spam-Auth names the authserv-id, not spamd); off-warm replays the
+    same mail and reports nothing; the ratio against off-warm is printed."""
+    run = run_script(
+        "bench_smtp.py", "--index", str(index_with_junk), "--train", "8", "--limit", "10", "--clients", "2",
+        "--auth", "off-warm", "--auth", "trusted", "--settle", "0", "--keep", cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert any(line.startswith("auth trusted / off-warm: ") for line in run.stdout.splitlines()), run.stdout
+    kept = Path(run.stdout.split("kept ")[1].split()[0])
+    try:
+        reports: dict[bool, set[str]] = {}
+        for config in kept.glob("*/spamd.toml"):
+            trusted = "trusted_authserv_ids" in config.read_text()
+            delivered = list((config.parent / "data" / "Maildir").glob("**/new/*"))
+            assert delivered, config
+            reports[trusted] = {
+                next((line.split(";")[0] for line in path.read_text("latin-1").splitlines()
+                      if line.startswith("X-Spam-Auth:")), "none")
+                for path in delivered
+            }  # fmt: skip
+        assert reports == {False: {"none"}, True: {"X-Spam-Auth: source=authserv-id mta.bench.example"}}, reports
+    finally:
+        shutil.rmtree(kept, ignore_errors=True)
+
+
 def test_bench_smtp_runs_the_same_users_maildirs_with_per_user_scoring_off_and_on_beside_one_maildir(
     index_with_junk: Path, tmp_path: Path
 ) -> None:
