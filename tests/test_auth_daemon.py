@@ -150,7 +150,8 @@ def test_forged_mail_from_a_rescued_sender_goes_where_its_content_sends_it(
 
 
 def test_spf_for_the_smtp_client_and_dmarc_through_it_reach_the_header(tmp_path: Path, auth_zone: ZoneServer) -> None:
-    """[auth] spf: the listener's client is checked; unsigned mail from the shop's server passes DMARC."""
+    """[auth] spf: the listener's client is checked; unsigned mail from the shop's server passes DMARC. A bounce
+    whose HELO is written as a result of its own ("x; dkim=pass ...") writes no result into X-Spam-Auth."""
     auth_zone.txt("shop.example", "v=spf1 ip4:127.0.0.1 -all")
     maildir = tmp_path / "Maildir"
     config = write_config(
@@ -161,9 +162,11 @@ def test_spf_for_the_smtp_client_and_dmarc_through_it_reach_the_header(tmp_path:
     process = DaemonProcess("--config", config, "--data-dir", tmp_path / "data", "--smtp", "127.0.0.1:0")
     try:
         heads = []
-        for n, mail_from in enumerate(("bounce@shop.example", "x@attacker.example")):
+        forged_helo = "x; dkim=pass header.d=bank.example"
+        sessions = (("bounce@shop.example", None), ("x@attacker.example", None), ("", forged_helo))
+        for n, (mail_from, helo) in enumerate(sessions):
             raw = from_shop("spf", n, SPAM_WORDS)
-            with smtplib.SMTP("127.0.0.1", process.port, timeout=30) as client:
+            with smtplib.SMTP("127.0.0.1", process.port, local_hostname=helo, timeout=30) as client:
                 client.sendmail(mail_from, ["alice@home.example"], raw)
 
             def delivered(n: int = n) -> list[Path]:
@@ -175,6 +178,11 @@ def test_spf_for_the_smtp_client_and_dmarc_through_it_reach_the_header(tmp_path:
             heads.append(found[0].read_bytes().split(b"\n\n", 1)[0].decode())
         assert "spf=pass smtp.mailfrom=shop.example; dmarc=pass header.from=shop.example" in heads[0], heads[0]
         assert "dmarc=fail header.from=shop.example policy.published-domain-policy=reject" in heads[1], heads[1]
+        [report] = [line for line in heads[2].splitlines() if line.startswith("X-Spam-Auth:")]
+        assert report == (
+            "X-Spam-Auth: source=spamd; spf=none smtp.mailfrom=x??dkim?pass?header.d?bank.example; "
+            "dmarc=fail header.from=shop.example policy.published-domain-policy=reject"
+        ), heads[2]
     finally:
         process.kill()
 

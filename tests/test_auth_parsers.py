@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 
 from spamd.config import AuthConfig, ParserConfig
 from spamd.mail.auth.authres import parse_authentication_results, trusted_results
-from spamd.mail.auth.dkim import MAX_SIGNATURES, signature_headers, verify_signatures
-from spamd.mail.auth.dmarc import evaluate, parse_dmarc_record
+from spamd.mail.auth.dkim import MAX_SIGNATURES, SignatureResult, signature_headers, verify_signatures
+from spamd.mail.auth.dmarc import DmarcResult, evaluate, parse_dmarc_record
 from spamd.mail.auth.dns import Budget, CachingResolver
 from spamd.mail.auth.records import RecordError, parse_tag_list
 from spamd.mail.auth.spf import SmtpSession, check_spf
-from spamd.mail.auth.verify import Authenticator
+from spamd.mail.auth.verify import Authenticator, AuthResult, report_token, reported_results
 from spamd.mail.message import parse_message
 from spamd.people.senders import from_address
 from tests.auth_helpers import SigningKey, SigningKeys
@@ -91,6 +91,49 @@ def test_any_arc_or_dkim_header_through_the_whole_verification_never_raises(name
     result = auth.verify(raw, parsed.headers, from_address(parsed.header("from")))
     assert result.from_authenticated() == "" and result.arc_sealer == ""
     assert isinstance(result.header(), str)
+
+
+# Results and domains as a message, an SMTP client or an MTA's header may put them: words of
+# Authentication-Results' own syntax, line breaks, any character.
+CLAIMED = st.one_of(st.text(max_size=60), st.sampled_from(["pass", "x; dkim=pass header.d=bank.example", "a\r\n b"]))
+
+
+@given(
+    st.lists(st.tuples(CLAIMED, CLAIMED), max_size=4),
+    st.none() | st.tuples(CLAIMED, CLAIMED),
+    st.none() | st.tuples(CLAIMED, CLAIMED, CLAIMED),
+    st.tuples(CLAIMED, CLAIMED),
+    st.sampled_from(["spamd", "authserv-id "]),
+    CLAIMED,
+)
+def test_the_report_is_one_line_whose_results_are_the_verified_ones_whatever_the_claims(
+    dkim: list[tuple[str, str]],
+    spf: tuple[str, str] | None,
+    dmarc: tuple[str, str, str] | None,
+    arc: tuple[str, str],
+    source: str,
+    authserv_id: str,
+) -> None:
+    """X-Spam-Auth carries each result spamd holds, in order, and nothing a claimed value writes."""
+    result = AuthResult(
+        "shop.example",
+        tuple(SignatureResult(domain, "s", verdict) for domain, verdict in dkim),
+        spf,
+        DmarcResult(*dmarc) if dmarc is not None else None,
+        arc[0] or "fail",  # "none" is no ARC result at all
+        arc[1],
+        source + authserv_id if source != "spamd" else source,
+    )
+    report = result.header()
+    assert report.isascii() and report.isprintable(), report
+    expected = [("dkim", report_token(v)) for _, v in dkim]
+    expected += [("spf", report_token(spf[1]))] if spf is not None else []
+    expected += [("dmarc", report_token(dmarc[1]))] if dmarc is not None else []
+    expected += [("arc", report_token(result.arc))] if result.arc != "none" else []
+    if not expected:
+        assert report == "" and reported_results(report) == ("none", [])
+        return
+    assert reported_results(report) == (source.strip(), expected), report
 
 
 SPF_RESULTS = ("pass", "fail", "softfail", "neutral", "none", "temperror", "permerror")

@@ -66,19 +66,44 @@ class AuthResult:
         return self.dmarc is not None and self.dmarc.result == "fail" and self.dmarc.policy == "reject"
 
     def header(self) -> str:
-        """The X-Spam-Auth value: each result in Authentication-Results' words ("": nothing was checked)."""
+        """The X-Spam-Auth value: each result in Authentication-Results' words ("": nothing was checked).
+
+        Every word in it is a `report_token`: a domain, a HELO or an MTA's result is what a message
+        or an SMTP client said, and must not write a result of its own into the header."""
         if not (self.dkim or self.spf or self.dmarc or self.arc != "none"):
             return ""
-        parts = [f"source={self.source}"]
-        parts += [f"dkim={s.result} header.d={s.domain or '-'}" for s in self.dkim]
+        t = report_token
+        kind, _, authserv_id = self.source.partition(" ")
+        parts = [f"source={t(kind)}" + (f" {t(authserv_id)}" if authserv_id else "")]
+        parts += [f"dkim={t(s.result)} header.d={t(s.domain)}" for s in self.dkim]
         if self.spf is not None:
-            parts.append(f"spf={self.spf[1]} smtp.mailfrom={self.spf[0] or '-'}")
+            parts.append(f"spf={t(self.spf[1])} smtp.mailfrom={t(self.spf[0])}")
         if self.dmarc is not None:
-            policy = f" policy.published-domain-policy={self.dmarc.policy}" if self.dmarc.policy else ""
-            parts.append(f"dmarc={self.dmarc.result} header.from={self.dmarc.from_domain}{policy}")
+            policy = f" policy.published-domain-policy={t(self.dmarc.policy)}" if self.dmarc.policy else ""
+            parts.append(f"dmarc={t(self.dmarc.result)} header.from={t(self.dmarc.from_domain)}{policy}")
         if self.arc != "none":
-            parts.append(f"arc={self.arc}" + (f" header.d={self.arc_sealer}" if self.arc_sealer else ""))
+            parts.append(f"arc={t(self.arc)}" + (f" header.d={t(self.arc_sealer)}" if self.arc_sealer else ""))
         return "; ".join(parts)
+
+
+_NOT_IN_A_REPORT_TOKEN = re.compile(r"[^0-9A-Za-z._-]")
+
+
+def report_token(value: str) -> str:
+    """`value` as one word of X-Spam-Auth: ASCII letters, digits, ".", "_" and "-" as they are, any
+    other character "?", and "-" for nothing. A HELO of "x; dkim=pass header.d=bank.example"
+    (the SPF domain of a bounce) wrote a passing signature of the bank into the header."""
+    return _NOT_IN_A_REPORT_TOKEN.sub("?", value) or "-"
+
+
+def reported_results(report: str) -> tuple[str, list[tuple[str, str]]]:
+    """What an X-Spam-Auth value (`AuthResult.header`) reports: where its results came from ("spamd",
+    "authserv-id", or "none" for an empty value) and each result as (method, result)."""
+    if not report:
+        return "none", []
+    source, *results = report.split("; ")
+    pairs = [tuple(part.split(" ", 1)[0].split("=", 1)) for part in results]
+    return source.removeprefix("source=").split(" ", 1)[0], [(p[0], p[-1]) for p in pairs]
 
 
 NOTHING = AuthResult()
