@@ -28,6 +28,7 @@ from spamd import __version__
 from spamd.config import Config, load_config, metrics_address
 from spamd.errors import ConfigError
 from spamd.model.bayes import Label
+from tests.auth_helpers import SigningKeys, mail
 from tests.daemon_helpers import (
     DaemonProcess,
     daemon_config,
@@ -43,6 +44,7 @@ from tests.daemon_helpers import (
     wait_until_sync,
     write_config,
 )
+from tests.dns_helpers import ZoneServer
 from tests.spamc_helpers import needs_spamc, start_spamd
 
 DASHBOARD = Path(__file__).resolve().parents[1] / "config" / "grafana-spamd.json"
@@ -199,6 +201,48 @@ def test_counters_grow_by_exactly_the_traffic_and_moves_and_survive_a_restart(tm
         assert named and named <= served, named - served
         daemon.signal(signal.SIGTERM)
         assert daemon.wait() == 0
+    finally:
+        daemon.kill()
+
+
+def test_authentication_is_counted_as_x_spam_auth_reports_it(
+    tmp_path: Path, auth_zone: ZoneServer, test_keys: SigningKeys
+) -> None:
+    """Signed mail that passes, a changed body, another domain's signature and unsigned mail, verified by
+    spamd against our loopback DNS: each message counted by source, each result by method and result."""
+    data = tmp_path / "data"
+    config = write_config(
+        tmp_path / "spamd.toml", f'[auth]\nnameservers = ["{auth_zone.address}"]\ndns_budget_s = 10.0\n'
+    )
+    changed = test_keys.shop.sign(mail(subject="changed")).replace(b"on its way", b"lost, pay here")
+    messages = [
+        test_keys.shop.sign(mail(subject="passes")),  # dkim=pass, dmarc=pass
+        changed,  # dkim=fail, dmarc=fail (p=reject)
+        test_keys.other.sign(mail(subject="other")),  # dkim=pass of other.example, dmarc=fail
+        mail(sender="someone@unsigned.example", subject="unsigned"),  # nothing to check: no X-Spam-Auth
+    ]
+    daemon, smtp_port, port = start(config, data)
+    try:
+        for raw in messages:
+            send(smtp_port, raw)
+        daemon.wait_for("message_scored", count=len(messages))
+        reports = [
+            line for p in folder_files(data / "Maildir") + folder_files(data / "Maildir", ".Junk")
+            for line in p.read_bytes().decode().splitlines() if line.startswith("X-Spam-Auth:")
+        ]  # fmt: skip
+        assert len(reports) == 3, reports
+        samples, families = parse(scrape_text(port))
+        assert families["spamd_auth_results"].type == "counter"
+        counted = {
+            dict(labels)["source"]: v for (name, labels), v in samples.items() if name == "spamd_auth_messages_total"
+        }
+        assert counted == {"spamd": 3, "authserv-id": 0, "none": 1}, counted
+        results = {
+            (dict(labels)["method"], dict(labels)["result"]): v
+            for (name, labels), v in samples.items()
+            if name == "spamd_auth_results_total"
+        }
+        assert results == {("dkim", "pass"): 2, ("dkim", "fail"): 1, ("dmarc", "pass"): 1, ("dmarc", "fail"): 2}
     finally:
         daemon.kill()
 

@@ -24,6 +24,7 @@ from spamd.engine.analyzers import AnalysisProcesses, AnalysisUnavailable
 from spamd.engine.engine import Classified, Engine
 from spamd.learning.outcomes import Outcome
 from spamd.mail.auth.spf import SmtpSession
+from spamd.mail.auth.verify import reported_results
 from spamd.mail.message import parse_message, split_head_body, strip_own_headers, with_own_headers
 from spamd.mail.tokenize import salad_tokens
 from spamd.model.bayes import Contribution, Label, Score, Verdict
@@ -161,6 +162,12 @@ def _safe_text(token: str) -> str:
 SCAN_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
+# The label values of the authentication counters: a trusted MTA's header may hold any word.
+AUTH_SOURCES = ("spamd", "authserv-id", "none")
+AUTH_METHODS = ("dkim", "spf", "dmarc", "arc")
+AUTH_OUTCOMES = ("pass", "fail", "softfail", "neutral", "none", "policy", "temperror", "permerror")
+
+
 class Metrics:
     """Counters for `spamctl stats` and /metrics: verdicts, latencies, sessions per way in, errors.
 
@@ -181,6 +188,10 @@ class Metrics:
         self.sessions_open: Counter[str] = Counter()
         self.sessions_total: Counter[str] = Counter()
         self.sessions_refused: Counter[str] = Counter()
+        # Sender authentication, as X-Spam-Auth reports it: messages by where their results came
+        # from, and each result by (method, result); words outside the known ones count as "other".
+        self.auth_messages: Counter[str] = Counter()
+        self.auth_results: Counter[tuple[str, str]] = Counter()
 
     def record(self, verdict: Verdict, elapsed_ms: float, way_in: str = "smtp") -> None:
         now = time.monotonic()
@@ -191,6 +202,14 @@ class Metrics:
         buckets = self.scan_buckets.setdefault(way_in, [0] * (len(SCAN_BUCKETS_S) + 1))
         buckets[bisect.bisect_left(SCAN_BUCKETS_S, seconds)] += 1  # the first bound >= seconds; past all: +Inf
         self.scan_seconds[way_in] += seconds
+
+    def record_auth(self, report: str) -> None:
+        """Count a scored message's X-Spam-Auth value ("": nothing was checked)."""
+        source, results = reported_results(report)
+        self.auth_messages[source if source in AUTH_SOURCES else "other"] += 1
+        for method, result in results:
+            method = method if method in AUTH_METHODS else "other"
+            self.auth_results[(method, result if result in AUTH_OUTCOMES else "other")] += 1
 
     def error(self, event: str, **details: object) -> None:
         self.errors.append({"time": time.time(), "event": event, **details})
@@ -273,6 +292,8 @@ class Scorer:
         """
         elapsed_ms = (time.perf_counter() - started) * 1000.0
         self.metrics.record(scored.score.verdict, elapsed_ms, way_in)
+        if self.engine.config.auth.enabled:
+            self.metrics.record_auth(scored.classified.analyzed.auth_report)
         self.engine.remember_verdict(
             scored.key,
             scored.score.verdict,

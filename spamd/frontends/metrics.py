@@ -31,7 +31,7 @@ from prometheus_client.registry import Collector
 from spamd import __version__
 from spamd.engine.analyzers import AnalysisProcesses
 from spamd.engine.engine import Engine
-from spamd.engine.scoring import SCAN_BUCKETS_S, Metrics
+from spamd.engine.scoring import AUTH_SOURCES, SCAN_BUCKETS_S, Metrics
 from spamd.frontends.delivery import DeliveryProcesses
 from spamd.model.bayes import Label, Verdict
 from spamd.people.accuracy import JUDGEMENTS, WAYS_IN
@@ -117,6 +117,27 @@ class SpamdCollector(Collector):
         for event, n in sorted(metrics.errors_by_event.items()):
             errors.add_metric([event], n)
         yield errors
+
+        checked = CounterMetricFamily(
+            "spamd_auth_messages",
+            "Messages scored with [auth] on, by where their sender authentication came from: spamd's own "
+            "verification, a trusted MTA's Authentication-Results (authserv-id), or none (nothing to check) "
+            "(restarts at zero with spamd).",
+            labels=["source"],
+        )
+        for source in sorted(set(AUTH_SOURCES) | set(metrics.auth_messages)):
+            checked.add_metric([source], metrics.auth_messages[source])
+        yield checked
+        results = CounterMetricFamily(
+            "spamd_auth_results",
+            "Sender authentication results of scored mail, as X-Spam-Auth reports them, by method and result "
+            "(one per DKIM signature); temperror is DNS that did not answer within [auth] dns_budget_s "
+            "(restarts at zero with spamd).",
+            labels=["method", "result"],
+        )
+        for (method, result), n in sorted(metrics.auth_results.items()):
+            results.add_metric([method, result], n)
+        yield results
 
     def _analyzers(self, analyzers: AnalysisProcesses | None) -> Iterator[Metric]:
         yield from _helper_families(
