@@ -118,6 +118,24 @@ def test_train_mbox_and_single_files_then_classify_and_explain(home: Path) -> No
     assert table.returncode == 0 and "toward spam" in table.stdout and "contribution" in table.stdout
 
 
+def test_explain_shows_a_messages_control_characters_escaped_not_to_the_terminal(home: Path) -> None:
+    """A List-Id, a Subject and body words holding ESC and BEL sequences (retitle the window, clear the screen):
+    the table shows each as \\xNN; JSON keeps them, escaped by JSON itself."""
+    assert ctl(home, "train", "--ham", write_mbox(home / "ham.mbox", HAM)).returncode == 0
+    assert ctl(home, "train", "--spam", write_mbox(home / "spam.mbox", SPAM)).returncode == 0
+    probe = (
+        b"From: x@y.example\nList-Id: \x1b]0;pwned\x07 \x1b[2J list\nSubject: free \x1b[31mcash\x9b\n\n"
+        b"click now for free money \x1b[2J\x1b]0;x\x07\n"
+    )
+    table = ctl(home, "explain", "-", input=probe)
+    assert table.returncode == 0, table.stderr
+    shown = [c for c in table.stdout if (ord(c) < 0x20 and c not in "\t\n") or 0x7F <= ord(c) < 0xA0]
+    assert not shown, shown
+    assert "sender list-id=\\x1b]0;pwned\\x07 \\x1b[2j list: not authenticated" in table.stdout, table.stdout
+    senders = ctl(home, "explain", "-", "--json", input=probe).json()["senders"]
+    assert {"sender": "list-id=\x1b]0;pwned\x07 \x1b[2j list", "authenticated": "", "way": "none"} in senders
+
+
 def test_explain_shows_hidden_text_disguised_words_and_the_tokens_counted(home: Path) -> None:
     box = write_mbox(home / "ham.mbox", HAM)
     assert ctl(home, "train", "--ham", box).returncode == 0

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from spamd.cli.output import EX_TEMPFAIL, logs_to_stderr
+from spamd.cli.output import EX_TEMPFAIL, control_characters_shown, logs_to_stderr
 from spamd.cli.web import add_web_token_arguments
 from spamd.config import load_config
 from spamd.errors import SpamdError, StoreUnavailableError
@@ -142,7 +142,8 @@ def run(argv: list[str] | None = None) -> int:
             data_dir=Path(args.data_dir) if args.data_dir else None,
             redis_url=args.redis,
         )
-        return int(_handler(args.handler)(config, args))
+        with control_characters_shown():
+            return int(_handler(args.handler)(config, args))
     except StoreUnavailableError as e:
         print(f"spamctl: {e}", file=sys.stderr)
         return EX_TEMPFAIL
