@@ -10,23 +10,18 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Any, TextIO
 
-from spamd.runtime.humanize import human_bytes, human_duration
-
-# C0 controls but tab and line feed, DEL, and C1 controls: what a message may carry (in a List-Id,
-# a token, a file name) and a terminal would act on. ESC begins a sequence that clears the screen,
-# moves the cursor or retitles the window; `spamctl explain` of a message whose List-Id held one
-# printed it as it was.
-_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c not in (0x09, 0x0A)}
+from spamd.runtime.humanize import controls_shown, human_bytes, human_duration
 
 
 class ControlCharactersShown:
-    """A text stream that writes each control character as \\xNN (JSON output has none: json escapes them)."""
+    """A text stream that writes each control character as \\xNN (`controls_shown`): a List-Id of ESC
+    sequences in `spamctl explain` reached the terminal as it was. JSON output has none: json escapes them."""
 
     def __init__(self, stream: TextIO):
         self.stream = stream
 
     def write(self, text: str) -> int:
-        self.stream.write(text.translate(_CONTROLS))
+        self.stream.write(controls_shown(text))
         return len(text)
 
     def __getattr__(self, name: str) -> Any:  # flush, fileno, isatty, encoding: the stream's
