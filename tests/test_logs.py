@@ -8,8 +8,16 @@ import contextlib
 import io
 import json
 import logging
+import os
+import pty
+import re
+import select
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TextIO
 
 import pytest
@@ -17,6 +25,8 @@ import structlog
 
 from spamd.config import LogConfig
 from spamd.runtime.logs import configure_logging, set_level
+from tests.cli_helpers import DEADLINE_SLACK
+from tests.daemon_helpers import NO_DNS_SECTION, send
 
 
 @pytest.fixture
@@ -117,3 +127,51 @@ def test_lines_from_many_threads_never_interleave(restore_logging: None) -> None
         thread.join()
     parsed = lines(stream)  # a torn line would not parse
     assert len(parsed) == 8 * 200
+
+
+_COLOURS = re.compile(rb"\x1b\[[0-9;]*m")
+
+
+def _read_until(fd: int, wanted: bytes, seen: bytearray, limit_s: float) -> None:
+    """Read the pseudo-terminal into `seen` until `wanted` shows in it (colours aside), within limit_s."""
+    deadline = time.monotonic() + limit_s * DEADLINE_SLACK
+    while wanted not in _COLOURS.sub(b"", bytes(seen)):
+        left = deadline - time.monotonic()
+        assert left > 0, f"no {wanted!r} within the limit:\n{bytes(seen)!r}"
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            try:
+                seen += os.read(fd, 65536)
+            except OSError:  # EIO: the daemon exited, the terminal closed
+                raise AssertionError(f"spamd exited before {wanted!r}:\n{bytes(seen)!r}") from None
+
+
+def test_a_daemon_on_a_terminal_writes_a_messages_control_characters_as_escapes(tmp_path: Path) -> None:
+    """spamd in the foreground, its log on a terminal (a pseudo-terminal): console lines in colour, and a
+    Message-ID of ESC and BEL sequences (retitle the window, clear the screen) written as \\xNN."""
+    config = tmp_path / "spamd.toml"
+    config.write_text('[model]\nhash_bits = 16\n[log]\nformat = "auto"\n' + NO_DNS_SECTION)
+    terminal, theirs = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "spamd", "--config", str(config), "--data-dir", str(tmp_path / "data"),
+         "--smtp", "127.0.0.1:0"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=theirs,
+    )  # fmt: skip
+    os.close(theirs)
+    seen = bytearray()
+    try:
+        _read_until(terminal, b"daemon_started", seen, 20)
+        _read_until(terminal, b"\n", seen, 5)
+        found = re.search(rb"smtp_port=(\d+)", _COLOURS.sub(b"", bytes(seen)))
+        assert found, bytes(seen)
+        message = b"From: a@b.example\nMessage-ID: <\x1b]0;pwned\x07\x1b[2J@b.example>\nSubject: hi\n\nhello\n"
+        send(int(found.group(1)), message)
+        _read_until(terminal, b"message_scored", seen, 20)
+        _read_until(terminal, b"@b.example>", seen, 5)
+        assert _COLOURS.search(bytes(seen)), "no colours: not the console renderer on a terminal"
+        assert b"<\\x1b]0;pwned\\x07\\x1b[2J@b.example>" in _COLOURS.sub(b"", bytes(seen)), bytes(seen)
+        assert b"\x1b]" not in seen and b"\x07" not in seen and b"\x1b[2J" not in seen, bytes(seen)
+    finally:
+        process.kill()
+        process.wait(10)
+        os.close(terminal)

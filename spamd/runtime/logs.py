@@ -11,11 +11,12 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-from typing import TextIO
+from typing import Any, TextIO
 
 import structlog
 
 from spamd.config import LogConfig
+from spamd.runtime.humanize import controls_shown
 
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
@@ -80,6 +81,19 @@ class _SharedWriterHandler(logging.Handler):
             self.handleError(record)
 
 
+class _ConsoleWithControlsShown:
+    """structlog's console renderer, each text value's control characters written as \\xNN first: a
+    Message-ID of ESC sequences reached the terminal of a spamd run in the foreground as it was (its
+    colours are the renderer's own, added after). JSON escapes them itself."""
+
+    def __init__(self, colors: bool):
+        self._render = structlog.dev.ConsoleRenderer(colors=colors)
+
+    def __call__(self, logger: Any, name: str, event_dict: structlog.typing.EventDict) -> str:
+        shown = {k: controls_shown(v) if isinstance(v, str) else v for k, v in event_dict.items()}
+        return self._render(logger, name, shown)
+
+
 def configure_logging(config: LogConfig, stream: TextIO | None = None) -> None:
     stream = sys.stderr if stream is None else stream
     as_json = config.format == "json" or (config.format == "auto" and not stream.isatty())
@@ -89,7 +103,7 @@ def configure_logging(config: LogConfig, stream: TextIO | None = None) -> None:
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
     renderer: structlog.typing.Processor = (
-        structlog.processors.JSONRenderer() if as_json else structlog.dev.ConsoleRenderer(colors=stream.isatty())
+        structlog.processors.JSONRenderer() if as_json else _ConsoleWithControlsShown(stream.isatty())
     )
     writer = _LineWriter(stream)
     structlog.configure(
