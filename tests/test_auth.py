@@ -267,6 +267,26 @@ def test_answers_are_cached_for_their_ttl_negative_ones_too(
     assert resolver.txt("k._domainkey.shop.example", budget) is None
 
 
+def test_a_senders_large_records_cannot_grow_the_cache_past_its_bytes(zone_server: ZoneServer) -> None:
+    """A sender publishes what it likes under its own names: 30 records of 20 KB (fetched over TCP, as
+    truncated over UDP), each asked once, as a new selector in each message would be. Each is answered
+    whole; the cache keeps to its bytes, the newest kept, the oldest dropped."""
+    zone_server.txt("k._domainkey.shop.example", "v=DKIM1; p=abc")
+    big = {f"s{n}._domainkey.big.example": f"v=DKIM1; p={n:02d}" + "A" * 20_000 for n in range(30)}
+    for name, value in big.items():
+        zone_server.txt(name, value)
+    resolver, budget = CachingResolver((zone_server.address,), max_bytes=100_000), Budget(30.0)
+    assert resolver.txt("k._domainkey.shop.example", budget) == (b"v=DKIM1; p=abc",)
+    for name, value in big.items():
+        assert resolver.txt(name, budget) == (value.encode(),)
+        assert resolver.cached_bytes <= 100_000
+    asked = zone_server.queries
+    assert resolver.txt(list(big)[-1], budget) == (list(big.values())[-1].encode(),)  # the newest: cached
+    assert zone_server.queries == asked
+    assert resolver.txt("k._domainkey.shop.example", budget) == (b"v=DKIM1; p=abc",)  # the oldest: asked again
+    assert zone_server.queries == asked + 1
+
+
 def test_a_spent_budget_asks_nothing() -> None:
     resolver = CachingResolver(("127.0.0.1:9",))
     with pytest.raises(DnsTemporaryError):

@@ -39,6 +39,10 @@ FAILURE_TTL_S = 30
 # then, for seconds, nothing authenticates, which gives no one trust (the fail-safe side).
 SERVER_DOWN_AFTER = 3
 SERVER_PROBE_S = 10.0
+# The cache's bound in bytes, each process's: 10,000 answers of real keys and policies (a
+# 2048-bit key's record is about 400 bytes) come to about 8 MB with what holds them.
+CACHE_BYTES = 16 << 20
+ENTRY_OVERHEAD_BYTES = 400  # the key's tuple and name, the entry's tuples, the dict's node (CPython, 64-bit)
 
 
 _FAILED: tuple[bytes | str, ...] = ("a look-up that failed",)  # cached as such for FAILURE_TTL_S
@@ -71,6 +75,7 @@ class CachingResolver:
         nameservers: tuple[str, ...] = (),
         max_entries: int = 10_000,
         clock: Callable[[], float] = time.monotonic,
+        max_bytes: int = CACHE_BYTES,
     ):
         self._resolver = dns.resolver.Resolver(configure=not nameservers)
         if nameservers:
@@ -78,8 +83,11 @@ class CachingResolver:
                 dns.nameserver.Do53Nameserver(address, port) for address, port in map(parse_nameserver, nameservers)
             ]
         self._resolver.cache = None  # ours below: it keeps negative answers too
-        self._cache: OrderedDict[tuple[str, int], tuple[float, tuple[bytes | str, ...] | None]] = OrderedDict()
+        # (name, type) -> (expiry, records, the entry's bytes), least recently stored first
+        self._cache: OrderedDict[tuple[str, int], tuple[float, tuple[bytes | str, ...] | None, int]] = OrderedDict()
         self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.cached_bytes = 0
         self.clock = clock
         self.queries = 0  # sent to a server, for tests and counters
         self.unasked = 0  # look-ups answered with a temporary error at once, the nameservers being down
@@ -158,13 +166,20 @@ class CachingResolver:
         return records
 
     def _keep(self, key: tuple[str, int], ttl: float, records: tuple[bytes | str, ...] | None) -> None:
+        """Cache an answer for `ttl`, the oldest dropped past max_entries or max_bytes: a sender publishes
+        what it likes under its own names (a TXT record of 60 KB at each of a million selectors), and
+        each message may ask for a new one, so entries alone did not bound the cache."""
         if ttl <= 0:
             return
+        size = ENTRY_OVERHEAD_BYTES + len(key[0]) + sum(len(r) for r in records or ())
         with self._lock:
-            self._cache[key] = (self.clock() + ttl, records)
-            self._cache.move_to_end(key)
-            if len(self._cache) > self.max_entries:
-                self._cache.popitem(last=False)
+            replaced = self._cache.pop(key, None)
+            if replaced is not None:
+                self.cached_bytes -= replaced[2]
+            self._cache[key] = (self.clock() + ttl, records, size)
+            self.cached_bytes += size
+            while len(self._cache) > self.max_entries or self.cached_bytes > self.max_bytes:
+                self.cached_bytes -= self._cache.popitem(last=False)[1][2]
 
 
 def _value(rdata: Any) -> bytes | str:
