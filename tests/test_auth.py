@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import base64
+import dataclasses
 from pathlib import Path
 
+import dkim
 import pytest
+from cryptography.hazmat.primitives import serialization
 
 from spamd.config import AuthConfig, Config, ParserConfig
 from spamd.engine.engine import Engine
@@ -13,7 +17,7 @@ from spamd.mail.auth.verify import Authenticator, AuthResult
 from spamd.mail.message import parse_message
 from spamd.model.bayes import Verdict
 from spamd.people.senders import from_address
-from tests.auth_helpers import SigningKeys, authenticator, mail
+from tests.auth_helpers import SigningKey, SigningKeys, authenticator, mail
 from tests.cli_helpers import run_spamctl
 from tests.dns_helpers import ZoneServer
 
@@ -87,6 +91,37 @@ def test_a_wrong_key_fails(auth_zone: ZoneServer, test_keys: SigningKeys) -> Non
     assert result.from_authenticated() == ""
 
 
+def _der(tag: int, content: bytes) -> bytes:
+    length = len(content)
+    size = length.to_bytes((length.bit_length() + 7) // 8, "big")
+    return bytes([tag]) + (bytes([length]) if length < 128 else bytes([0x80 | len(size)]) + size) + content
+
+
+def _der_integer(n: int) -> bytes:
+    return _der(0x02, n.to_bytes(n.bit_length() // 8 + 1, "big"))
+
+
+def huge_exponent_record(key: SigningKey) -> str:
+    """`key`'s modulus published with a 100,000-bit public exponent: a 17 KB record, fetched over TCP."""
+    private = serialization.load_pem_private_key(key.private, None)
+    modulus = private.public_key().public_numbers().n  # type: ignore[union-attr]
+    rsa_encryption = _der(0x30, _der(0x06, bytes.fromhex("2a864886f70d010101")) + _der(0x05, b""))
+    public = _der(0x30, _der_integer(modulus) + _der_integer((1 << 100_000) | 1))
+    return "v=DKIM1; k=rsa; p=" + base64.b64encode(_der(0x30, rsa_encryption + _der(0x03, b"\0" + public))).decode()
+
+
+def test_a_key_with_a_huge_public_exponent_is_refused_before_any_arithmetic(
+    auth_zone: ZoneServer, test_keys: SigningKeys
+) -> None:
+    """OpenSSL refuses such a key, and dkimpy raised the signature to it in Python, seconds of CPU a
+    signature; spamd refuses the key, a permerror, as for any key it cannot use (dkimpy: fail)."""
+    record = huge_exponent_record(test_keys.shop)
+    auth_zone.txt("huge._domainkey.shop.example", record)
+    huge = dataclasses.replace(test_keys.shop, selector="huge", dns_value=record)
+    result = verify(authenticator(auth_zone), huge.sign(mail()))
+    assert dkim_results(result) == [("shop.example", "permerror")]
+
+
 def test_a_revoked_key_fails(auth_zone: ZoneServer, test_keys: SigningKeys) -> None:
     result = verify(authenticator(auth_zone), test_keys.revoked.sign(mail()))
     assert dkim_results(result) == [("shop.example", "fail")]
@@ -144,6 +179,60 @@ def test_a_list_is_authenticated_by_its_own_domains_signature(auth_zone: ZoneSer
 def test_off_authenticates_nothing_and_asks_no_dns(auth_zone: ZoneServer, test_keys: SigningKeys) -> None:
     result = verify(authenticator(auth_zone, enabled=False), test_keys.shop.sign(mail()))
     assert result.from_authenticated() == "" and auth_zone.queries == 0
+
+
+# ---------------------------------------------------------------- ARC
+
+
+def sealed(raw: bytes, sealer: SigningKey, selector: str = "") -> bytes:
+    """`raw` as an ARC sealer passes it on: its MTA's Authentication-Results, then an ARC set (dkimpy's arc_sign)."""
+    seal = dkim.arc_sign(raw, (selector or sealer.selector).encode(), sealer.domain.encode(), sealer.private,
+                         sealer.domain.encode())  # fmt: skip
+    return b"".join(seal) + raw
+
+
+def through_the_list(test_keys: SigningKeys, footer: bytes = b"-- \r\nthe news list\r\n") -> bytes:
+    """The shop's signed mail as a mailing list at lists.example passes it on: verified there, its Subject
+    tagged, a List-Id and a footer added (the shop's signature broken), then sealed by the list."""
+    verified = b"Authentication-Results: lists.example; dkim=pass header.d=shop.example\r\n" + test_keys.shop.sign(
+        mail()
+    )
+    head, body = verified.split(b"\r\n\r\n", 1)
+    head = head.replace(b"Subject: ", b"Subject: [news] ") + b"\r\nList-Id: Shop news <news.lists.example>"
+    return sealed(head + b"\r\n\r\n" + body + footer, test_keys.lists)
+
+
+@pytest.mark.parametrize(
+    ("sealers", "arc", "sealer"),
+    [((), "none", ""), (("lists.example",), "pass", "lists.example"), (("other.example",), "pass", "")],
+)
+def test_a_list_that_breaks_dkim_and_seals_is_vouched_for_only_by_a_trusted_sealer(
+    auth_zone: ZoneServer, test_keys: SigningKeys, sealers: tuple[str, ...], arc: str, sealer: str
+) -> None:
+    """ARC is checked only with trusted sealers set; a passing chain vouches for the List-Id only when
+    its newest sealer is one of them. The From stays unauthenticated: the list broke the shop's DKIM."""
+    result = verify(authenticator(auth_zone, trusted_arc_sealers=sealers), through_the_list(test_keys))
+    assert dkim_results(result) == [("shop.example", "fail")] and result.from_authenticated() == ""
+    assert (result.arc, result.arc_sealer) == (arc, sealer)
+    assert result.list_authenticated("news.lists.example") == (f"arc:{sealer}" if sealer else "")
+    assert ("; arc=pass header.d=lists.example" in result.header()) == bool(sealer), result.header()
+
+
+def test_a_chain_changed_after_its_seal_fails(auth_zone: ZoneServer, test_keys: SigningKeys) -> None:
+    changed = through_the_list(test_keys).replace(b"the news list", b"the news list, pay here")
+    result = verify(authenticator(auth_zone, trusted_arc_sealers=("lists.example",)), changed)
+    assert (result.arc, result.arc_sealer, result.list_authenticated("news.lists.example")) == ("fail", "", "")
+
+
+def test_a_forgers_seal_on_top_of_a_trusted_chain_vouches_for_nothing(
+    auth_zone: ZoneServer, test_keys: SigningKeys
+) -> None:
+    """A forger passes the list's sealed mail on with a List-Id of its choosing and seals it itself: the
+    chain is whole, and its newest sealer is the forger's domain, which no one trusts."""
+    relisted = through_the_list(test_keys).replace(b"<news.lists.example>", b"<deals.lists.example>")
+    forged = sealed(b"Authentication-Results: other.example; arc=pass\r\n" + relisted, test_keys.other)
+    result = verify(authenticator(auth_zone, trusted_arc_sealers=("lists.example",)), forged)
+    assert (result.arc, result.arc_sealer, result.list_authenticated("deals.lists.example")) == ("pass", "", "")
 
 
 # ---------------------------------------------------------------- trusted Authentication-Results
