@@ -102,8 +102,8 @@ def reported_results(report: str) -> tuple[str, list[tuple[str, str]]]:
     if not report:
         return "none", []
     source, *results = report.split("; ")
-    pairs = [tuple(part.split(" ", 1)[0].split("=", 1)) for part in results]
-    return source.removeprefix("source=").split(" ", 1)[0], [(p[0], p[-1]) for p in pairs]
+    pairs = [part.partition(" ")[0].partition("=") for part in results]
+    return source.removeprefix("source=").partition(" ")[0], [(method, result) for method, _, result in pairs]
 
 
 NOTHING = AuthResult()
