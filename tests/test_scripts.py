@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -446,3 +447,24 @@ def test_bench_smtp_runs_the_same_users_maildirs_with_per_user_scoring_off_and_o
         assert users == ["", "score_per_user = false", "score_per_user = true"], configs
     finally:
         shutil.rmtree(kept, ignore_errors=True)
+
+
+@pytest.mark.corpus
+@requires_corpus
+def test_opendkim_cost_verifies_the_same_signed_mail_with_libopendkim_and_spamd(tmp_path: Path) -> None:
+    """Both verifiers pass the script's own signature on nearly every message (a broken binding, or a key
+    the callback did not hand over, fails them all) and each one's CPU a message is printed."""
+    import ctypes.util
+
+    if ctypes.util.find_library("opendkim") is None:
+        if os.environ.get("CI"):
+            pytest.fail("libopendkim is not installed, and CI installs it (.ci/run): apt-get install opendkim")
+        pytest.skip("libopendkim is not installed (apt-get install libopendkim11)")
+    run = run_script("opendkim_cost.py", "--messages", "40", "--rounds", "1", cwd=tmp_path, timeout=120)
+    assert run.returncode == 0, run.stderr
+    line = run.stdout.strip()
+    assert "40 messages signed by a 2048-bit key" in line and "keys from the cache" in line, line
+    found = re.search(r"disagrees on our signature in (\d+)\.", line)
+    # A 2007 signature without v= makes libopendkim refuse the whole message: 1 of these 40.
+    assert found is not None and int(found.group(1)) <= 4, line
+    assert " us, libopendkim " in line and line.endswith("x)"), line
