@@ -12,7 +12,9 @@ from cryptography.hazmat.primitives import serialization
 
 from spamd.config import AuthConfig, Config, ParserConfig
 from spamd.engine.engine import Engine
+from spamd.mail.auth.authres import parse_authentication_results
 from spamd.mail.auth.dns import SERVER_DOWN_AFTER, SERVER_PROBE_S, Budget, CachingResolver, DnsTemporaryError
+from spamd.mail.auth.records import RecordError
 from spamd.mail.auth.verify import Authenticator, AuthResult
 from spamd.mail.message import parse_message
 from spamd.model.bayes import Verdict
@@ -295,12 +297,43 @@ def test_a_dmarc_policy_opendmarc_wrote_in_a_comment_is_read(zone_server: ZoneSe
         ("mx.home.example; dmarc=fail policy.dmarc=quarantine (p=reject) header.from=shop.example", "quarantine"),
         ("mx.home.example; dmarc=fail (nothing (nested p=reject)) header.from=shop.example", "reject"),
         ("mx.home.example; dmarc=fail header.from=shop.example", ""),
+        # rspamd's milter_headers, word for word: the policy in a comment after header.from
+        (
+            'mx.home.example; dmarc=fail reason="No valid SPF, No valid DKIM" header.from=shop.example (policy=reject)',
+            "reject",
+        ),
+        (
+            'mx.home.example; dmarc=fail reason="No valid SPF" header.from=shop.example (policy=quarantine)',
+            "quarantine",
+        ),
+        ("mx.home.example; dmarc=pass (policy=reject) header.from=shop.example", "reject"),
+        ("mx.home.example; dmarc=fail (subpolicy=reject) header.from=shop.example", ""),
     ],
 )
 def test_which_policy_a_trusted_dmarc_result_names(zone_server: ZoneServer, value: str, policy: str) -> None:
     raw = f"Authentication-Results: {value}\r\n{RECEIVED}".encode() + mail()
     result = verify(authenticator(zone_server, trusted_authserv_ids=("mx.home.example",)), raw)
     assert result.dmarc is not None and result.dmarc.policy == policy
+
+
+def test_rspamds_header_with_a_quoted_reason_is_read_whole() -> None:
+    """rspamd writes a DMARC failure's reason as a quoted string with spaces and commas, its policy in a
+    comment after header.from; split at each space, the reason's words were no ptype.property=value and
+    the whole header, its DKIM pass with it, counted for nothing."""
+    value = (
+        "mx.home.example; dkim=pass header.d=lists.example header.s=sel header.b=fA8VVvJ8; "
+        'dmarc=fail reason="No valid SPF, No valid DKIM; (really)" header.from=shop.example (policy=reject); '
+        "spf=softfail (mx.home.example: domain of a@shop.example is not allowed) smtp.mailfrom=a@shop.example"
+    )
+    parsed = parse_authentication_results(value)
+    assert [(r.method, r.result) for r in parsed.results] == [("dkim", "pass"), ("dmarc", "fail"), ("spf", "softfail")]
+    assert parsed.results[1].get("header.from") == "shop.example" and parsed.results[1].comment == "policy=reject"
+    assert (
+        parse_authentication_results('mx.home.example; dkim=pass header.d="a \\"b\\" c"').results[0].get("header.d")
+        == 'a "b" c'
+    )
+    with pytest.raises(RecordError, match="left open"):
+        parse_authentication_results('mx.home.example; dmarc=fail reason="open; dkim=pass header.d=bank.example')
 
 
 def test_a_comment_left_open_makes_the_header_count_for_nothing(zone_server: ZoneServer) -> None:

@@ -24,7 +24,7 @@ class MethodResult:
     method: str
     result: str
     properties: tuple[tuple[str, str], ...] = ()
-    comment: str = ""  # the statement's comments, where some verifiers put more (OpenDMARC: "p=reject dis=none")
+    comment: str = ""  # the statement's comments, where verifiers put more (OpenDMARC: "p=reject dis=none")
 
     def get(self, name: str) -> str:
         for key, value in self.properties:
@@ -41,13 +41,24 @@ class AuthenticationResults:
 
 def _statements(value: str) -> list[tuple[str, str]]:
     """Each `;`-separated statement as (its text without comments, its comments' text); a `;` or a
-    nested `(...)` inside a comment belongs to the comment. RecordError if a comment is left open."""
+    nested `(...)` inside a comment belongs to the comment, and a `;` or `(` inside a quoted
+    string (rspamd: reason="No valid SPF, No valid DKIM") to the string. RecordError if a comment
+    or a quoted string is left open."""
     statements: list[tuple[str, str]] = []
     text: list[str] = []
     comment: list[str] = []
     depth = 0
+    quoted = escaped = False
     for char in value:
-        if char == "(":
+        if quoted:
+            text.append(char)
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                quoted = False
+        elif char == "(":
             depth += 1
             if depth > 1:
                 comment.append(char)
@@ -62,17 +73,22 @@ def _statements(value: str) -> list[tuple[str, str]]:
             statements.append(("".join(text), " ".join("".join(comment).split())))
             text, comment = [], []
         else:
+            quoted = char == '"'
             text.append(char)
-    if depth:
-        raise RecordError(f"a comment left open in Authentication-Results: {value[:60]!r}")
+    if depth or quoted:
+        raise RecordError(f"a comment or quoted string left open in Authentication-Results: {value[:60]!r}")
     statements.append(("".join(text), " ".join("".join(comment).split())))
     return statements
+
+
+# A word of a statement: runs of anything but spaces and quotes, and quoted strings, as one.
+_WORD = re.compile(r'(?:[^\s"]+|"(?:[^"\\]|\\.)*")+')
 
 
 def _unquoted(value: str) -> str:
     value = value.strip()
     if len(value) >= 2 and value[0] == value[-1] == '"':
-        return value[1:-1]
+        return re.sub(r"\\(.)", r"\1", value[1:-1])
     return value
 
 
@@ -89,7 +105,7 @@ def parse_authentication_results(value: str) -> AuthenticationResults:
         statement = statement.strip()
         if not statement or statement.lower() == "none":
             continue
-        words = statement.split()
+        words = _WORD.findall(statement)
         method, sep, result = words[0].partition("=")
         method = method.split("/")[0].lower()
         if not sep or not _TOKEN.match(method) or not _TOKEN.match(result):

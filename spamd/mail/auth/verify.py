@@ -107,7 +107,8 @@ def reported_results(report: str) -> tuple[str, list[tuple[str, str]]]:
 
 
 NOTHING = AuthResult()
-_COMMENTED_POLICY = re.compile(r"(?i)(?<![\w-])p=(none|quarantine|reject)\b")
+# OpenDMARC writes the domain's policy in a comment as "(p=reject dis=none)", rspamd as "(policy=reject)".
+_COMMENTED_POLICY = re.compile(r"(?i)(?<![\w-])(?:p|policy)=(none|quarantine|reject)\b")
 
 
 def from_domain_of(address: str | None) -> str:
@@ -172,7 +173,8 @@ class Authenticator:
 
 
 def _commented_policy(comment: str) -> str:
-    """The domain's policy where the verifier wrote it in a comment (OpenDMARC: "p=reject dis=none"), or ""."""
+    """The domain's policy where the verifier wrote it in a comment (OpenDMARC: "p=reject dis=none",
+    rspamd: "policy=reject"), or ""."""
     found = _COMMENTED_POLICY.search(comment)
     return found.group(1).lower() if found else ""
 
