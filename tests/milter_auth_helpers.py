@@ -21,6 +21,7 @@ import contextlib
 import os
 import shutil
 import signal
+import smtplib
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -30,16 +31,23 @@ import dns.rdata
 import dns.rdataclass
 import dns.rdatatype
 
-from tests.daemon_helpers import wait_until_sync
+from tests.daemon_helpers import crlf, wait_until_sync
 from tests.dns_helpers import ZoneServer
 from tests.doc_snippets import main_cf_settings, snippet, with_placeholders
-from tests.postfix_helpers import free_port, postfix_directory, postfix_missing
+from tests.postfix_helpers import Postfix, free_port, postfix_directory, postfix_missing
 
 OPENDKIM = Path("/usr/sbin/opendkim")
 OPENDMARC = Path("/usr/sbin/opendmarc")
 AUTHSERV_ID = "mx.test"  # the tests' own; the docs write mx.example.org
 # An address no test client uses: "local" hosts that OpenDKIM would sign for and OpenDMARC skip.
 NOT_A_CLIENT = "192.0.2.254"
+SHOP_SERVER = "203.0.113.25"  # the shop's outgoing server, in its SPF record
+ELSEWHERE = "198.51.100.9"  # a server no record names
+# Postfix lets loopback clients say who the client is (XCLIENT), and takes mail for its relay domains from anyone.
+OUTSIDE_CLIENTS = {
+    "smtpd_authorized_xclient_hosts": "127.0.0.0/8",
+    "smtpd_relay_restrictions": "permit_mynetworks, permit_auth_destination, reject",
+}
 
 
 def auth_milters_missing() -> str | None:
@@ -214,3 +222,32 @@ def auth_spamd_toml(zone: ZoneServer) -> str:
     """docs/postfix.md's spamd.toml lines for trusting the milters, with our authserv-id and DNS on loopback."""
     text = with_placeholders(snippet("postfix-auth-spamd.toml"), {"mx.example.org": AUTHSERV_ID})
     return text + f'nameservers = ["{zone.address}"]\n'
+
+
+# ---------------------------------------------------------------- mail through Postfix as if from outside
+
+
+def send_from(postfix: Postfix, client_ip: str, helo: str, mail_from: str, raw: bytes, port: int = 0) -> None:
+    """`raw` through Postfix's smtpd (or its listener on `port`) as if from `client_ip`, which said HELO `helo`."""
+    with smtplib.SMTP("127.0.0.1", port or postfix.smtp_port, timeout=60) as client:
+        client.ehlo("relay.test")
+        code, reply = client.docmd("XCLIENT", f"ADDR={client_ip} NAME=[UNAVAILABLE] HELO={helo}")
+        assert code == 220, reply
+        client.ehlo_resp = None  # XCLIENT starts the session over: EHLO again
+        client.ehlo(helo)
+        assert client.sendmail(mail_from, ["user@example.com"], crlf(raw)) == {}
+
+
+def head_of(data: bytes) -> list[str]:
+    """The delivered message's header fields, each unfolded, in order."""
+    lines: list[str] = []
+    for line in data.split(b"\r\n\r\n", 1)[0].decode().split("\r\n"):
+        if line[:1] in (" ", "\t") and lines:
+            lines[-1] += " " + line.strip()
+        else:
+            lines.append(line)
+    return lines
+
+
+def field(head: list[str], name: str) -> list[str]:
+    return [line.split(":", 1)[1].strip() for line in head if line.lower().startswith(name.lower() + ":")]

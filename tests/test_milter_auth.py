@@ -10,7 +10,6 @@ authserv-id (`mx.test`).
 
 from __future__ import annotations
 
-import smtplib
 import socket
 import struct
 from collections.abc import Iterator
@@ -38,23 +37,21 @@ from tests.daemon_helpers import crlf
 from tests.dns_helpers import ZoneServer
 from tests.milter_auth_helpers import (
     AUTHSERV_ID,
+    ELSEWHERE,
+    OUTSIDE_CLIENTS,
+    SHOP_SERVER,
     AuthMilters,
     auth_milters_main_cf,
     auth_milters_missing,
     auth_spamd_toml,
+    field,
+    head_of,
     running_auth_milters,
+    send_from,
 )
 from tests.postfix_helpers import Postfix, Sink, Spamd, free_port, message, milter_main_cf, running_postfix
 
 pytestmark = pytest.mark.real_program(auth_milters_missing())
-
-SHOP_SERVER = "203.0.113.25"  # the shop's outgoing server, in its SPF record
-ELSEWHERE = "198.51.100.9"  # a server no record names
-# Postfix lets loopback clients say who the client is (XCLIENT), and takes mail for its relay domains from anyone.
-OUTSIDE_CLIENTS = {
-    "smtpd_authorized_xclient_hosts": "127.0.0.0/8",
-    "smtpd_relay_restrictions": "permit_mynetworks, permit_auth_destination, reject",
-}
 
 
 @pytest.fixture(scope="module")
@@ -75,32 +72,6 @@ def zone(test_keys: SigningKeys) -> Iterator[ZoneServer]:
 def sink() -> Iterator[Sink]:
     with Sink() as sink:
         yield sink
-
-
-def send_from(postfix: Postfix, client_ip: str, helo: str, mail_from: str, raw: bytes, port: int = 0) -> None:
-    """`raw` through Postfix's smtpd (or its listener on `port`) as if from `client_ip`, which said HELO `helo`."""
-    with smtplib.SMTP("127.0.0.1", port or postfix.smtp_port, timeout=60) as client:
-        client.ehlo("relay.test")
-        code, reply = client.docmd("XCLIENT", f"ADDR={client_ip} NAME=[UNAVAILABLE] HELO={helo}")
-        assert code == 220, reply
-        client.ehlo_resp = None  # XCLIENT starts the session over: EHLO again
-        client.ehlo(helo)
-        assert client.sendmail(mail_from, ["user@example.com"], crlf(raw)) == {}
-
-
-def head_of(data: bytes) -> list[str]:
-    """The delivered message's header fields, each unfolded, in order."""
-    lines: list[str] = []
-    for line in data.split(b"\r\n\r\n", 1)[0].decode().split("\r\n"):
-        if line[:1] in (" ", "\t") and lines:
-            lines[-1] += " " + line.strip()
-        else:
-            lines.append(line)
-    return lines
-
-
-def field(head: list[str], name: str) -> list[str]:
-    return [line.split(":", 1)[1].strip() for line in head if line.lower().startswith(name.lower() + ":")]
 
 
 # ---------------------------------------------------------------- OpenDKIM and OpenDMARC in front, spamd trusting them
