@@ -1,4 +1,4 @@
-"""Debian's real OpenDKIM and OpenDMARC as milters on loopback, asking our own DNS zone, for Postfix in front of spamd.
+"""Debian's real OpenDKIM and OpenDMARC, or rspamd, as milters on loopback, asking our own DNS zone, for Postfix in front of spamd.
 
 Each runs in the foreground as the test's child (its own session, stopped with
 SIGTERM), with a configuration of its own in a private directory: docs/postfix.md's
@@ -13,12 +13,16 @@ server does not:
 - Neither takes any test client for a local one: by default both take 127.0.0.1 as local
   (OpenDKIM would sign instead of verifying, OpenDMARC skip), and a test's mail may come
   from there (tests/test_milter_auth.py sends through XCLIENT as outside addresses).
+- rspamd asks our server through its own resolver (`dns.nameserver`), on a configuration
+  of its own rather than Debian's (`rspamd_conf` says why).
 """
 
 from __future__ import annotations
 
 import contextlib
+import grp
 import os
+import pwd
 import shutil
 import signal
 import smtplib
@@ -222,6 +226,77 @@ def auth_spamd_toml(zone: ZoneServer) -> str:
     """docs/postfix.md's spamd.toml lines for trusting the milters, with our authserv-id and DNS on loopback."""
     text = with_placeholders(snippet("postfix-auth-spamd.toml"), {"mx.example.org": AUTHSERV_ID})
     return text + f'nameservers = ["{zone.address}"]\n'
+
+
+# ---------------------------------------------------------------- rspamd as the verifying milter
+
+RSPAMD = Path("/usr/bin/rspamd")
+
+
+def rspamd_missing() -> str | None:
+    if not RSPAMD.exists():
+        return f"Debian's rspamd is not installed ({RSPAMD} missing; apt-get install rspamd)"
+    return postfix_missing()
+
+
+def rspamd_conf(directory: Path, port: int, zone: ZoneServer) -> Path:
+    """An rspamd.conf of its own: its milter proxy on `port`, scanning itself, with the DKIM, SPF, DMARC and ARC
+    modules and docs/postfix.md's milter_headers lines; asking only `zone`.
+
+    Not Debian's /etc/rspamd: its fuzzy module resolves rspamd.com's servers through the system's
+    resolver as it starts, and other modules fetch maps from there; a test touches only loopback."""
+    headers = snippet("rspamd-milter-headers.conf")
+    # The public suffixes of the test zone's domains alone: DMARC's organizational domains need only
+    # these, and compiling Debian's whole list held rspamd's start (and its listener) 9 s.
+    suffixes = directory / "public_suffixes.dat"
+    suffixes.write_text("example\ntest\n")
+    path = directory / "rspamd.conf"
+    path.write_text(
+        "options {\n"
+        f'  pidfile = "{directory}/rspamd.pid";\n'
+        '  filters = "dkim";\n'  # the C module; spf, dmarc and arc are Lua plugins, on with a section each
+        f'  dns {{ nameserver = ["{zone.address}"]; timeout = 2s; retransmits = 2; }}\n'
+        f'  url_tld = "{suffixes}";\n'
+        f'  hs_cache_dir = "{directory}";\n'
+        "}\n"
+        'logging { type = "console"; level = "notice"; }\n'
+        'modules { path = "${PLUGINSDIR}"; }\n'
+        'worker "rspamd_proxy" {\n'
+        f'  bind_socket = "127.0.0.1:{port}";\n'
+        "  milter = yes;\n  timeout = 120s;\n  count = 1;\n"
+        '  upstream "local" { default = yes; self_scan = yes; }\n'
+        "}\n"
+        "dkim { }\nspf { }\ndmarc { }\narc { }\n"
+        f"milter_headers {{\n{headers}}}\n"
+    )
+    return path
+
+
+def rspamd_milter(zone: ZoneServer) -> MilterProgram:
+    directory = postfix_directory()
+    port = free_port()
+    user, group = pwd.getpwuid(os.getuid()).pw_name, grp.getgrgid(os.getgid()).gr_name
+    command: list[str | Path] = [
+        RSPAMD, "-f", "-u", user, "-g", group, "-c", rspamd_conf(directory, port, zone),
+        "--var", f"DBDIR={directory}", "--var", f"RUNDIR={directory}",
+    ]  # fmt: skip
+    return MilterProgram("rspamd", command, port, directory)
+
+
+def rspamd_main_cf(rspamd: MilterProgram, spamd_milter_port: int) -> dict[str, str]:
+    """docs/postfix.md's main.cf lines for rspamd and spamd, with this instance's ports, and the header_checks
+    table (in rspamd's directory) with our authserv-id."""
+    table = rspamd.directory / "authres_header_checks"
+    table.write_text(with_placeholders(snippet("postfix-authres-header-checks"), {r"mx\.example\.org": r"mx\.test"}))
+    text = with_placeholders(
+        snippet("postfix-rspamd-main.cf"),
+        {
+            "inet:127.0.0.1:11332": rspamd.socket,
+            "inet:127.0.0.1:10027": f"inet:127.0.0.1:{spamd_milter_port}",
+            "/etc/postfix/authres_header_checks": str(table),
+        },
+    )
+    return main_cf_settings(text)
 
 
 # ---------------------------------------------------------------- mail through Postfix as if from outside

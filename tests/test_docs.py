@@ -309,3 +309,8 @@ def test_the_snippets_the_authentication_milter_tests_use_are_there_and_agree():
     assert main["header_checks"] == "regexp:/etc/postfix/authres_header_checks"
     assert r"/^Authentication-Results:.*mx\.example\.org/ IGNORE" in snippet("postfix-authres-header-checks")
     assert tomllib.loads(snippet("postfix-auth-spamd.toml")) == {"auth": {"trusted_authserv_ids": [auth_id]}}
+    # rspamd instead: its milter first, then spamd, the same header_checks; it writes Authentication-Results.
+    rspamd_main = main_cf_settings(snippet("postfix-rspamd-main.cf"))
+    assert rspamd_main["smtpd_milters"] == "inet:127.0.0.1:11332, inet:127.0.0.1:10027"
+    assert rspamd_main["header_checks"] == main["header_checks"]
+    assert 'use = ["authentication-results"];' in snippet("rspamd-milter-headers.conf")

@@ -1,0 +1,126 @@
+"""Sender authentication through Debian's real Postfix with Debian's real rspamd as the verifying milter in front of spamd.
+
+rspamd asks only our DNS zone on loopback (tests/dns_helpers.py, the test keys and records
+of tests/auth_helpers.py) and runs on a configuration of its own with docs/postfix.md's
+milter_headers lines (tests/milter_auth_helpers.py says why not Debian's). Mail comes from
+smtplib as if from outside, through Postfix's XCLIENT.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+
+import pytest
+
+from tests.auth_helpers import SigningKeys, mail, publish
+from tests.dns_helpers import ZoneServer
+from tests.milter_auth_helpers import (
+    AUTHSERV_ID,
+    ELSEWHERE,
+    OUTSIDE_CLIENTS,
+    MilterProgram,
+    auth_spamd_toml,
+    field,
+    head_of,
+    rspamd_main_cf,
+    rspamd_milter,
+    rspamd_missing,
+    send_from,
+)
+from tests.postfix_helpers import Postfix, Sink, Spamd, running_postfix
+
+pytestmark = pytest.mark.real_program(rspamd_missing())
+
+
+@pytest.fixture(scope="module")
+def zone(test_keys: SigningKeys) -> Iterator[ZoneServer]:
+    zone = ZoneServer()
+    zone.start()
+    publish(zone, test_keys)
+    yield zone
+    zone.stop()
+
+
+@pytest.fixture(scope="module")
+def sink() -> Iterator[Sink]:
+    with Sink() as sink:
+        yield sink
+
+
+@pytest.fixture(scope="module")
+def rspamd(zone: ZoneServer) -> Iterator[MilterProgram]:
+    milter = rspamd_milter(zone)
+    try:
+        yield milter.start()
+    finally:
+        milter.stop()
+        shutil.rmtree(milter.directory, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def trusting_spamd(tmp_path_factory: pytest.TempPathFactory, zone: ZoneServer) -> Iterator[Spamd]:
+    spamd = Spamd(tmp_path_factory.mktemp("trusting-rspamd"), auth_spamd_toml(zone), milter=True).start()
+    yield spamd
+    spamd.stop()
+
+
+@pytest.fixture(scope="module")
+def postfix(sink: Sink, rspamd: MilterProgram, trusting_spamd: Spamd) -> Iterator[Postfix]:
+    assert trusting_spamd.milter_port is not None
+    # rspamd names itself by the name Postfix gives milters (its myhostname): the MX's host name.
+    main = rspamd_main_cf(rspamd, trusting_spamd.milter_port) | OUTSIDE_CLIENTS | {"myhostname": AUTHSERV_ID}
+    with running_postfix(sink.port, main=main) as postfix:
+        yield postfix
+
+
+def delivered(postfix: Postfix, sink: Sink, rspamd: MilterProgram, raw: bytes, marker: str) -> list[str]:
+    send_from(postfix, ELSEWHERE, "mail.shop.example", "bounce@shop.example", raw)
+    try:
+        [data] = sink.wait_for(marker, timeout=60)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{postfix.log()}\nrspamd: {rspamd.output()}") from e
+    return head_of(data)
+
+
+SPF_NONE = "spf=none smtp.mailfrom=shop.example"  # the zone publishes no SPF record for shop.example
+
+
+def test_a_signed_message_passes_as_rspamd_found_it(
+    postfix: Postfix, sink: Sink, rspamd: MilterProgram, test_keys: SigningKeys
+) -> None:
+    head = delivered(postfix, sink, rspamd, test_keys.shop.sign(mail(subject="rspamd-signed")), "rspamd-signed")
+    [results] = field(head, "Authentication-Results")
+    assert results.startswith(f"{AUTHSERV_ID}; dkim=pass header.d=shop.example header.s=sel1"), head
+    assert "dmarc=pass (policy=reject) header.from=shop.example" in results, results
+    # The policy from rspamd's comment, as from OpenDMARC's.
+    assert field(head, "X-Spam-Auth") == [
+        f"source=authserv-id {AUTHSERV_ID}; dkim=pass header.d=shop.example; {SPF_NONE}; "
+        "dmarc=pass header.from=shop.example policy.published-domain-policy=reject"
+    ]
+
+
+def test_a_forged_from_fails_dmarc_with_rspamds_quoted_reason_read_whole(
+    postfix: Postfix, sink: Sink, rspamd: MilterProgram
+) -> None:
+    head = delivered(postfix, sink, rspamd, mail(subject="rspamd-forged-from"), "rspamd-forged-from")
+    [results] = field(head, "Authentication-Results")
+    assert 'dmarc=fail reason="No valid SPF, No valid DKIM" header.from=shop.example (policy=reject)' in results
+    # Split at each space, the reason's words made the whole header count for nothing: spamd verified
+    # the message itself (source=spamd) and, unsigned and without SPF, reported nothing.
+    assert field(head, "X-Spam-Auth") == [
+        f"source=authserv-id {AUTHSERV_ID}; dkim=none header.d=-; {SPF_NONE}; "
+        "dmarc=fail header.from=shop.example policy.published-domain-policy=reject"
+    ]
+
+
+def test_results_a_message_brings_claiming_our_id_are_removed_before_rspamd_or_spamd_see_them(
+    postfix: Postfix, sink: Sink, rspamd: MilterProgram
+) -> None:
+    claim = "dkim=pass header.d=shop.example header.s=sel1; dmarc=pass (policy=reject) header.from=shop.example"
+    raw = f"Authentication-Results: {AUTHSERV_ID}; {claim}\r\n".encode() + mail(subject="rspamd-claim")
+    head = delivered(postfix, sink, rspamd, raw, "rspamd-claim")
+    [results] = field(head, "Authentication-Results")
+    assert claim not in results and "dmarc=fail" in results, head
+    [auth] = field(head, "X-Spam-Auth")
+    assert "pass" not in auth and "dmarc=fail header.from=shop.example" in auth, auth
