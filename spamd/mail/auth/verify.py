@@ -186,6 +186,8 @@ def from_trusted_headers(trusted: list[AuthenticationResults], from_domain: str)
     for header in trusted:
         for result in header.results:
             if result.method == "dkim":
+                if result.result == "none":  # not signed (rspamd writes it): no signature to report
+                    continue
                 domain = result.get("header.d") or result.get("header.i").rpartition("@")[2]
                 signatures.append(SignatureResult(normalized(domain), result.get("header.s"), result.result))
             elif result.method == "spf" and spf is None:
