@@ -246,6 +246,26 @@ TRUSTED = (
 RECEIVED = "Received: from relay.far.example by mx.home.example with ESMTP; Thu, 26 Nov 2026 10:00:01 +0000\r\n"
 
 
+def test_trusting_the_mtas_results_a_trusted_sealers_chain_still_vouches_for_the_list(
+    auth_zone: ZoneServer, test_keys: SigningKeys
+) -> None:
+    """Our MTA's arc=pass names no sealer, so with its results trusted spamd checks the chain itself for
+    trusted sealers; everything else is the MTA's (its dkim=fail of the shop's broken signature)."""
+    mta = "Authentication-Results: mx.home.example; dkim=fail header.d=shop.example; arc=pass\r\n" + RECEIVED
+    raw = mta.encode() + through_the_list(test_keys)
+    trusting = {"trusted_authserv_ids": ("mx.home.example",)}
+    result = verify(authenticator(auth_zone, trusted_arc_sealers=("lists.example",), **trusting), raw)
+    assert result.source == "authserv-id mx.home.example" and dkim_results(result) == [("shop.example", "fail")]
+    assert (result.arc, result.list_authenticated("news.lists.example")) == ("pass", "arc:lists.example")
+    # Without trusted sealers the MTA's word stands, and nothing is vouched for.
+    result = verify(authenticator(auth_zone, **trusting), raw)
+    assert (result.arc, result.list_authenticated("news.lists.example")) == ("pass", "")
+    # A chain changed after its seal fails, whatever the MTA wrote.
+    changed = raw.replace(b"the news list", b"the news list, pay here")
+    result = verify(authenticator(auth_zone, trusted_arc_sealers=("lists.example",), **trusting), changed)
+    assert (result.arc, result.list_authenticated("news.lists.example")) == ("fail", "")
+
+
 def test_results_our_mta_added_are_used_as_they_are(zone_server: ZoneServer) -> None:
     raw = (TRUSTED + RECEIVED).encode() + mail()
     result = verify(authenticator(zone_server, trusted_authserv_ids=("mx.home.example",)), raw)

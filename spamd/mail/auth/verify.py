@@ -8,6 +8,7 @@ authenticates nothing and fails nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -135,9 +136,13 @@ class Authenticator:
             return NOTHING
         from_domain = from_domain_of(from_address)
         trusted = trusted_results(headers, self.config.trusted_authserv_ids, self.config.trusted_hops)
-        if trusted:
-            return from_trusted_headers(trusted, from_domain)
         budget = Budget(self.config.dns_budget_s)
+        if trusted:
+            result = from_trusted_headers(trusted, from_domain)
+            # An MTA's arc= names no sealer (RFC 8617 defines no property for it), so trusted sealers
+            # are checked here: only for mail that carries a chain, and only with sealers configured.
+            arc, sealer = self._arc(raw, headers, budget)
+            return result if arc == "none" else dataclasses.replace(result, arc=arc, arc_sealer=sealer)
         signatures = verify_signatures(raw, self.resolver, budget)
         spf = check_spf(session, self.resolver, budget) if session is not None and session.client_ip else None
         dmarc = None
