@@ -310,6 +310,30 @@ def test_a_dmarc_policy_opendmarc_wrote_in_a_comment_is_read(zone_server: ZoneSe
     assert "policy.published-domain-policy=reject" in result.header()
 
 
+@pytest.mark.parametrize("header_b", [True, False])
+def test_a_trusted_pass_of_a_length_limited_signature_vouches_only_for_what_it_signed(
+    zone_server: ZoneServer, test_keys: SigningKeys, header_b: bool
+) -> None:
+    """OpenDKIM passes an l= signature whatever follows its l= bytes, and OpenDMARC passes DMARC on it: trusted
+    as they are, a phish appended to the shop's signed mail was the shop's. The pass is "policy", as spamd's
+    own check makes it, and the DMARC pass that rested on it a fail; with nothing appended both stand."""
+    signed = test_keys.shop.sign(mail(), length=True)
+    b_value = signed.split(b" b=", 1)[1][:8].decode() if header_b else ""
+    dkim_result = "dkim=pass header.d=shop.example header.s=sel1" + (f" header.b={b_value}" if header_b else "")
+    mta = f"Authentication-Results: mx.home.example; {dkim_result}; dmarc=pass (p=reject) header.from=shop.example\r\n"
+    auth = authenticator(zone_server, trusted_authserv_ids=("mx.home.example",))
+    whole = verify(auth, (mta + RECEIVED).encode() + signed)
+    assert dkim_results(whole) == [("shop.example", "pass")] and whole.from_authenticated() == "dmarc"
+    appended = signed + b"\r\nClick http://phish.example/login to keep your account.\r\n"
+    result = verify(auth, (mta + RECEIVED).encode() + appended)
+    assert result.source == "authserv-id mx.home.example" and dkim_results(result) == [("shop.example", "policy")]
+    assert result.dmarc is not None and (result.dmarc.result, result.dmarc.policy) == ("fail", "reject")
+    assert result.from_authenticated() == "" and result.dmarc_rejects()
+    # The same MTA's pass of another signature of the shop (another selector) is not touched.
+    other = mta.replace("header.s=sel1", "header.s=sel9").replace(f" header.b={b_value}", "")
+    assert dkim_results(verify(auth, (other + RECEIVED).encode() + appended)) == [("shop.example", "pass")]
+
+
 @pytest.mark.parametrize(
     ("value", "policy"),
     [

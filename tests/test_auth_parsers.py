@@ -15,7 +15,13 @@ from hypothesis import strategies as st
 
 from spamd.config import AuthConfig, ParserConfig
 from spamd.mail.auth.authres import parse_authentication_results, trusted_results
-from spamd.mail.auth.dkim import MAX_SIGNATURES, SignatureResult, signature_headers, verify_signatures
+from spamd.mail.auth.dkim import (
+    MAX_SIGNATURES,
+    SignatureResult,
+    length_limited_beyond,
+    signature_headers,
+    verify_signatures,
+)
 from spamd.mail.auth.dmarc import DmarcResult, evaluate, parse_dmarc_record
 from spamd.mail.auth.dns import Budget, CachingResolver
 from spamd.mail.auth.records import RecordError, parse_tag_list
@@ -76,6 +82,14 @@ def test_any_dkim_signature_gives_a_result_per_signature(value: bytes, body: byt
     # A value with a line break can start another DKIM-Signature field ("\ndkim-signature:"): one each.
     assert len(results) == min(signature_headers(raw), MAX_SIGNATURES) >= 1
     assert all(r.result in ("fail", "permerror", "temperror", "policy") for r in results)
+
+
+@settings(max_examples=200)
+@given(st.one_of(st.binary(max_size=300), TAGGY.map(str.encode)), st.binary(max_size=200))
+def test_any_dkim_signature_gives_its_length_limit_or_nothing(value: bytes, body: bytes) -> None:
+    """What the trusted path reads of a message's own signatures (their l=) never raises, whatever they hold."""
+    found = length_limited_beyond(message_with(b"DKIM-Signature", b"l=1; " + value, body))
+    assert len(found) <= MAX_SIGNATURES and all(isinstance(d, str) and isinstance(b, bytes) for d, _, b in found)
 
 
 @settings(max_examples=200)

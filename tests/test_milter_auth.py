@@ -140,6 +140,23 @@ def test_a_forged_from_without_a_signature_fails_dmarc(postfix: Postfix, sink: S
     assert "policy.published-domain-policy=reject" in auth  # OpenDMARC writes the policy in a comment
 
 
+def test_content_appended_past_a_signatures_l_bytes_is_not_the_senders_though_opendkim_passes_it(
+    postfix: Postfix, sink: Sink, milters: AuthMilters, test_keys: SigningKeys
+) -> None:
+    """A shop signs with l=; someone appends a phish to a copy and sends it on. OpenDKIM passes the signature
+    and OpenDMARC passes DMARC on it; spamd, trusting them, reads the signature's l= and takes neither."""
+    signed = test_keys.shop.sign(mail(subject="milters-length-limited"), length=True)
+    raw = signed + b"\r\nYour account is locked: http://phish.example/login\r\n"
+    head = delivered(postfix, sink, milters, raw, "milters-length-limited", ELSEWHERE)
+    results = field(head, "Authentication-Results")
+    assert any(r.startswith(f"{AUTHSERV_ID}; dkim=pass") for r in results), results
+    assert f"{AUTHSERV_ID}; dmarc=pass (p=reject dis=none) header.from=shop.example" in results, results
+    assert field(head, "X-Spam-Auth") == [
+        f"source=authserv-id {AUTHSERV_ID}; dkim=policy header.d=shop.example; "
+        "dmarc=fail header.from=shop.example policy.published-domain-policy=reject"
+    ]
+
+
 @pytest.mark.parametrize(
     "claim",
     [

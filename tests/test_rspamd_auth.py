@@ -125,3 +125,18 @@ def test_results_a_message_brings_claiming_our_id_are_removed_before_rspamd_or_s
     assert claim not in results and "dmarc=fail" in results, head
     [auth] = field(head, "X-Spam-Auth")
     assert "pass" not in auth and "dmarc=fail header.from=shop.example" in auth, auth
+
+
+def test_content_appended_past_a_signatures_l_bytes_is_not_the_senders(
+    postfix: Postfix, sink: Sink, rspamd: MilterProgram, test_keys: SigningKeys
+) -> None:
+    """rspamd, as OpenDKIM, passes an l= signature and DMARC on it whatever follows the l= bytes."""
+    signed = test_keys.shop.sign(mail(subject="rspamd-length-limited"), length=True)
+    raw = signed + b"\r\nYour account is locked: http://phish.example/login\r\n"
+    head = delivered(postfix, sink, rspamd, raw, "rspamd-length-limited")
+    [results] = field(head, "Authentication-Results")
+    assert "dkim=pass header.d=shop.example header.s=sel1" in results and "dmarc=pass (policy=reject)" in results
+    assert field(head, "X-Spam-Auth") == [
+        f"source=authserv-id {AUTHSERV_ID}; dkim=policy header.d=shop.example; {SPF_NONE}; "
+        "dmarc=fail header.from=shop.example policy.published-domain-policy=reject"
+    ]

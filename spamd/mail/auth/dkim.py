@@ -166,12 +166,51 @@ def _verify_one(
         return "permerror"
     if b"l" in tags:
         try:
-            policy = CanonicalizationPolicy.from_c_value(tags.get(b"c", b"simple/simple"))
-            if len(bodies.canonical(policy)) > int(tags[b"l"]):
+            if leaves_body_unsigned(tags, bodies):
                 return "policy"
         except Exception:
             return "permerror"
     return "pass"
+
+
+def leaves_body_unsigned(tags: dict[bytes, bytes], bodies: CanonicalBodies) -> bool:
+    """Whether a signature's l= covers less than the whole canonical body (raises for a malformed c= or l=)."""
+    policy = CanonicalizationPolicy.from_c_value(tags.get(b"c", b"simple/simple"))
+    return len(bodies.canonical(policy)) > int(tags[b"l"])
+
+
+_L_TAG = re.compile(rb"(?:^|[;\s])l\s*=")
+
+
+def length_limited_beyond(raw: bytes) -> list[tuple[str, str, bytes]]:
+    """(d=, s=, b= without its spaces) of each DKIM-Signature whose l= leaves part of the body unsigned (or
+    does not parse): what a verifier's pass for it does not vouch for. OpenDKIM, trusted through its
+    Authentication-Results, passes such a signature with content appended after its l= bytes."""
+    if not signature_headers(raw) or not _L_TAG.search(raw, 0, max(head_end(raw), 0)):
+        return []  # no l= tag in the head: no signature to parse
+    try:
+        headers, body = split_message(raw)
+    except dkim.MessageFormatError:
+        return []
+    bodies, found = CanonicalBodies(body), list[tuple[str, str, bytes]]()
+    for name, value in headers:
+        if name.lower() != b"dkim-signature" or len(found) >= MAX_SIGNATURES:
+            continue
+        try:
+            tags = signature_tags(value)
+        except dkim.MessageFormatError:
+            continue
+        if b"l" not in tags:
+            continue
+        try:
+            beyond = leaves_body_unsigned(tags, bodies)
+        except Exception:
+            beyond = True
+        if beyond:
+            found.append(
+                (_text(tags.get(b"d", b"")), _text(tags.get(b"s", b"")), without_whitespace(tags.get(b"b", b"")))
+            )
+    return found
 
 
 class CanonicalBodies:

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import dkim  # dkimpy ships no type information
 
 from spamd.config import AuthConfig
-from spamd.mail.auth.authres import AuthenticationResults, trusted_results
-from spamd.mail.auth.dkim import _QUIET, SignatureResult, verify_signatures
+from spamd.mail.auth.authres import AuthenticationResults, MethodResult, trusted_results
+from spamd.mail.auth.dkim import _QUIET, SignatureResult, length_limited_beyond, verify_signatures
 from spamd.mail.auth.dmarc import DmarcResult, evaluate
 from spamd.mail.auth.dns import Budget, CachingResolver, DnsTemporaryError
 from spamd.mail.auth.domains import aligned, normalized, organizational_domain
@@ -138,7 +138,7 @@ class Authenticator:
         trusted = trusted_results(headers, self.config.trusted_authserv_ids, self.config.trusted_hops)
         budget = Budget(self.config.dns_budget_s)
         if trusted:
-            result = from_trusted_headers(trusted, from_domain)
+            result = from_trusted_headers(trusted, from_domain, length_limited_beyond(raw))
             # An MTA's arc= names no sealer (RFC 8617 defines no property for it), so trusted sealers
             # are checked here: only for mail that carries a chain, and only with sealers configured.
             arc, sealer = self._arc(raw, headers, budget)
@@ -184,8 +184,12 @@ def _commented_policy(comment: str) -> str:
     return found.group(1).lower() if found else ""
 
 
-def from_trusted_headers(trusted: list[AuthenticationResults], from_domain: str) -> AuthResult:
-    """The results our MTA's verifiers recorded, as they are."""
+def from_trusted_headers(
+    trusted: list[AuthenticationResults], from_domain: str, length_limited: Sequence[tuple[str, str, bytes]] = ()
+) -> AuthResult:
+    """The results our MTA's verifiers recorded, as they are, but for a DKIM pass of a signature in
+    `length_limited` (`length_limited_beyond`: its l= leaves content unsigned), which is "policy" as
+    spamd's own check makes it, and a DMARC pass that rested on it, which is a fail."""
     signatures: list[SignatureResult] = []
     spf, dmarc, arc = None, None, "none"
     for header in trusted:
@@ -193,8 +197,11 @@ def from_trusted_headers(trusted: list[AuthenticationResults], from_domain: str)
             if result.method == "dkim":
                 if result.result == "none":  # not signed (rspamd writes it): no signature to report
                     continue
-                domain = result.get("header.d") or result.get("header.i").rpartition("@")[2]
-                signatures.append(SignatureResult(normalized(domain), result.get("header.s"), result.result))
+                domain = normalized(result.get("header.d") or result.get("header.i").rpartition("@")[2])
+                outcome = result.result
+                if outcome == "pass" and _is_length_limited(domain, result, length_limited):
+                    outcome = "policy"
+                signatures.append(SignatureResult(domain, result.get("header.s"), outcome))
             elif result.method == "spf" and spf is None:
                 mailfrom = result.get("smtp.mailfrom")
                 spf = (
@@ -206,5 +213,21 @@ def from_trusted_headers(trusted: list[AuthenticationResults], from_domain: str)
                 dmarc = DmarcResult(normalized(result.get("header.from")), result.result, policy)
             elif result.method == "arc" and arc == "none":
                 arc = result.result
+    if dmarc is not None and dmarc.result == "pass" and any(s.result == "policy" for s in signatures):
+        aligned_pass = any(s.result == "pass" and aligned(s.domain, dmarc.from_domain) for s in signatures) or (
+            spf is not None and spf[1] == "pass" and aligned(spf[0], dmarc.from_domain)
+        )
+        if not aligned_pass:
+            dmarc = DmarcResult(dmarc.from_domain, "fail", dmarc.policy)
     source = "authserv-id " + trusted[0].authserv_id
     return AuthResult(from_domain, tuple(signatures), spf, dmarc, arc, "", source)
+
+
+def _is_length_limited(domain: str, result: MethodResult, length_limited: Sequence[tuple[str, str, bytes]]) -> bool:
+    """Whether a DKIM result is for one of the `length_limited` signatures: the same d=, and s= and the b=
+    prefix (header.b) where the verifier names them."""
+    selector, b_prefix = result.get("header.s").lower(), result.get("header.b").encode("ascii", "replace")
+    return any(
+        d == domain and (not selector or s == selector) and (not b_prefix or b.startswith(b_prefix))
+        for d, s, b in length_limited
+    )
