@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from spamd.evaluation.opendkim_library import library_missing
 from spamd.evaluation.trec import read_index
 from tests.core_helpers import TREC_INDEX, requires_corpus
 
@@ -451,15 +452,10 @@ def test_bench_smtp_runs_the_same_users_maildirs_with_per_user_scoring_off_and_o
 
 @pytest.mark.corpus
 @requires_corpus
+@pytest.mark.real_program(library_missing())
 def test_opendkim_cost_verifies_the_same_signed_mail_with_libopendkim_and_spamd(tmp_path: Path) -> None:
     """Both verifiers pass the script's own signature on nearly every message (a broken binding, or a key
     the callback did not hand over, fails them all) and each one's CPU a message is printed."""
-    import ctypes.util
-
-    if ctypes.util.find_library("opendkim") is None:
-        if os.environ.get("CI"):
-            pytest.fail("libopendkim is not installed, and CI installs it (.ci/run): apt-get install opendkim")
-        pytest.skip("libopendkim is not installed (apt-get install libopendkim11)")
     run = run_script("opendkim_cost.py", "--messages", "40", "--rounds", "1", cwd=tmp_path, timeout=120)
     assert run.returncode == 0, run.stderr
     line = run.stdout.strip()

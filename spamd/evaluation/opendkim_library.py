@@ -7,6 +7,7 @@ each key comes from spamd's resolver, so it asks only the nameservers a test giv
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
 
 from spamd.mail.auth.dns import Budget, CachingResolver
 
@@ -69,3 +70,10 @@ class OpenDkim:
             return results
         finally:
             lib.dkim_free(job)
+
+
+def library_missing() -> str | None:
+    """Why libopendkim cannot be loaded here (a skip reason), or None."""
+    if ctypes.util.find_library("opendkim") is None:
+        return "Debian's libopendkim is not installed (apt-get install libopendkim11, or opendkim)"
+    return None
