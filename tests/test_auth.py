@@ -329,6 +329,10 @@ def test_a_trusted_pass_of_a_length_limited_signature_vouches_only_for_what_it_s
     assert result.source == "authserv-id mx.home.example" and dkim_results(result) == [("shop.example", "policy")]
     assert result.dmarc is not None and (result.dmarc.result, result.dmarc.policy) == ("fail", "reject")
     assert result.from_authenticated() == "" and result.dmarc_rejects()
+    # Signatures of the shop's name and selector put above it (junk, l= each) do not hide it.
+    junk = b"".join(b"DKIM-Signature: v=1; d=shop.example; s=sel1; l=0; b=junk%d\r\n" % i for i in range(12))
+    result = verify(auth, (mta + RECEIVED).encode() + junk + appended)
+    assert dkim_results(result) == [("shop.example", "policy")] and result.from_authenticated() == ""
     # The same MTA's pass of another signature of the shop (another selector) is not touched.
     other = mta.replace("header.s=sel1", "header.s=sel9").replace(f" header.b={b_value}", "")
     assert dkim_results(verify(auth, (other + RECEIVED).encode() + appended)) == [("shop.example", "pass")]
