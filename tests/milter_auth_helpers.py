@@ -38,7 +38,7 @@ import dns.rdatatype
 from tests.daemon_helpers import crlf, wait_until_sync
 from tests.dns_helpers import ZoneServer
 from tests.doc_snippets import main_cf_settings, snippet, with_placeholders
-from tests.postfix_helpers import Postfix, free_port, postfix_directory, postfix_missing
+from tests.postfix_helpers import Postfix, Sink, free_port, postfix_directory, postfix_missing
 
 OPENDKIM = Path("/usr/sbin/opendkim")
 OPENDMARC = Path("/usr/sbin/opendmarc")
@@ -283,6 +283,16 @@ def rspamd_milter(zone: ZoneServer) -> MilterProgram:
     return MilterProgram("rspamd", command, port, directory)
 
 
+@contextlib.contextmanager
+def running_rspamd(zone: ZoneServer) -> Iterator[MilterProgram]:
+    milter = rspamd_milter(zone)
+    try:
+        yield milter.start()
+    finally:
+        milter.stop()
+        shutil.rmtree(milter.directory, ignore_errors=True)
+
+
 def rspamd_main_cf(rspamd: MilterProgram, spamd_milter_port: int) -> dict[str, str]:
     """docs/postfix.md's main.cf lines for rspamd and spamd, with this instance's ports, and the header_checks
     table (in rspamd's directory) with our authserv-id."""
@@ -326,3 +336,22 @@ def head_of(data: bytes) -> list[str]:
 
 def field(head: list[str], name: str) -> list[str]:
     return [line.split(":", 1)[1].strip() for line in head if line.lower().startswith(name.lower() + ":")]
+
+
+def delivered(
+    postfix: Postfix,
+    sink: Sink,
+    milters: AuthMilters | MilterProgram,
+    raw: bytes,
+    marker: str,
+    client: str = ELSEWHERE,
+    port: int = 0,
+) -> list[str]:
+    """The header fields of `raw` as the sink got it, sent through Postfix from `client` (a failure shows the
+    verifying milters' output)."""
+    send_from(postfix, client, "mail.shop.example", "bounce@shop.example", raw, port)
+    try:
+        [data] = sink.wait_for(marker, timeout=60)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{postfix.log()}\n{milters.output()}") from e
+    return head_of(data)

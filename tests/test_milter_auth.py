@@ -44,6 +44,7 @@ from tests.milter_auth_helpers import (
     auth_milters_main_cf,
     auth_milters_missing,
     auth_spamd_toml,
+    delivered,
     field,
     head_of,
     running_auth_milters,
@@ -103,17 +104,6 @@ def postfix(sink: Sink, milters: AuthMilters, trusting_spamd: Spamd) -> Iterator
     )
     with running_postfix(sink.port, main=main, services=unchecked) as postfix:
         yield postfix
-
-
-def delivered(
-    postfix: Postfix, sink: Sink, milters: AuthMilters, raw: bytes, marker: str, client: str, port: int = 0
-) -> list[str]:
-    send_from(postfix, client, "mail.shop.example", "bounce@shop.example", raw, port)
-    try:
-        [data] = sink.wait_for(marker, timeout=60)
-    except AssertionError as e:
-        raise AssertionError(f"{e}\n{postfix.log()}\n{milters.output()}") from e
-    return head_of(data)
 
 
 def test_a_signed_message_passes_as_opendkim_and_opendmarc_found_it(

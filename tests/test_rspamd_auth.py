@@ -8,7 +8,6 @@ smtplib as if from outside, through Postfix's XCLIENT.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 
 import pytest
@@ -17,16 +16,14 @@ from tests.auth_helpers import SigningKeys, mail, publish
 from tests.dns_helpers import ZoneServer
 from tests.milter_auth_helpers import (
     AUTHSERV_ID,
-    ELSEWHERE,
     OUTSIDE_CLIENTS,
     MilterProgram,
     auth_spamd_toml,
+    delivered,
     field,
-    head_of,
     rspamd_main_cf,
-    rspamd_milter,
     rspamd_missing,
-    send_from,
+    running_rspamd,
 )
 from tests.postfix_helpers import Postfix, Sink, Spamd, running_postfix
 
@@ -50,12 +47,8 @@ def sink() -> Iterator[Sink]:
 
 @pytest.fixture(scope="module")
 def rspamd(zone: ZoneServer) -> Iterator[MilterProgram]:
-    milter = rspamd_milter(zone)
-    try:
-        yield milter.start()
-    finally:
-        milter.stop()
-        shutil.rmtree(milter.directory, ignore_errors=True)
+    with running_rspamd(zone) as milter:
+        yield milter
 
 
 @pytest.fixture(scope="module")
@@ -72,15 +65,6 @@ def postfix(sink: Sink, rspamd: MilterProgram, trusting_spamd: Spamd) -> Iterato
     main = rspamd_main_cf(rspamd, trusting_spamd.milter_port) | OUTSIDE_CLIENTS | {"myhostname": AUTHSERV_ID}
     with running_postfix(sink.port, main=main) as postfix:
         yield postfix
-
-
-def delivered(postfix: Postfix, sink: Sink, rspamd: MilterProgram, raw: bytes, marker: str) -> list[str]:
-    send_from(postfix, ELSEWHERE, "mail.shop.example", "bounce@shop.example", raw)
-    try:
-        [data] = sink.wait_for(marker, timeout=60)
-    except AssertionError as e:
-        raise AssertionError(f"{e}\n{postfix.log()}\nrspamd: {rspamd.output()}") from e
-    return head_of(data)
 
 
 SPF_NONE = "spf=none smtp.mailfrom=shop.example"  # the zone publishes no SPF record for shop.example
