@@ -8,10 +8,9 @@ authenticates nothing and fails nothing.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import dkim  # dkimpy ships no type information
 
@@ -142,7 +141,7 @@ class Authenticator:
             # An MTA's arc= names no sealer (RFC 8617 defines no property for it), so trusted sealers
             # are checked here: only for mail that carries a chain, and only with sealers configured.
             arc, sealer = self._arc(raw, headers, budget)
-            return result if arc == "none" else dataclasses.replace(result, arc=arc, arc_sealer=sealer)
+            return result if arc == "none" else replace(result, arc=arc, arc_sealer=sealer)
         signatures = verify_signatures(raw, self.resolver, budget)
         spf = check_spf(session, self.resolver, budget) if session is not None and session.client_ip else None
         dmarc = None
