@@ -18,7 +18,7 @@ from spamd.mail.auth.records import RecordError
 from spamd.mail.auth.verify import Authenticator, AuthResult
 from spamd.mail.message import parse_message
 from spamd.model.bayes import Verdict
-from spamd.people.senders import from_address
+from spamd.people.senders import from_address, sender_names
 from tests.auth_helpers import SigningKey, SigningKeys, authenticator, mail
 from tests.cli_helpers import run_spamctl
 from tests.dns_helpers import ZoneServer
@@ -147,6 +147,22 @@ def test_a_valid_signature_of_another_domain_does_not_authenticate_a_forged_from
     assert dkim_results(result) == [("other.example", "pass")]
     assert result.dmarc is not None and result.dmarc.result == "fail"
     assert result.from_authenticated() == ""
+
+
+def test_dmarc_checks_the_from_address_not_an_address_in_the_display_name(
+    auth_zone: ZoneServer, test_keys: SigningKeys
+) -> None:
+    # The shop's own mail, whose display name carries another domain's address.
+    result = verify(
+        authenticator(auth_zone), test_keys.shop.sign(mail(sender='"help@bank.example" <deals@shop.example>'))
+    )
+    assert result.from_domain == "shop.example" and result.from_authenticated() == "dmarc"
+    # Another domain's mail that names the shop in its display name is that domain's, never the shop's.
+    forged = test_keys.other.sign(mail(sender='"deals@shop.example" <news@other.example>'))
+    result = verify(authenticator(auth_zone), forged)
+    assert result.from_domain == "other.example"
+    assert "header.from=shop.example" not in result.header()
+    assert sender_names(parse_message(forged, ParserConfig())) == ["from=news@other.example"]
 
 
 def test_a_subdomain_signature_aligns_relaxed(auth_zone: ZoneServer, test_keys: SigningKeys) -> None:

@@ -10,6 +10,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,6 +27,7 @@ from spamd.people.senders import (
     SenderReputation,
     Way,
     counted_senders,
+    from_address,
     keys_of_senders,
     sender_names,
 )
@@ -46,6 +48,34 @@ def test_a_message_is_from_its_lists_and_its_from_address():
     assert sender_names(message) == ["from=news@shop.example", "list-id=offers.shop.example", "list-id=second"]
     assert sender_names(parsed("From: nobody at all\nSubject: x")) == []
     assert len(keys_of_senders(sender_names(message))) == 3
+
+
+@pytest.mark.parametrize(
+    ("value", "address"),
+    [
+        ('"The Shop" <News@Shop.Example>', "news@shop.example"),
+        ("news@shop.example (The Shop)", "news@shop.example"),
+        # An address in the display name or a comment is what the sender says, not who it is.
+        ('"Proton Mail Alert notification@proton.me" <taoheed@gmail.example>', "taoheed@gmail.example"),
+        ("support@bank.example <x@elsewhere.example>", "x@elsewhere.example"),
+        ('"Shop <deals@shop.example>" <x@elsewhere.example>', "x@elsewhere.example"),
+        ("x@elsewhere.example (deals@shop.example)", "x@elsewhere.example"),
+        ("x@elsewhere.example ((nested deals@shop.example) comment)", "x@elsewhere.example"),
+        ("(deals@shop.example)", None),
+        # The first mailbox of a list, and of a group.
+        ("first@one.example, Second <second@two.example>", "first@one.example"),
+        ("Friends: a@one.example, b@two.example;", "a@one.example"),
+        ("undisclosed-recipients:;", None),
+        ("<>", None),
+        # A quoted local part is the address's own, its domain the one that counts.
+        ('"deals@shop.example"@elsewhere.example', "dealsshop.example@elsewhere.example"),
+        ('<"Books@Books"@publisher.example>', "booksbooks@publisher.example"),
+        ("Jo <@relay.example,@hop.example:jo@home.example>", "jo@home.example"),
+        ("nobody at all", None),
+    ],
+)
+def test_the_from_address_is_the_first_mailboxs_own(value: str, address: str | None) -> None:
+    assert from_address(value) == address
 
 
 @settings(max_examples=300, deadline=None)
