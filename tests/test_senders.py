@@ -60,6 +60,7 @@ def test_a_message_is_from_its_lists_and_its_from_address():
         ("support@bank.example <x@elsewhere.example>", "x@elsewhere.example"),
         ('"Shop <deals@shop.example>" <x@elsewhere.example>', "x@elsewhere.example"),
         ("x@elsewhere.example (deals@shop.example)", "x@elsewhere.example"),
+        ("Shop <deals@shop.example> <x@elsewhere.example>", "x@elsewhere.example"),  # an encoded name, decoded
         ("x@elsewhere.example ((nested deals@shop.example) comment)", "x@elsewhere.example"),
         ("(deals@shop.example)", None),
         # The first mailbox of a list, and of a group.
@@ -76,6 +77,12 @@ def test_a_message_is_from_its_lists_and_its_from_address():
 )
 def test_the_from_address_is_the_first_mailboxs_own(value: str, address: str | None) -> None:
     assert from_address(value) == address
+
+
+def test_an_address_in_an_encoded_display_name_is_not_the_sender() -> None:
+    message = parsed("From: =?utf-8?q?The_Shop_=3Cdeals@shop.example=3E?= <x@elsewhere.example>")
+    assert "<deals@shop.example>" in message.header("from")  # the parser decoded the name
+    assert sender_names(message) == ["from=x@elsewhere.example"]
 
 
 @settings(max_examples=300, deadline=None)
