@@ -253,6 +253,40 @@ def test_a_forgers_seal_on_top_of_a_trusted_chain_vouches_for_nothing(
     assert (result.arc, result.arc_sealer, result.list_authenticated("deals.lists.example")) == ("pass", "", "")
 
 
+def forwarded(raw: bytes, forwarder: SigningKey, recorded: str) -> bytes:
+    """`raw` as a forwarder passes it on: its MTA recorded `recorded`, a footer added, then sealed."""
+    head, body = (f"Authentication-Results: {forwarder.domain}; {recorded}\r\n".encode() + raw).split(b"\r\n\r\n", 1)
+    return sealed(head + b"\r\n\r\n" + body + b"-- \r\nforwarded\r\n", forwarder)
+
+
+def test_a_trusted_forwarder_vouches_for_no_list_id_written_into_the_mail_it_sealed(
+    auth_zone: ZoneServer, test_keys: SigningKeys
+) -> None:
+    """Anyone can send mail through a forwarder whose seal is trusted (a big mailbox provider's
+    forwarding, say) with the List-Id of a list someone rescued: the seal says the forwarder passed
+    it on, not that the list sent it."""
+    spam = mail(sender="Deals <deals@other.example>", extra="List-Id: Shop news <news.lists.example>\r\n")
+    result = verify(
+        authenticator(auth_zone, trusted_arc_sealers=("other.example",)),
+        forwarded(test_keys.other.sign(spam), test_keys.other, "dkim=pass header.d=other.example"),
+    )
+    assert (result.arc, result.arc_sealer) == ("pass", "other.example")
+    assert result.list_authenticated("news.lists.example") == ""
+
+
+def test_a_trusted_forwarder_vouches_for_the_list_whose_signature_it_verified(
+    auth_zone: ZoneServer, test_keys: SigningKeys
+) -> None:
+    """The list's own signed mail, changed by a trusted forwarder after it recorded the list's DKIM pass."""
+    listed = test_keys.lists.sign(mail(extra="List-Id: Shop news <news.lists.example>\r\n"))
+    trusting = authenticator(auth_zone, trusted_arc_sealers=("other.example",))
+    result = verify(trusting, forwarded(listed, test_keys.other, "dkim=pass header.d=lists.example"))
+    assert dkim_results(result) == [("lists.example", "fail")]  # the forwarder's footer broke it
+    assert result.list_authenticated("news.lists.example") == "arc:other.example"
+    unverified = verify(trusting, forwarded(listed, test_keys.other, "dkim=fail header.d=lists.example"))
+    assert unverified.list_authenticated("news.lists.example") == ""
+
+
 # ---------------------------------------------------------------- trusted Authentication-Results
 
 

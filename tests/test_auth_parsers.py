@@ -26,7 +26,7 @@ from spamd.mail.auth.dmarc import DmarcResult, evaluate, parse_dmarc_record
 from spamd.mail.auth.dns import Budget, CachingResolver
 from spamd.mail.auth.records import RecordError, parse_tag_list
 from spamd.mail.auth.spf import SmtpSession, check_spf
-from spamd.mail.auth.verify import Authenticator, AuthResult, report_token, reported_results
+from spamd.mail.auth.verify import Authenticator, AuthResult, report_token, reported_results, sealed_dkim_passes
 from spamd.mail.message import parse_message
 from spamd.people.senders import from_address
 from tests.auth_helpers import SigningKey, SigningKeys
@@ -62,6 +62,24 @@ def test_any_authentication_results_parse_or_are_a_record_error(text: str) -> No
     except RecordError:
         return
     assert parsed.authserv_id and all(r.method and r.result for r in parsed.results)
+
+
+@given(
+    st.one_of(
+        st.binary(max_size=400),
+        TAGGY.map(str.encode),
+        st.builds(lambda a, b: f"i=1; mx.example; dkim=pass header.d={a}; {b}".encode(), TAGGY, TAGGY),
+    )
+)
+def test_any_arc_authentication_results_give_domains_or_none(value: bytes) -> None:
+    passes = sealed_dkim_passes(value)
+    assert isinstance(passes, tuple) and all(isinstance(d, str) and d for d in passes)
+
+
+def test_the_dkim_passes_a_sealer_recorded_are_read() -> None:
+    value = b"i=2; mx.fwd.example;\r\n dkim=pass header.d=Lists.Example; dkim=fail header.d=x.example; dkim=pass header.i=@y.example"
+    assert sealed_dkim_passes(value) == ("lists.example", "y.example")
+    assert sealed_dkim_passes(b"mx.fwd.example; dkim=pass header.d=lists.example") == ()  # no instance
 
 
 @given(st.lists(st.tuples(st.sampled_from(["received", "authentication-results", "from"]), ANY_TEXT), max_size=8))

@@ -15,11 +15,12 @@ from dataclasses import dataclass, replace
 import dkim  # dkimpy ships no type information
 
 from spamd.config import AuthConfig
-from spamd.mail.auth.authres import AuthenticationResults, MethodResult, trusted_results
+from spamd.mail.auth.authres import AuthenticationResults, MethodResult, parse_authentication_results, trusted_results
 from spamd.mail.auth.dkim import _QUIET, SignatureResult, length_limited_beyond, verify_signatures
 from spamd.mail.auth.dmarc import DmarcResult, evaluate
 from spamd.mail.auth.dns import Budget, CachingResolver, DnsTemporaryError
 from spamd.mail.auth.domains import aligned, normalized, organizational_domain
+from spamd.mail.auth.records import RecordError
 from spamd.mail.auth.spf import SmtpSession, check_spf
 
 
@@ -34,6 +35,8 @@ class AuthResult:
     arc: str = "none"  # pass, fail, none, temperror
     arc_sealer: str = ""  # d= of the newest ARC-Seal when the chain passed and the sealer is trusted
     source: str = "none"  # "spamd", "authserv-id NAME", or "none" (off, or nothing to check)
+    # The domains whose DKIM pass that trusted sealer recorded in its ARC-Authentication-Results.
+    arc_dkim_passes: tuple[str, ...] = ()
 
     def dkim_passes(self) -> list[str]:
         return [s.domain for s in self.dkim if s.result == "pass" and s.domain]
@@ -52,12 +55,20 @@ class AuthResult:
         return ""
 
     def list_authenticated(self, list_id: str) -> str:
-        """How a List-Id is authenticated ("dkim:D" by the list's own domain, "arc:SEALER"), or ""."""
+        """How a List-Id is authenticated ("dkim:D" by the list's own domain, "arc:SEALER"), or "".
+
+        A trusted sealer vouches for what it saw, not for every header it passed on: for the list's
+        mail when it is the list's own domain (the list sealed what it sent), or when its sealed
+        results record a DKIM pass by that domain (it verified the list's signature before a change
+        broke it). A List-Id that someone wrote into mail a trusted forwarder sealed is still a claim.
+        """
         list_domain = organizational_domain(list_id)
         for domain in self.dkim_passes():
             if organizational_domain(domain) == list_domain:
                 return "dkim:" + domain
-        if self.arc_sealer:
+        if self.arc_sealer and any(
+            organizational_domain(domain) == list_domain for domain in (self.arc_sealer, *self.arc_dkim_passes)
+        ):
             return "arc:" + self.arc_sealer
         return ""
 
@@ -140,8 +151,10 @@ class Authenticator:
             result = from_trusted_headers(trusted, from_domain, length_limited_beyond(raw))
             # An MTA's arc= names no sealer (RFC 8617 defines no property for it), so trusted sealers
             # are checked here: only for mail that carries a chain, and only with sealers configured.
-            arc, sealer = self._arc(raw, headers, budget)
-            return result if arc == "none" else replace(result, arc=arc, arc_sealer=sealer)
+            arc, sealer, sealed_passes = self._arc(raw, headers, budget)
+            return (
+                result if arc == "none" else replace(result, arc=arc, arc_sealer=sealer, arc_dkim_passes=sealed_passes)
+            )
         signatures = verify_signatures(raw, self.resolver, budget)
         spf = check_spf(session, self.resolver, budget) if session is not None and session.client_ip else None
         dmarc = None
@@ -150,13 +163,14 @@ class Authenticator:
             passes = [s.domain for s in signatures if s.result == "pass"]
             spf_pass = spf[0] if spf is not None and spf[1] == "pass" else None
             dmarc = evaluate(from_domain, passes, spf_pass, self.resolver, budget)
-        arc, sealer = self._arc(raw, headers, budget)
-        return AuthResult(from_domain, signatures, spf, dmarc, arc, sealer, "spamd")
+        arc, sealer, sealed_passes = self._arc(raw, headers, budget)
+        return AuthResult(from_domain, signatures, spf, dmarc, arc, sealer, "spamd", sealed_passes)
 
-    def _arc(self, raw: bytes, headers: Sequence[tuple[str, str]], budget: Budget) -> tuple[str, str]:
-        """The ARC chain's result, and its newest sealer if that one is trusted (only checked with trusted sealers)."""
+    def _arc(self, raw: bytes, headers: Sequence[tuple[str, str]], budget: Budget) -> tuple[str, str, tuple[str, ...]]:
+        """The ARC chain's result, its newest sealer if that one is trusted, and the DKIM passes that sealer
+        recorded (`sealed_dkim_passes`); checked only with trusted sealers."""
         if not self.config.trusted_arc_sealers or not any(name == "arc-seal" for name, _ in headers):
-            return "none", ""
+            return "none", "", ()
 
         def lookup(name: bytes, timeout: float = 5) -> bytes | None:
             records = self.resolver.txt(name.decode("ascii", "replace"), budget)
@@ -165,15 +179,32 @@ class Authenticator:
         try:
             chain, results, _reason = dkim.ARC(raw, logger=_QUIET, minkey=1024).verify(dnsfunc=lookup)
         except DnsTemporaryError:
-            return "temperror", ""
+            return "temperror", "", ()
         except Exception:  # dkimpy's parser on a hostile chain: it vouches for nothing
-            return "fail", ""
+            return "fail", "", ()
         if chain != dkim.CV_Pass or not results:
-            return "fail" if chain == dkim.CV_Fail else "none", ""
+            return "fail" if chain == dkim.CV_Fail else "none", "", ()
         newest = max(results, key=lambda r: r.get("instance", 0))
         sealer = normalized(newest.get("as-domain", b"").decode("ascii", "replace"))
-        trusted = {normalized(s) for s in self.config.trusted_arc_sealers}
-        return "pass", sealer if sealer in trusted else ""
+        if sealer not in {normalized(s) for s in self.config.trusted_arc_sealers}:
+            return "pass", "", ()
+        return "pass", sealer, sealed_dkim_passes(newest.get("aar-value", b""))
+
+
+def sealed_dkim_passes(aar_value: bytes) -> tuple[str, ...]:
+    """The domains an ARC-Authentication-Results value ("i=N; authserv-id; dkim=pass header.d=D; ...")
+    records a DKIM pass for; none if it cannot be read."""
+    text = aar_value.decode("ascii", "replace").replace("\r\n", "")
+    instance, separator, rest = text.partition(";")
+    if not separator or not instance.strip().lower().startswith("i="):
+        return ()
+    try:
+        recorded = parse_authentication_results(rest)
+    except RecordError:
+        return ()
+    passes = (normalized(r.get("header.d") or r.get("header.i").rpartition("@")[2]) for r in recorded.results
+              if r.method == "dkim" and r.result == "pass")  # fmt: skip
+    return tuple(dict.fromkeys(domain for domain in passes if domain))
 
 
 def _commented_policy(comment: str) -> str:
