@@ -15,7 +15,7 @@ from spamd.engine.engine import Engine
 from spamd.mail.auth.authres import parse_authentication_results
 from spamd.mail.auth.dns import SERVER_DOWN_AFTER, SERVER_PROBE_S, Budget, CachingResolver, DnsTemporaryError
 from spamd.mail.auth.records import RecordError
-from spamd.mail.auth.verify import Authenticator, AuthResult
+from spamd.mail.auth.verify import MAX_ARC_BYTES, Authenticator, AuthResult
 from spamd.mail.message import parse_message
 from spamd.model.bayes import Verdict
 from spamd.people.senders import from_address, sender_names
@@ -222,13 +222,14 @@ def through_the_list(test_keys: SigningKeys, footer: bytes = b"-- \r\nthe news l
 
 @pytest.mark.parametrize(
     ("sealers", "arc", "sealer"),
-    [((), "none", ""), (("lists.example",), "pass", "lists.example"), (("other.example",), "pass", "")],
+    [((), "none", ""), (("lists.example",), "pass", "lists.example"), (("other.example",), "none", "")],
 )
 def test_a_list_that_breaks_dkim_and_seals_is_vouched_for_only_by_a_trusted_sealer(
     auth_zone: ZoneServer, test_keys: SigningKeys, sealers: tuple[str, ...], arc: str, sealer: str
 ) -> None:
-    """ARC is checked only with trusted sealers set; a passing chain vouches for the List-Id only when
-    its newest sealer is one of them. The From stays unauthenticated: the list broke the shop's DKIM."""
+    """ARC is checked only with trusted sealers set, and only a chain whose newest seal names one of them
+    (no other could vouch for anything); a passing chain vouches for the List-Id only when its newest
+    sealer is one of them. The From stays unauthenticated: the list broke the shop's DKIM."""
     result = verify(authenticator(auth_zone, trusted_arc_sealers=sealers), through_the_list(test_keys))
     assert dkim_results(result) == [("shop.example", "fail")] and result.from_authenticated() == ""
     assert (result.arc, result.arc_sealer) == (arc, sealer)
@@ -246,11 +247,31 @@ def test_a_forgers_seal_on_top_of_a_trusted_chain_vouches_for_nothing(
     auth_zone: ZoneServer, test_keys: SigningKeys
 ) -> None:
     """A forger passes the list's sealed mail on with a List-Id of its choosing and seals it itself: the
-    chain is whole, and its newest sealer is the forger's domain, which no one trusts."""
+    chain is whole, and its newest sealer is the forger's domain, which no one trusts (so it is not even
+    checked); a seal that names the trusted sealer, signed by the forger's key, is checked and fails."""
     relisted = through_the_list(test_keys).replace(b"<news.lists.example>", b"<deals.lists.example>")
     forged = sealed(b"Authentication-Results: other.example; arc=pass\r\n" + relisted, test_keys.other)
-    result = verify(authenticator(auth_zone, trusted_arc_sealers=("lists.example",)), forged)
-    assert (result.arc, result.arc_sealer, result.list_authenticated("deals.lists.example")) == ("pass", "", "")
+    trusting = authenticator(auth_zone, trusted_arc_sealers=("lists.example",))
+    result = verify(trusting, forged)
+    assert (result.arc, result.arc_sealer, result.list_authenticated("deals.lists.example")) == ("none", "", "")
+    posing = dataclasses.replace(test_keys.other, domain="lists.example")  # the forger's key, the list's name
+    result = verify(trusting, sealed(b"Authentication-Results: lists.example; arc=pass\r\n" + relisted, posing))
+    assert (result.arc, result.arc_sealer, result.list_authenticated("deals.lists.example")) == ("fail", "", "")
+
+
+def test_only_a_chain_a_trusted_sealer_closed_and_not_too_big_is_checked(
+    auth_zone: ZoneServer, test_keys: SigningKeys
+) -> None:
+    """dkimpy hashes the body again for every ARC set: a chain that could vouch for nothing, or whose sets
+    times the message's size pass MAX_ARC_BYTES, asks no DNS and costs no hashing. The list's key
+    domain answers nothing here, so a chain that was checked would be a temperror."""
+    auth_zone.silent.add("_domainkey.lists.example")
+    quick = authenticator(auth_zone, trusted_arc_sealers=("lists.example",), dns_budget_s=0.3)
+    assert verify(quick, through_the_list(test_keys)).arc == "temperror"  # checked: the key look-up is asked
+    big = through_the_list(test_keys, footer=(b"x" * 76 + b"\r\n") * (MAX_ARC_BYTES // 78))
+    assert verify(quick, big).arc == "none"
+    assert verify(authenticator(auth_zone, trusted_arc_sealers=("other.example",), dns_budget_s=0.3),
+                  through_the_list(test_keys)).arc == "none"  # fmt: skip
 
 
 def forwarded(raw: bytes, forwarder: SigningKey, recorded: str) -> bytes:
