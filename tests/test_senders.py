@@ -63,6 +63,7 @@ def test_a_message_is_from_its_lists_and_its_from_address():
         ("Shop <deals@shop.example> <x@elsewhere.example>", "x@elsewhere.example"),  # an encoded name, decoded
         ("x@elsewhere.example ((nested deals@shop.example) comment)", "x@elsewhere.example"),
         ("(deals@shop.example)", None),
+        ('"a quote left open <deals@shop.example>', None),  # runs to the end, as a reader takes it
         # The first mailbox of a list, and of a group.
         ("first@one.example, Second <second@two.example>", "first@one.example"),
         ("Friends: a@one.example, b@two.example;", "a@one.example"),

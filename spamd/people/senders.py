@@ -83,16 +83,17 @@ _ADDRESS = re.compile(r"[\w.+\-]+@[\w\-]+(?:\.[\w\-]+)+")
 _ADDRESS_BREAKS = re.compile(r"[\s<>,;:\"'()\[\]]+")
 # What a From says beside its address (RFC 5322 section 3.4): a quoted display name, a comment,
 # and the angle brackets around the address when there is a display name. A quoted string
-# followed by "@" is the address's local part, not a name.
-_QUOTED_NAME = re.compile(r'"(?:[^"\\]|\\.)*"(?!\s*@)')
-_QUOTED_LOCAL_PART = re.compile(r'"((?:[^"\\]|\\.)*)"(?=\s*@)')
+# followed by "@" is the address's local part, not a name. A quote left open runs to the end,
+# as a reader takes it, and nothing in one is given back: "\"\"\"..." with every further quote
+# escaped restarted a scan to the end at each of them (84 ms for 2,000 characters; now 0.1).
+_QUOTED = re.compile(r'"([^"\\]*+(?:\\.[^"\\]*+)*+)(?:"|\\?\Z)(\s*@)?')
 _COMMENT = re.compile(r"\([^()]*\)")
 _ANGLE_ADDRESS = re.compile(r"<([^<>]*)>")
 _LIST_ID = re.compile(r"<([^<>]+)>")
 
 
 # Cached: each message's From is read twice (its senders, and the domain DMARC checks), and senders
-# repeat. A value is at most 4,096 characters (the parser's cap): 1,024 of them at most 8 MB.
+# repeat. A value is at most 4,096 characters (the parser's cap): 1,024 of them at most 16 MB.
 @functools.lru_cache(maxsize=1024)
 def from_address(value: str) -> str | None:
     """The address of a From value's first mailbox (its first 2,000 characters), lower-cased.
@@ -107,7 +108,7 @@ def from_address(value: str) -> str | None:
     """
     text = value[:2000].lower()
     if '"' in text:
-        text = _QUOTED_LOCAL_PART.sub(_local_part, _QUOTED_NAME.sub(" ", text))
+        text = _QUOTED.sub(_without_quoted_name, text)
     for _ in range(3):  # comments nest: each pass takes away the innermost
         if "(" not in text:
             break
@@ -123,9 +124,12 @@ def from_address(value: str) -> str | None:
     return None
 
 
-def _local_part(quoted: re.Match[str]) -> str:
-    """A quoted local part ("a b"@example.com) as the characters an address piece may hold."""
-    return re.sub(r"[^\w.+\-]", "", quoted.group(1)) or "quoted"
+def _without_quoted_name(quoted: re.Match[str]) -> str:
+    """A quoted display name as a space; a quoted local part ("a b"@example.com) as the characters an
+    address piece may hold, still before its "@"."""
+    if quoted.group(2) is None:
+        return " "
+    return (re.sub(r"[^\w.+\-]", "", quoted.group(1)) or "quoted") + "@"
 
 
 def _first_address(text: str) -> str | None:
