@@ -173,9 +173,11 @@ class Authenticator:
         Only a chain whose newest seal names a trusted sealer can vouch for anything, so no other is
         checked ("none"), nor one past MAX_ARC_BYTES: dkimpy hashes the body again for every ARC set.
         """
+        if not self.config.trusted_arc_sealers:  # every message comes here: nothing to gather then
+            return "none", "", ()
         trusted = {normalized(s) for s in self.config.trusted_arc_sealers}
         seals = [value for name, value in headers if name == "arc-seal"]
-        if not trusted or not seals or newest_seal_domain(seals) not in trusted:
+        if not seals or newest_seal_domain(seals) not in trusted:
             return "none", "", ()
         if len(seals) * len(raw) > MAX_ARC_BYTES:
             return "none", "", ()
