@@ -6,6 +6,7 @@ published by tests.dns_helpers' loopback server: never the internet's DNS.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -50,6 +51,18 @@ def publish(zone: ZoneServer, keys: SigningKeys) -> None:
     zone.txt("old1._domainkey.shop.example", "v=DKIM1; k=rsa; p=")
     zone.txt("_dmarc.shop.example", "v=DMARC1; p=reject; adkim=r")
     zone.txt("_dmarc.other.example", "v=DMARC1; p=none")
+
+
+@contextlib.contextmanager
+def published_zone(keys: SigningKeys) -> Iterator[ZoneServer]:
+    """A loopback DNS server of its own publishing `keys` (`publish`), for a module's fixtures; stopped after."""
+    zone = ZoneServer()
+    zone.start()
+    try:
+        publish(zone, keys)
+        yield zone
+    finally:
+        zone.stop()
 
 
 @pytest.fixture

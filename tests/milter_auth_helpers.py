@@ -38,7 +38,7 @@ import dns.rdatatype
 from tests.daemon_helpers import crlf, wait_until_sync
 from tests.dns_helpers import ZoneServer
 from tests.doc_snippets import main_cf_settings, snippet, with_placeholders
-from tests.postfix_helpers import Postfix, Sink, free_port, postfix_directory, postfix_missing
+from tests.postfix_helpers import Postfix, Sink, Spamd, free_port, postfix_directory, postfix_missing
 
 OPENDKIM = Path("/usr/sbin/opendkim")
 OPENDMARC = Path("/usr/sbin/opendmarc")
@@ -231,6 +231,16 @@ def auth_spamd_toml(zone: ZoneServer) -> str:
 # ---------------------------------------------------------------- rspamd as the verifying milter
 
 RSPAMD = Path("/usr/bin/rspamd")
+
+
+@contextlib.contextmanager
+def running_trusting_spamd(directory: Path, zone: ZoneServer) -> Iterator[Spamd]:
+    """spamd as a milter behind the verifying milters, trusting their results (`auth_spamd_toml`)."""
+    spamd = Spamd(directory, auth_spamd_toml(zone), milter=True).start()
+    try:
+        yield spamd
+    finally:
+        spamd.stop()
 
 
 def rspamd_missing() -> str | None:

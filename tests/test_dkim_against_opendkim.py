@@ -21,9 +21,8 @@ from hypothesis import strategies as st
 from spamd.evaluation.opendkim_library import OpenDkim, library_missing
 from spamd.mail.auth.dkim import verify_signatures
 from spamd.mail.auth.dns import Budget, CachingResolver
-from tests.auth_helpers import SigningKeys, mail, publish
+from tests.auth_helpers import SigningKeys, mail, published_zone
 from tests.daemon_helpers import crlf
-from tests.dns_helpers import ZoneServer
 
 pytestmark = pytest.mark.real_program(library_missing())
 
@@ -59,22 +58,19 @@ def mutations(signed: bytes) -> Iterator[tuple[str, bytes]]:
 def verifiers(test_keys: SigningKeys) -> Iterator[tuple[Callable[[bytes], str | None], Callable[[bytes], str | None]]]:
     """(spamd, OpenDKIM): each one's result for shop.example's signature of a message (RSA or Ed25519), None
     where it gives none."""
-    zone = ZoneServer()
-    zone.start()
-    publish(zone, test_keys)
-    resolver = CachingResolver((zone.address,))
-    opendkim = OpenDkim(resolver)
+    with published_zone(test_keys) as zone:
+        resolver = CachingResolver((zone.address,))
+        opendkim = OpenDkim(resolver)
 
-    def ours(raw: bytes) -> str | None:
-        found = [s.result for s in verify_signatures(raw, resolver, Budget(10.0)) if s.domain == "shop.example"]
-        return found[0] if found else None
+        def ours(raw: bytes) -> str | None:
+            found = [s.result for s in verify_signatures(raw, resolver, Budget(10.0)) if s.domain == "shop.example"]
+            return found[0] if found else None
 
-    def theirs(raw: bytes) -> str | None:
-        found = [result for domain, result in opendkim.verify(raw) if domain == "shop.example"]
-        return found[0] if found else None
+        def theirs(raw: bytes) -> str | None:
+            found = [result for domain, result in opendkim.verify(raw) if domain == "shop.example"]
+            return found[0] if found else None
 
-    yield ours, theirs
-    zone.stop()
+        yield ours, theirs
 
 
 # Where spamd is stricter than OpenDKIM: dkimpy's rules, which spamd keeps. (spamd's, OpenDKIM's) verdict

@@ -32,7 +32,7 @@ from spamd.frontends.milter import (
     packet,
 )
 from spamd.model.bayes import Label
-from tests.auth_helpers import SigningKeys, mail, publish
+from tests.auth_helpers import SigningKeys, mail, published_zone
 from tests.daemon_helpers import crlf
 from tests.dns_helpers import ZoneServer
 from tests.milter_auth_helpers import (
@@ -43,11 +43,11 @@ from tests.milter_auth_helpers import (
     AuthMilters,
     auth_milters_main_cf,
     auth_milters_missing,
-    auth_spamd_toml,
     delivered,
     field,
     head_of,
     running_auth_milters,
+    running_trusting_spamd,
     send_from,
 )
 from tests.postfix_helpers import Postfix, Sink, Spamd, free_port, message, milter_main_cf, running_postfix
@@ -57,16 +57,13 @@ pytestmark = pytest.mark.real_program(auth_milters_missing())
 
 @pytest.fixture(scope="module")
 def zone(test_keys: SigningKeys) -> Iterator[ZoneServer]:
-    zone = ZoneServer()
-    zone.start()
-    publish(zone, test_keys)  # DKIM keys; _dmarc.shop.example p=reject, _dmarc.other.example p=none
-    zone.txt("shop.example", f"v=spf1 ip4:{SHOP_SERVER} -all")
-    zone.txt("mail.shop.example", f"v=spf1 ip4:{SHOP_SERVER} -all")  # its HELO name, checked for bounces
-    zone.txt("soft.example", f"v=spf1 ip4:{SHOP_SERVER} ~all")
-    zone.txt("relay6.example", "v=spf1 ip6:2001:db8::/32 -all")
-    zone.silent.add("silent.example")
-    yield zone
-    zone.stop()
+    with published_zone(test_keys) as zone:  # DKIM keys; _dmarc.shop.example p=reject, _dmarc.other.example p=none
+        zone.txt("shop.example", f"v=spf1 ip4:{SHOP_SERVER} -all")
+        zone.txt("mail.shop.example", f"v=spf1 ip4:{SHOP_SERVER} -all")  # its HELO name, checked for bounces
+        zone.txt("soft.example", f"v=spf1 ip4:{SHOP_SERVER} ~all")
+        zone.txt("relay6.example", "v=spf1 ip6:2001:db8::/32 -all")
+        zone.silent.add("silent.example")
+        yield zone
 
 
 @pytest.fixture(scope="module")
@@ -86,9 +83,8 @@ def milters(zone: ZoneServer) -> Iterator[AuthMilters]:
 
 @pytest.fixture(scope="module")
 def trusting_spamd(tmp_path_factory: pytest.TempPathFactory, zone: ZoneServer) -> Iterator[Spamd]:
-    spamd = Spamd(tmp_path_factory.mktemp("trusting"), auth_spamd_toml(zone), milter=True).start()
-    yield spamd
-    spamd.stop()
+    with running_trusting_spamd(tmp_path_factory.mktemp("trusting"), zone) as spamd:
+        yield spamd
 
 
 # A second listener of the same Postfix without the docs' header_checks line: what it is there for.

@@ -12,18 +12,18 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.auth_helpers import SigningKeys, mail, publish
+from tests.auth_helpers import SigningKeys, mail, published_zone
 from tests.dns_helpers import ZoneServer
 from tests.milter_auth_helpers import (
     AUTHSERV_ID,
     OUTSIDE_CLIENTS,
     MilterProgram,
-    auth_spamd_toml,
     delivered,
     field,
     rspamd_main_cf,
     rspamd_missing,
     running_rspamd,
+    running_trusting_spamd,
 )
 from tests.postfix_helpers import Postfix, Sink, Spamd, running_postfix
 
@@ -32,11 +32,8 @@ pytestmark = pytest.mark.real_program(rspamd_missing())
 
 @pytest.fixture(scope="module")
 def zone(test_keys: SigningKeys) -> Iterator[ZoneServer]:
-    zone = ZoneServer()
-    zone.start()
-    publish(zone, test_keys)
-    yield zone
-    zone.stop()
+    with published_zone(test_keys) as zone:
+        yield zone
 
 
 @pytest.fixture(scope="module")
@@ -53,9 +50,8 @@ def rspamd(zone: ZoneServer) -> Iterator[MilterProgram]:
 
 @pytest.fixture(scope="module")
 def trusting_spamd(tmp_path_factory: pytest.TempPathFactory, zone: ZoneServer) -> Iterator[Spamd]:
-    spamd = Spamd(tmp_path_factory.mktemp("trusting-rspamd"), auth_spamd_toml(zone), milter=True).start()
-    yield spamd
-    spamd.stop()
+    with running_trusting_spamd(tmp_path_factory.mktemp("trusting-rspamd"), zone) as spamd:
+        yield spamd
 
 
 @pytest.fixture(scope="module")
