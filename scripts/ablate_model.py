@@ -65,10 +65,12 @@ from spamd.mail.message import parse_message, strip_own_headers
 from spamd.mail.tokenize import EVIDENCE_FAMILIES, evidence_tokens, salad_tokens, tokenize
 from spamd.model.bayes import Features, Label, MultinomialNB, Verdict, featurize
 from spamd.model.families import (
+    EVIDENCE,
     evidence_families,
     families_of,
     is_weighted,
     join_families,
+    kinds_of,
     message_sources,
     salad_weights,
 )
@@ -79,7 +81,7 @@ from spamd.people.senders import from_address
 # of its tokens (the last) are word salad's ([model] salad_tokens).
 Analyzed = tuple[list[str], str, str, dict[str, list[str]], int]
 # Part of the cache key: a cache written by another version of the analysis is not read.
-_ANALYSIS_VERSION = b"evidence-3+salad-2"
+_ANALYSIS_VERSION = b"evidence-3+salad-2+signers-1"
 # Sender authentication as the analysis runs it offline (no DNS: a corpus's keys are long
 # gone; each look-up is a temporary error), trusting the Authentication-Results of these
 # authserv-ids below any number of Received headers when --trusted-authserv-ids names them.
@@ -155,6 +157,17 @@ CANDIDATES = [
     Candidate("sender_claims+attachment_kinds", {"sender_claims": True, "attachment_kinds": True}),
     # Sender authentication's outcomes as tokens (spamd/mail/auth/outcomes.py).
     Candidate("auth_outcomes", {"auth_outcomes": True}),
+    # The structural evidence scored apart from the words ([model] evidence_weight; docs/accuracy.md "Evidence apart").
+    *[
+        Candidate(f"apart{w}{'-' + name if name else ''}", {"evidence_weight": w, **on})
+        for w in (0.5, 1.0, 2.0)
+        for name, on in [
+            ("", {}),
+            ("auth", {"auth_outcomes": True}),
+            ("all", {"auth_outcomes": True, "link_targets": True, "attachment_kinds": True, "bulk_marks": True}),
+        ]
+    ],
+    Candidate("all", {"auth_outcomes": True, "link_targets": True, "attachment_kinds": True, "bulk_marks": True}),
 ]
 _BY_NAME = {c.name: c for c in CANDIDATES}
 _CONFIG = Config()
@@ -219,15 +232,19 @@ def features(config: ModelConfig, item: Analyzed, family_tables: bool) -> Featur
     tokens, head, text, evidence, salad = item
     capped = salad_weights(tokens, salad, config)
     claims = [t for name in evidence_families(config) for t in evidence[name]]
-    if config.auth_outcomes:
-        claims = claims + evidence["auth_outcomes"]
-    tokens = tokens + claims
-    if capped is not None and claims:
-        capped = np.concatenate([capped, np.ones(len(claims))])
+    outcomes = evidence["auth_outcomes"] if config.auth_outcomes else []
+    words = len(tokens)
+    tokens = tokens + claims + outcomes
+    if capped is not None and claims + outcomes:
+        capped = np.concatenate([capped, np.ones(len(claims) + len(outcomes))])
     families = families_of(head, text, config)
     if not family_tables or not families:
         joined, weights = join_families(tokens, families, config, capped)
-        return featurize(joined, config.hash_bits, weights)
+        kinds = None
+        if config.evidence_weight:  # as spamd.learning.classifier gives them: outcomes are verified, never claims
+            kinds = kinds_of(words, claims, len(joined) - words - len(claims))
+            kinds[words + len(claims) : len(tokens)] = EVIDENCE
+        return featurize(joined, config.hash_bits, weights, kinds)
     parts = [featurize(tokens, config.hash_bits), *(featurize(found, config.hash_bits) for found, _ in families)]
     family_weights = [1.0, *(weight for _, weight in families)]
     return Features(
@@ -239,17 +256,26 @@ def features(config: ModelConfig, item: Analyzed, family_tables: bool) -> Featur
     )
 
 
+# One run's figures: (1-ROCA)%, trained, Unsure % of all mail, Unsure % of the ham, spam to Junk %, ham to Junk %.
+Figures = tuple[float, int, float, float, float, float]
+
+
 def run(
-    candidate: Candidate, stream: list[tuple[bool, Analyzed]], protocol: str, family_tables: bool = False
-) -> tuple[float, int, float, float]:
-    """One online run under `protocol` (spamd.evaluation.feedback's full, errors or people, seed 1): (1-ROCA)%, trained,
-    Unsure % of all mail, Unsure % of the ham."""
+    candidate: Candidate, stream: list[tuple[bool, Analyzed]], protocol: str, family_tables: bool = False,
+    before: list[tuple[bool, Analyzed]] | None = None,
+) -> Figures:  # fmt: skip
+    """One online run under `protocol` (spamd.evaluation.feedback's full, errors or people, seed 1), after the
+    model has learned `before` (full feedback, the thick threshold applied; None: from an empty model)."""
     config = ModelConfig(**candidate.model)  # type: ignore[arg-type]
     tables = 1 + config.osb + bool(config.char_ngrams) if family_tables else 1
     # A table per family, side by side: 2 more bits of buckets hold up to four.
     model = MultinomialNB(replace(config, hash_bits=config.hash_bits + 2) if tables > 1 else config)
+    for is_spam, item in before or []:  # the earlier mail, learned as spamctl eval's full feedback learns it
+        earlier, label = features(config, item, tables > 1), Label(int(is_spam))
+        if not left_unlearned(config, label, "eval", lambda earlier=earlier: model.score(earlier)):  # type: ignore[misc]
+            model.learn_one(earlier, label)
     scores, labels = np.empty(len(stream)), np.empty(len(stream), bool)
-    trained = unsure = ham_unsure = 0
+    trained = unsure = ham_unsure = spam_junk = ham_junk = 0
     feedback = Feedback(feedback_protocol(protocol))
     waiting: dict[int, Features] = {}
 
@@ -273,13 +299,19 @@ def run(
         scores[number], labels[number] = score.log_odds, is_spam
         unsure += score.verdict is Verdict.UNSURE
         ham_unsure += score.verdict is Verdict.UNSURE and not is_spam
+        spam_junk += score.verdict is Verdict.SPAM and is_spam
+        ham_junk += score.verdict is Verdict.SPAM and not is_spam
         waiting[number] = message
         for event in feedback.observe(number, Label(int(is_spam)), score.verdict, score.log_odds):
             learn(event)
         if not feedback.waits_for(number):
             waiting.pop(number, None)
-    hams = max(1, len(stream) - int(labels.sum()))
-    return one_minus_roca(scores, labels), trained, 100.0 * unsure / max(1, len(stream)), 100.0 * ham_unsure / hams
+    spams = int(labels.sum())
+    hams = max(1, len(stream) - spams)
+    return (
+        one_minus_roca(scores, labels), trained, 100.0 * unsure / max(1, len(stream)), 100.0 * ham_unsure / hams,
+        100.0 * spam_junk / max(1, spams), 100.0 * ham_junk / hams,
+    )  # fmt: skip
 
 
 def feedback_protocol(name: str) -> Protocol:
@@ -305,9 +337,15 @@ def model_time(candidate: Candidate, stream: list[tuple[bool, Analyzed]], rounds
     return best
 
 
-def _job(task: tuple[Candidate, str, Path, str, bool]) -> tuple[str, str, str, float, int, float, float]:
-    candidate, protocol, cache, name, family_tables = task
-    return (candidate.name, protocol, name, *run(candidate, pickle.loads(cache.read_bytes()), protocol, family_tables))
+def _job(task: tuple[Candidate, str, Path, str, bool, Path | None]) -> tuple[str, str, str, Figures]:
+    candidate, protocol, cache, name, family_tables, before = task
+    earlier = pickle.loads(before.read_bytes()) if before is not None else None
+    return (
+        candidate.name,
+        protocol,
+        name,
+        run(candidate, pickle.loads(cache.read_bytes()), protocol, family_tables, earlier),
+    )
 
 
 def main() -> int:
@@ -339,6 +377,12 @@ def main() -> int:
         default="",
         help="comma-separated: trust these Authentication-Results however deep below the Received headers "
         "(the corpus's original receivers, as if they were your own servers; a measurement, not a deployment)",
+    )
+    parser.add_argument(
+        "--before",
+        type=Path,
+        metavar="INDEX",
+        help="first contact: each run's model first learns this stream (full feedback), then is judged on the stream",
     )
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write every stream's figures here")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "spamd-ablate-model")
@@ -386,14 +430,18 @@ def main() -> int:
             scoring, learning = model_time(_BY_NAME[n], stream)
             print(f"| {n} | {scoring:.1f} | {learning:.1f} |")
         return 0
+    before = None
+    if args.before is not None:
+        before = cached_stream(args.before, args.work)[0]
+        print(f"each run first learns {stream_name(args.before)}", file=sys.stderr)
     tasks = [
-        (_BY_NAME[n], p, cache, name, args.family_tables)
+        (_BY_NAME[n], p, cache, name, args.family_tables, before)
         for n in names for p in protocols for name, cache in caches
     ]  # fmt: skip
-    results: dict[tuple[str, str, str], tuple[float, int, float, float]] = {}
+    results: dict[tuple[str, str, str], Figures] = {}
     with Pool(2) as pool:
-        for candidate, protocol, name, roca, trained, unsure, ham_unsure in pool.imap_unordered(_job, tasks):
-            results[candidate, protocol, name] = (roca, trained, unsure, ham_unsure)
+        for candidate, protocol, name, figures in pool.imap_unordered(_job, tasks):
+            results[candidate, protocol, name] = figures
     first, second = caches[0][0], caches[min(len(caches) - 1, 1 + len(variants))][0]
     header = (
         "| candidate | "
@@ -423,9 +471,18 @@ def main() -> int:
             for p in protocols
         ]  # fmt: skip
         print("| " + " | ".join(cells) + " |")
+    originals = [name for name, _ in caches if "," not in name]  # the streams as given, not derived
+    print("\n| candidate | feedback | " + " | ".join(originals) + " |  ((1-ROCA)%, spam to Junk %, ham to Junk %)")
+    print("|" + "---|" * (2 + len(originals)))
+    for n in names:
+        for p in protocols:
+            cells = [
+                f"{results[n, p, s][0]:.4f}, {results[n, p, s][4]:.1f}, {results[n, p, s][5]:.2f}" for s in originals
+            ]
+            print(f"| {n} | {p} | " + " | ".join(cells) + " |")
     if args.json:
         rows = [{"candidate": c, "feedback": p, "stream": s, "roca": r[0], "trained": r[1], "unsure_pct": r[2],
-                 "ham_unsure_pct": r[3]}
+                 "ham_unsure_pct": r[3], "spam_junk_pct": r[4], "ham_junk_pct": r[5]}
                 for (c, p, s), r in sorted(results.items())]  # fmt: skip
         args.json.write_text(json.dumps(rows, indent=1))
     print(f"\n{len(caches)} streams; ratios are the candidate's (1-ROCA)% over the default's on the same stream and "

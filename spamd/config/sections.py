@@ -167,6 +167,14 @@ class ModelConfig:
     # 0.986 / 0.939 / 0.897, where it tells signed from unsigned mail (no key there verifies).
     # Measured with sender_claims off, before it became the default.
     auth_outcomes: bool = False
+    # The structural evidence (the mail-evidence families and the authentication outcomes above)
+    # scored apart from the words: the message's score is the words' mean log-odds plus
+    # evidence_weight times the evidence tokens' own mean (over them and evidence_neutral more
+    # that count 0), so a page of words cannot average it away; a claim (a domain or name the
+    # message states unproven: from-org:, link-org:, ...) counts toward spam only. 0: the
+    # evidence is among the words, as before. Measured in docs/accuracy.md "Evidence apart".
+    evidence_weight: float = 0.0
+    evidence_neutral: float = 2.0
     # Estimation (spamd/model/estimation.py), both off (docs/accuracy.md "Estimation and the
     # training rule"; scripts/ablate_model.py, 20 streams, geometric mean of the (1-ROCA)%
     # ratios full / errors / people). Rennie's weight normalization: each class's

@@ -168,12 +168,12 @@ class Engine:
         return Classified(analyzed, score)
 
     def explain(self, raw: bytes, limit: int = 20, user_name: str | None = None) -> tuple[Score, list[Contribution]]:
-        tokens, weights = self.classifier.weighed_tokens(raw)
+        tokens, weights, kinds = self.classifier.weighed_tokens(raw)
         layers = self.classifier.scoring_layer(user_name)
         if layers is None:
-            return self.model.explain(tokens, limit, weights)
+            return self.model.explain(tokens, limit, weights, kinds)
         assert user_name is not None
-        return layers.explain_for(self.model, user_name, tokens, limit, weights)
+        return layers.explain_for(self.model, user_name, tokens, limit, weights, kinds)
 
     def sender_standing(self, raw: bytes, user_name: str | None = None) -> dict[str, Any]:
         """Who the message says it is from, whether that is authenticated, and where `user_name`'s moves

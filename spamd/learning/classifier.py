@@ -20,7 +20,7 @@ from spamd.mail.auth.verify import NOTHING, Authenticator, AuthResult
 from spamd.mail.message import ParsedMessage, parse_message, strip_own_headers, stripped_message_key
 from spamd.mail.tokenize import tokenize
 from spamd.model.bayes import Features, ModelView, Score, featurize, verdict_of
-from spamd.model.families import with_families
+from spamd.model.families import EVIDENCE, Weighed, with_families_and_kinds
 from spamd.people.senders import (
     SenderCounts,
     authenticated_senders,
@@ -81,15 +81,16 @@ class Classifier:
         """The message's tokens, the families' ([model] char_ngrams, osb) after the tokenizer's."""
         return self.weighed_tokens(raw)[0]
 
-    def weighed_tokens(self, raw: bytes) -> tuple[list[str], np.ndarray | None]:
-        """`tokens` and their weights in the score (None: 1 each), as `analyze` makes its features of them."""
+    def weighed_tokens(self, raw: bytes) -> Weighed:
+        """`tokens`, their weights in the score (None: 1 each) and their kinds (None: all words; [model]
+        evidence_weight), as `analyze` makes its features of them."""
         stripped = strip_own_headers(raw)
         message = parse_message(stripped, self.config.parser)
-        tokens, weights = with_families(tokenize(message), message, self.config.model)
+        weighed = with_families_and_kinds(tokenize(message), message, self.config.model)
         if self.config.model.auth_outcomes:
             auth = self.authenticate(stripped, message) if self.config.auth.enabled else NOTHING
-            tokens, weights = _with_outcomes(tokens, weights, auth)
-        return tokens, weights
+            weighed = _with_outcomes(weighed, auth)
+        return weighed
 
     def analyze(self, raw: bytes, authenticate: bool = True, session: SmtpSession | None = None) -> Analyzed:
         return self.analyze_many([raw], authenticate, [session])[0]
@@ -123,31 +124,24 @@ class Classifier:
         stripped = [strip_own_headers(raw) for raw in raws]  # once: for the key and for the tokens
         parsed = [parse_message(message, self.config.parser) for message in stripped]
         model = self.config.model
-        token_lists = [with_families(tokenize(message), message, model) for message in parsed]
+        token_lists = [with_families_and_kinds(tokenize(message), message, model) for message in parsed]
         # [model] auth_outcomes: the outcomes are tokens, so a training verifies the message too.
         authenticate = (authenticate or model.auth_outcomes) and self.config.auth.enabled
         sessions = sessions if sessions is not None else [None] * len(raws)
-        for message, parsed_message, (tokens, weights), session in zip(
-            stripped, parsed, token_lists, sessions, strict=True
-        ):
+        for message, parsed_message, weighed, session in zip(stripped, parsed, token_lists, sessions, strict=True):
             auth = self.authenticate(message, parsed_message, session) if authenticate else NOTHING
-            yield self._analyzed(message, parsed_message, tokens, weights, authenticate, auth)
+            yield self._analyzed(message, parsed_message, weighed, authenticate, auth)
 
     def _analyzed(
-        self,
-        stripped: bytes,
-        message: ParsedMessage,
-        tokens: list[str],
-        weights: np.ndarray | None,
-        authenticate: bool,
-        auth: AuthResult,
+        self, stripped: bytes, message: ParsedMessage, weighed: Weighed, authenticate: bool, auth: AuthResult
     ) -> Analyzed:
         names = sender_names(message)
         key, senders = stripped_message_key(stripped), keys_of_senders(names)
         model = self.config.model
         if model.auth_outcomes:
-            tokens, weights = _with_outcomes(tokens, weights, auth)
-        features = featurize(tokens, model.hash_bits, weights)
+            weighed = _with_outcomes(weighed, auth)
+        tokens, weights, kinds = weighed
+        features = featurize(tokens, model.hash_bits, weights, kinds)
         if not authenticate:
             return Analyzed(key, features, senders)
         return Analyzed(
@@ -271,9 +265,13 @@ def default_jobs() -> int:
     return cores if cores > 1 else 0
 
 
-def _with_outcomes(
-    tokens: list[str], weights: np.ndarray | None, auth: AuthResult
-) -> tuple[list[str], np.ndarray | None]:
-    """`tokens` with the authentication outcomes' tokens after them ([model] auth_outcomes), each weighing 1."""
+def _with_outcomes(weighed: Weighed, auth: AuthResult) -> Weighed:
+    """The tokens with the authentication outcomes' tokens after them ([model] auth_outcomes), each weighing 1,
+    and of the kind EVIDENCE (what was verified, not claimed) when kinds are kept."""
+    tokens, weights, kinds = weighed
     extra = outcome_tokens(auth)
-    return tokens + extra, None if weights is None else np.concatenate([weights, np.ones(len(extra))])
+    return (
+        tokens + extra,
+        None if weights is None else np.concatenate([weights, np.ones(len(extra))]),
+        None if kinds is None else np.concatenate([kinds, np.full(len(extra), EVIDENCE, dtype=np.int8)]),
+    )

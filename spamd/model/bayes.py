@@ -18,7 +18,7 @@ import xxhash
 
 from spamd.config import ModelConfig
 from spamd.model.estimation import log_mass, log_masses, normalized_log_odds, prior_log_odds
-from spamd.model.families import token_weights
+from spamd.model.families import BODY, CLAIM, token_weights
 
 
 class Label(IntEnum):
@@ -47,6 +47,9 @@ class Features:
     counts: np.ndarray  # uint32, >= 1
     # float64 per id (spamd/model/families.py); None: every id weighs 1, the default and the fast path.
     weights: np.ndarray | None = None
+    # int8 per id: what kind of evidence the bucket holds (spamd.model.families.BODY, EVIDENCE, CLAIM),
+    # scored apart from the words with [model] evidence_weight; None: all words, as before.
+    kinds: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -73,14 +76,19 @@ def token_id(token: str, mask: int) -> int:
     return xxhash.xxh3_64_intdigest(token.encode("utf-8", "surrogatepass")) & mask
 
 
-def featurize(tokens: list[str], hash_bits: int, weights: np.ndarray | None = None) -> Features:
+def featurize(
+    tokens: list[str], hash_bits: int, weights: np.ndarray | None = None, kinds: np.ndarray | None = None
+) -> Features:
     """Token strings -> unique bucket ids with counts (colliding tokens merge).
 
     With per-token `weights`, a bucket weighs as its heaviest token: a tokenizer token
     that shares a bucket with an n-gram keeps its weight of 1 (unmeasured: with the
     n-grams and pairs on, about one pair of a message's ~2,400 tokens shares a bucket
-    of 2**22).
+    of 2**22). With per-token `kinds` (spamd.model.families.token_kinds), a bucket is of
+    the highest kind among its tokens.
     """
+    if kinds is not None:
+        return _featurize_kinds(tokens, hash_bits, weights, kinds)
     try:
         # map() keeps the per-token loop in C; hashing every token and counting the
         # sorted ids beats counting strings first (57 -> 52 us/msg).
@@ -110,9 +118,28 @@ def featurize(tokens: list[str], hash_bits: int, weights: np.ndarray | None = No
     return Features(ids[first], counts)
 
 
-def features_of(tokens: list[str], config: ModelConfig, weights: np.ndarray | None = None) -> Features:
+def _featurize_kinds(tokens: list[str], hash_bits: int, weights: np.ndarray | None, kinds: np.ndarray) -> Features:
+    """`featurize` with each bucket's kind: the same ids, counts and weights, and the kinds beside."""
+    plain = featurize(tokens, hash_bits, weights)
+    if len(plain) == 0:
+        return Features(plain.ids, plain.counts, plain.weights, np.zeros(0, dtype=np.int8))
+    mask = np.uint64((1 << hash_bits) - 1)
+    hashes = np.fromiter(
+        (xxhash.xxh3_64_intdigest(t.encode("utf-8", "surrogatepass")) for t, k in zip(tokens, kinds, strict=True) if k),
+        np.uint64,
+    )
+    bucket_kinds = np.zeros(len(plain), dtype=np.int8)
+    if len(hashes):
+        places = np.searchsorted(plain.ids, (hashes & mask).astype(np.uint32))
+        np.maximum.at(bucket_kinds, places, np.asarray(kinds, dtype=np.int8)[np.asarray(kinds) != 0])
+    return Features(plain.ids, plain.counts, plain.weights, bucket_kinds)
+
+
+def features_of(
+    tokens: list[str], config: ModelConfig, weights: np.ndarray | None = None, kinds: np.ndarray | None = None
+) -> Features:
     """`featurize` with the tokens' `weights`, or (None) the family weights the tokens' prefixes tell."""
-    return featurize(tokens, config.hash_bits, token_weights(tokens, config) if weights is None else weights)
+    return featurize(tokens, config.hash_bits, token_weights(tokens, config) if weights is None else weights, kinds)
 
 
 # What a message adds for tf occurrences (ModelConfig.stored_counts), for tf up to
@@ -241,14 +268,14 @@ class MultinomialNB:
             return verdict_of(self.config, 0.0)
         return score_counts(
             self.config, self.counts.take(features.ids, axis=1), self.token_totals, self.distinct, features.weights,
-            self.doc_totals, self.class_log_masses(),
+            self.doc_totals, self.class_log_masses(), features.kinds,
         )  # fmt: skip
 
     def explain(
-        self, tokens: list[str], limit: int = 20, weights: np.ndarray | None = None
+        self, tokens: list[str], limit: int = 20, weights: np.ndarray | None = None, kinds: np.ndarray | None = None
     ) -> tuple[Score, list[Contribution]]:
         """The score and the tokens that moved it most, strongest first (both directions); `weights` as features_of."""
-        features = features_of(tokens, self.config, weights)
+        features = features_of(tokens, self.config, weights, kinds)
         counts = self.counts.take(features.ids, axis=1)
         return explain_counts(
             self.config, tokens, features, counts, self.token_totals, self.doc_totals, self.distinct, limit,
@@ -281,7 +308,7 @@ class ModelView(Protocol):
 
     def score(self, features: Features) -> Score: ...
     def explain(
-        self, tokens: list[str], limit: int = 20, weights: np.ndarray | None = None
+        self, tokens: list[str], limit: int = 20, weights: np.ndarray | None = None, kinds: np.ndarray | None = None
     ) -> tuple[Score, list[Contribution]]: ...
     @property
     def doc_totals(self) -> np.ndarray: ...
@@ -362,7 +389,7 @@ def mean_log_odds(config: ModelConfig, summed: float, total: float, doc_totals: 
 
 def score_counts(
     config: ModelConfig, counts: np.ndarray, token_totals: np.ndarray, distinct: int, weights: np.ndarray | None = None,
-    doc_totals: np.ndarray | None = None, masses: np.ndarray | None = None,
+    doc_totals: np.ndarray | None = None, masses: np.ndarray | None = None, kinds: np.ndarray | None = None,
 ) -> Score:  # fmt: skip
     """MultinomialNB.score for a message with at least one token, in a model that holds both classes.
 
@@ -370,11 +397,51 @@ def score_counts(
     """
     # The sum over the count rather than ndarray.mean(): the same number, without mean's overhead.
     log_odds = weighted(token_log_odds(config, counts, token_totals, distinct, masses), weights)
-    if config.decisive_tokens and counts.shape[1] > config.decisive_tokens:
+    return verdict_of(config, combined_log_odds(config, log_odds, weights, kinds, doc_totals))
+
+
+def combined_log_odds(
+    config: ModelConfig, log_odds: np.ndarray, weights: np.ndarray | None, kinds: np.ndarray | None,
+    doc_totals: np.ndarray | None = None,
+) -> float:  # fmt: skip
+    """The message's score from its buckets' (weighted) log-odds: the words' mean, and the evidence's own term."""
+    log_odds, weights, evidence = split_evidence(config, log_odds, weights, kinds)
+    if config.decisive_tokens and len(log_odds) > config.decisive_tokens:
         summed, total = decisive_sum(config, log_odds, weights)
-        return verdict_of(config, mean_log_odds(config, summed, total, doc_totals))
+        return mean_log_odds(config, summed, total, doc_totals) + evidence
     summed = float(np.add.reduce(log_odds))
-    return verdict_of(config, mean_log_odds(config, summed, denominator(config, counts.shape[1], weights), doc_totals))
+    return mean_log_odds(config, summed, denominator(config, len(log_odds), weights), doc_totals) + evidence
+
+
+def split_evidence(
+    config: ModelConfig, log_odds: np.ndarray, weights: np.ndarray | None, kinds: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray | None, float]:
+    """The words' log-odds and weights, and the structural evidence's own term ([model] evidence_weight).
+
+    The words are averaged, as ever; the evidence (who sent the message and whether that is proven,
+    where its links lead, what is attached, how bulk mail announces itself) is averaged among itself
+    and added at evidence_weight, so a page of words cannot dilute it. A claim (a domain or a name
+    the message states without proof) counts only toward spam: no one earns a ham-ward reputation
+    by writing a name. Off (weight 0) or without kinds: the words and weights as given, and 0.
+    """
+    if kinds is None or not config.evidence_weight:
+        return log_odds, weights, 0.0
+    body = kinds == BODY
+    found = log_odds[~body]
+    if len(found) == 0:
+        return log_odds, weights, 0.0
+    found = np.where(kinds[~body] == CLAIM, np.maximum(found, 0.0), found)
+    evidence = config.evidence_weight * float(np.add.reduce(found)) / (len(found) + config.evidence_neutral)
+    return log_odds[body], None if weights is None else weights[body], evidence
+
+
+def evidence_shares(config: ModelConfig, log_odds: np.ndarray, kinds: np.ndarray | None) -> np.ndarray | None:
+    """Each evidence bucket's share of the evidence term (0 for the words), for explain; None when it is off."""
+    if kinds is None or not config.evidence_weight or not np.any(kinds != BODY):
+        return None
+    evidence = kinds != BODY
+    shares = np.where(kinds == CLAIM, np.maximum(log_odds, 0.0), log_odds) * evidence
+    return shares * (config.evidence_weight / (int(np.count_nonzero(evidence)) + config.evidence_neutral))
 
 
 def decisive(config: ModelConfig, log_odds: np.ndarray) -> np.ndarray | None:
@@ -421,16 +488,23 @@ def explain_log_odds(
     """The score of per-bucket log-odds (a message with tokens) and the tokens that moved it most
     (with class_prior, the prior as a row of its own, so the rows still sum to the score)."""
     log_odds = weighted(log_odds, features.weights)
+    score = verdict_of(config, combined_log_odds(config, log_odds, features.weights, features.kinds, doc_totals))
+    evidence = evidence_shares(config, log_odds, features.kinds)
+    weights = features.weights
+    if evidence is not None:  # the words' shares below; the evidence's are its term's
+        assert features.kinds is not None
+        words = features.kinds == BODY
+        log_odds = np.where(words, log_odds, 0.0)
+        weights = np.where(words, 1.0 if weights is None else weights, 0.0)
     chosen = decisive(config, log_odds)
     if chosen is not None:  # only the decisive tokens count: the others' shares are 0
         kept = np.zeros_like(log_odds)
         kept[chosen] = log_odds[chosen]
         log_odds = kept
-        total = denominator(config, len(chosen), None if features.weights is None else features.weights[chosen])
+        total = denominator(config, len(chosen), None if weights is None else weights[chosen])
     else:
-        total = denominator(config, len(features), features.weights)
-    score = verdict_of(config, mean_log_odds(config, float(np.add.reduce(log_odds)), total, doc_totals))
-    bucket_shares = log_odds / total
+        total = denominator(config, len(features), weights)
+    bucket_shares = log_odds / total if evidence is None else log_odds / total + evidence
     # Tokens that share a bucket (a hash collision) split its share by their counts.
     counter = Counter(tokens)
     mask = (1 << config.hash_bits) - 1

@@ -38,6 +38,32 @@ OSB_TEXT_CHARS = 16_000
 # Each family: its tokens, and the weight of their log-odds.
 Family = tuple[list[str], float]
 
+# What a token is evidence of, for [model] evidence_weight (spamd.model.bayes.split_evidence):
+# the words (the tokenizer's tokens and the n-gram families), the message's structure (the
+# mail-evidence families and the authentication outcomes), or a claim among those: a domain
+# or a name the message states and nothing proves, which may count toward spam only.
+BODY, EVIDENCE, CLAIM = 0, 1, 2
+CLAIM_PREFIXES = (
+    "from-org:",
+    "from-name-in-domain:",
+    "from-name-claims:",
+    "reply-to-org:",
+    "return-path-org:",
+    "claimed:dkim-org:",
+    "link-org:",
+    "link-text-names:",
+)
+
+
+def evidence_kind(token: str) -> int:
+    """EVIDENCE, or CLAIM for a token of the mail-evidence families that names what the message claims."""
+    return CLAIM if token.startswith(CLAIM_PREFIXES) else EVIDENCE
+
+
+def kinds_of(words: int, evidence: list[str], more_words: int = 0) -> np.ndarray:
+    """Per-token kinds of `words` words, then the `evidence` tokens, then `more_words` words (the n-gram families)."""
+    return np.array([BODY] * words + [evidence_kind(t) for t in evidence] + [BODY] * more_words, dtype=np.int8)
+
 
 def count_settings(config: ModelConfig) -> dict[str, object]:
     """The settings that decide what the counts mean: kept with the model and checked at load (the weights are not)."""
@@ -173,17 +199,30 @@ def with_families(tokens: list[str], msg: ParsedMessage, config: ModelConfig) ->
     The word salad's words (last of the tokenizer's) share [model] salad_tokens (`salad_weights`).
     With every family off and no salad capped, `tokens` itself: no work, the same features to the bit.
     """
+    joined, weights, _ = with_families_and_kinds(tokens, msg, config)
+    return joined, weights
+
+
+Weighed = tuple[list[str], np.ndarray | None, np.ndarray | None]
+
+
+def with_families_and_kinds(tokens: list[str], msg: ParsedMessage, config: ModelConfig) -> Weighed:
+    """`with_families`, and each token's kind (BODY, EVIDENCE, CLAIM) while [model] evidence_weight scores the
+    evidence apart (None otherwise: no work)."""
     capped = salad_weights(tokens, len(salad_tokens(msg)) if msg.salad else 0, config)
     evidence = evidence_families(config)
+    words, found = len(tokens), []
     if evidence:  # weighed as the tokenizer's own tokens
         found = evidence_tokens(msg, evidence)
         tokens = tokens + found
         if capped is not None:
             capped = np.concatenate([capped, np.ones(len(found))])
     if not (config.osb or config.char_ngrams):
-        return tokens, capped
+        return tokens, capped, kinds_of(words, found) if config.evidence_weight else None
     families = families_of(*message_sources(msg), config)
-    return join_families(tokens, families, config, capped)
+    joined, weights = join_families(tokens, families, config, capped)
+    kinds = kinds_of(words, found, len(joined) - len(tokens)) if config.evidence_weight else None
+    return joined, weights, kinds
 
 
 def salad_weights(tokens: list[str], salad: int, config: ModelConfig) -> np.ndarray | None:

@@ -30,6 +30,7 @@ from spamd.model.bayes import (
     Label,
     MultinomialNB,
     Score,
+    combined_log_odds,
     decisive,
     decisive_sum,
     denominator,
@@ -38,6 +39,7 @@ from spamd.model.bayes import (
     features_of,
     mean_log_odds,
     score_counts,
+    split_evidence,
     token_log_odds,
     verdict_of,
 )
@@ -195,8 +197,9 @@ class LayerScorer(Protocol):
     def score_for(self, model: Any, user_name: str, features: Features) -> Score: ...
 
     def explain_for(
-        self, model: Any, user_name: str, tokens: list[str], limit: int, weights: np.ndarray | None = None
-    ) -> tuple[Score, list[Contribution]]: ...
+        self, model: Any, user_name: str, tokens: list[str], limit: int, weights: np.ndarray | None = None,
+        kinds: np.ndarray | None = None,
+    ) -> tuple[Score, list[Contribution]]: ...  # fmt: skip
 
 
 class UsersView(LayerScorer, Protocol):
@@ -254,9 +257,10 @@ class UserLayers:
         return score_for_user(model, *self.for_scoring(user_name, model.config), features)
 
     def explain_for(
-        self, model: MultinomialNB, user_name: str, tokens: list[str], limit: int, weights: np.ndarray | None = None
-    ) -> tuple[Score, list[Contribution]]:
-        return explain_for_user(model, *self.for_scoring(user_name, model.config), tokens, limit, weights)
+        self, model: MultinomialNB, user_name: str, tokens: list[str], limit: int, weights: np.ndarray | None = None,
+        kinds: np.ndarray | None = None,
+    ) -> tuple[Score, list[Contribution]]:  # fmt: skip
+        return explain_for_user(model, *self.for_scoring(user_name, model.config), tokens, limit, weights, kinds)
 
     @property
     def table_bytes(self) -> int:
@@ -508,11 +512,15 @@ def score_counts_for_user(
             features.weights,
             shared.doc_totals,
             shared.masses,
+            features.kinds,
         )
     log_odds = token_log_odds(config, shared.counts, shared.token_totals, shared.distinct, shared.masses)
     overrides = _overrides(shared, layer, table, features.ids, shared.counts, log_odds)
     if features.weights is not None:  # a family's overrides weigh as its log-odds do
         log_odds, overrides = log_odds * features.weights, overrides * features.weights
+    if split_evidence(config, log_odds, features.weights, features.kinds)[2]:  # [model] evidence_weight
+        joined = combined_log_odds(config, log_odds + overrides, features.weights, features.kinds, shared.doc_totals)
+        return verdict_of(config, joined)
     if decisive(config, log_odds) is not None:  # [model] decisive_tokens: the user's log-odds choose them
         summed, total = decisive_sum(config, log_odds + overrides, features.weights)
         return verdict_of(config, mean_log_odds(config, summed, total, shared.doc_totals))
@@ -524,10 +532,10 @@ def score_counts_for_user(
 
 def explain_for_user(
     model: MultinomialNB, layer: UserLayer | None, table: np.ndarray | None, tokens: list[str], limit: int = 20,
-    weights: np.ndarray | None = None,
+    weights: np.ndarray | None = None, kinds: np.ndarray | None = None,
 ) -> tuple[Score, list[Contribution]]:  # fmt: skip
     """`MultinomialNB.explain` with the user's evidence joined as `score_for_user` joins it."""
-    features = features_of(tokens, model.config, weights)
+    features = features_of(tokens, model.config, weights, kinds)
     return explain_counts_for_user(SharedCounts.of_model(model, features), layer, table, tokens, features, limit)
 
 

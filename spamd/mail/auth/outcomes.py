@@ -12,6 +12,8 @@ from spamd.mail.auth.domains import organizational_domain
 from spamd.mail.auth.verify import AuthResult
 
 PREFIX = "auth:"
+# A message may carry many signatures; the first few passing ones name who sent it.
+_MAX_SIGNERS = 4
 _MAX_WORD = 40  # a result word from a trusted header, cut: it names a class of outcome, not an essay
 
 
@@ -28,4 +30,9 @@ def outcome_tokens(auth: AuthResult) -> list[str]:
         tokens.append(f"auth:arc:{auth.arc[:_MAX_WORD]}")
     if auth.from_authenticated():
         tokens.append("auth:aligned:" + organizational_domain(auth.from_domain)[:200])
+    # Who proved itself, aligned with the From or not (an ESP's d=, a list's own signature, a trusted
+    # sealer): what this site learns of each identity is its reputation, and none of it can be forged.
+    tokens += ["auth:signer:" + organizational_domain(domain)[:200] for domain in auth.dkim_passes()[:_MAX_SIGNERS]]
+    if auth.arc_sealer:
+        tokens.append("auth:sealer:" + organizational_domain(auth.arc_sealer)[:200])
     return list(dict.fromkeys(tokens))

@@ -165,11 +165,12 @@ class RedisUsers:
         return score_counts_for_user(*self._joined(model, user_name, features), features)
 
     def explain_for(
-        self, model: Any, user_name: str, tokens: list[str], limit: int, weights: np.ndarray | None = None
-    ) -> tuple[Score, list[Contribution]]:
-        features = features_of(tokens, model.config, weights)
+        self, model: Any, user_name: str, tokens: list[str], limit: int, weights: np.ndarray | None = None,
+        kinds: np.ndarray | None = None,
+    ) -> tuple[Score, list[Contribution]]:  # fmt: skip
+        features = features_of(tokens, model.config, weights, kinds)
         if len(features) == 0:
-            return model.explain(tokens, limit, weights)
+            return model.explain(tokens, limit, weights, kinds)
         return explain_counts_for_user(*self._joined(model, user_name, features), tokens, features, limit)
 
     # ---------------------------------------------------------- listing

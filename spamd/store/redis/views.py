@@ -60,12 +60,12 @@ class RedisModel:
         counts, token_totals, doc_totals, distinct = fetched
         if not (doc_totals[0] and doc_totals[1]):
             return verdict_of(self.config, 0.0)
-        return score_counts(self.config, counts, token_totals, distinct, features.weights)
+        return score_counts(self.config, counts, token_totals, distinct, features.weights, kinds=features.kinds)
 
     def explain(
-        self, tokens: list[str], limit: int = 20, weights: np.ndarray | None = None
+        self, tokens: list[str], limit: int = 20, weights: np.ndarray | None = None, kinds: np.ndarray | None = None
     ) -> tuple[Score, list[Contribution]]:
-        features = features_of(tokens, self.config, weights)
+        features = features_of(tokens, self.config, weights, kinds)
         counts, token_totals, doc_totals, distinct = self.state.fetch(features.ids)
         return explain_counts(self.config, tokens, features, counts, token_totals, doc_totals, distinct, limit)
 

@@ -1,0 +1,121 @@
+"""The structural evidence scored apart from the words ([model] evidence_weight): undiluted, claims spam-ward only."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spamd.config import Config, ModelConfig
+from spamd.learning.classifier import Classifier
+from spamd.model.bayes import Label, MultinomialNB, featurize
+from spamd.model.families import BODY, CLAIM, EVIDENCE, evidence_kind, kinds_of
+
+BITS = 16
+APART = ModelConfig(hash_bits=BITS, evidence_weight=1.0, evidence_neutral=2.0)
+
+
+def trained(config: ModelConfig, examples: Sequence[tuple[list[str], np.ndarray | None, Label]]) -> MultinomialNB:
+    model = MultinomialNB(config)
+    for tokens, kinds, label in examples:
+        model.learn_one(featurize(tokens, BITS, None, kinds), label)
+    return model
+
+
+def body(n: int, word: str) -> list[str]:
+    return [f"{word}{i}" for i in range(n)]
+
+
+def test_kinds_name_claims_and_what_was_verified():
+    assert evidence_kind("from-org:paypal.com") == CLAIM
+    assert evidence_kind("link-org:example.net") == CLAIM
+    assert evidence_kind("from-name-not-in-domain:paypal") == EVIDENCE
+    assert evidence_kind("bulk:one-click") == EVIDENCE
+    assert kinds_of(2, ["from-org:x.com", "bulk:esp"], 1).tolist() == [BODY, BODY, CLAIM, EVIDENCE, BODY]
+
+
+def test_a_page_of_words_no_longer_averages_the_sender_away():
+    # The sender's evidence is decisive in training; the words are shared by both classes.
+    shared_words = body(300, "w")
+    spam_sender, ham_sender = ["from-name-not-in-domain:bank"], ["auth:aligned:bank.example"]
+    examples = []
+    for _ in range(20):
+        examples.append((shared_words + spam_sender, kinds_of(300, spam_sender), Label.SPAM))
+        examples.append((shared_words + ham_sender, kinds_of(300, ham_sender), Label.HAM))
+    mixed = ModelConfig(hash_bits=BITS)
+    phish = shared_words + spam_sender
+    among_words = trained(mixed, examples).score(featurize(phish, BITS))
+    apart = trained(APART, examples).score(featurize(phish, BITS, None, kinds_of(300, spam_sender)))
+    assert among_words.verdict.value == "unsure"  # one token among 300 words
+    assert apart.verdict.value == "spam"  # its own term: the words cannot dilute it
+    assert apart.log_odds > 5 * among_words.log_odds
+
+
+def test_a_claim_never_earns_ham_ward_weight():
+    # from-org:shop.example was only ever in ham: a forger writing it gains nothing from it.
+    words = body(10, "w")
+    claim = ["from-org:shop.example"]
+    examples = [(words + claim, kinds_of(10, claim), Label.HAM)] * 10 + [(body(10, "s"), None, Label.SPAM)] * 10
+    model = trained(APART, examples)
+    forged = featurize(body(10, "s") + claim, BITS, None, kinds_of(10, claim))
+    without = featurize(body(10, "s") + claim, BITS, None, kinds_of(11, []))  # the claim as a word
+    plain = dataclasses.replace(forged, kinds=np.zeros(len(forged), dtype=np.int8))
+    assert model.score(forged).log_odds >= model.score(featurize(body(10, "s"), BITS)).log_odds * 10 / 11 - 1e-9
+    assert model.score(forged).log_odds > model.score(without).log_odds  # as a word it pulled toward ham
+    assert model.score(plain).log_odds == model.score(without).log_odds
+
+
+def test_off_scores_to_the_bit_as_before():
+    examples = [(body(5, "a") + ["bulk:esp"], None, Label.SPAM), (body(5, "b") + ["bulk:esp"], None, Label.HAM)]
+    off = ModelConfig(hash_bits=BITS)
+    model = trained(off, examples)
+    tokens = body(5, "a") + ["bulk:esp"]
+    kinds = kinds_of(5, ["bulk:esp"])
+    assert model.score(featurize(tokens, BITS, None, kinds)) == model.score(featurize(tokens, BITS))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    words=st.lists(st.text(alphabet="abcdefg", min_size=1, max_size=3), max_size=25),
+    evidence=st.lists(st.sampled_from(["from-org:a.b", "bulk:esp", "link:ip-host", "auth:dkim:pass", "link-org:c.d"])),
+    history=st.lists(st.tuples(st.lists(st.sampled_from("abcdefg"), max_size=6), st.booleans()), max_size=12),
+    weight=st.sampled_from([0.5, 1.0, 3.0]),
+)
+def test_explain_rows_sum_to_the_score_and_kinds_keep_the_features(words, evidence, history, weight):
+    config = ModelConfig(hash_bits=10, evidence_weight=weight)
+    model = MultinomialNB(config)
+    for letters, spam in history:
+        tokens = [*letters, *evidence[: len(letters)]]
+        model.learn_one(featurize(tokens, 10, None, kinds_of(len(letters), evidence[: len(letters)])), Label(spam))
+    model.learn_one(featurize(["h"], 10), Label.HAM)
+    model.learn_one(featurize(["s"], 10), Label.SPAM)
+    tokens, kinds = words + evidence, kinds_of(len(words), evidence)
+    with_kinds, plain = featurize(tokens, 10, None, kinds), featurize(tokens, 10)
+    assert with_kinds.ids.tolist() == plain.ids.tolist() and with_kinds.counts.tolist() == plain.counts.tolist()
+    score, rows = model.explain(tokens, limit=10_000, kinds=kinds)
+    assert score == model.score(with_kinds)
+    assert math.isclose(sum(r.weight for r in rows), score.log_odds, rel_tol=1e-9, abs_tol=1e-9)
+
+
+def test_the_classifier_marks_the_evidence_families_and_the_outcomes():
+    config = Config()
+    config = dataclasses.replace(
+        config,
+        model=dataclasses.replace(config.model, hash_bits=BITS, evidence_weight=1.0, auth_outcomes=True),
+        auth=dataclasses.replace(config.auth, enabled=False),
+    )
+    raw = (
+        b"From: PayPal Service <alert@secure-paypa1.example>\r\nTo: you@example.org\r\n"
+        b"Subject: account on hold\r\n\r\nlog in at https://secure-paypa1.example/login now\r\n"
+    )
+    tokens, _, kinds = Classifier(config, MultinomialNB(config.model)).weighed_tokens(raw)
+    assert kinds is not None and len(kinds) == len(tokens)
+    by_token = dict(zip(tokens, kinds.tolist(), strict=True))
+    assert by_token["from-org:secure-paypa1.example"] == CLAIM
+    assert by_token["from-name-not-in-domain:paypal"] == EVIDENCE
+    assert by_token["auth:dkim:none"] == EVIDENCE
+    assert by_token["subject:account"] == BODY
