@@ -160,7 +160,7 @@ CANDIDATES = [
     # The structural evidence scored apart from the words ([model] evidence_weight; docs/accuracy.md "Evidence apart").
     *[
         Candidate(f"apart{w}{'-' + name if name else ''}", {"evidence_weight": w, **on})
-        for w in (0.5, 1.0, 2.0)
+        for w in (0.25, 0.5, 1.0, 2.0)
         for name, on in [
             ("", {}),
             ("auth", {"auth_outcomes": True}),
@@ -168,6 +168,9 @@ CANDIDATES = [
         ]
     ],
     Candidate("all", {"auth_outcomes": True, "link_targets": True, "attachment_kinds": True, "bulk_marks": True}),
+    # The evidence's mean over more tokens that count 0: a message with little evidence says less.
+    Candidate("apart0.5-auth-n8", {"evidence_weight": 0.5, "evidence_neutral": 8.0, "auth_outcomes": True}),
+    Candidate("apart1.0-auth-n8", {"evidence_weight": 1.0, "evidence_neutral": 8.0, "auth_outcomes": True}),
 ]
 _BY_NAME = {c.name: c for c in CANDIDATES}
 _CONFIG = Config()

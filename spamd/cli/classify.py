@@ -198,8 +198,13 @@ def cmd_explain(config: Config, args: argparse.Namespace) -> int:
         return 0
     for title, key in (("toward spam", "toward_spam"), ("toward ham", "toward_ham")):
         print()
-        rows = [(title, "count", "contribution")]
-        rows += [(r["token"], str(r["count"]), f"{r['weight']:+.4f}") for r in result[key]]
+        # The kind only when some token is scored apart from the words ([model] evidence_weight).
+        apart = any(r.get("kind", "word") != "word" for side in ("toward_spam", "toward_ham") for r in result[side])
+        rows = [(title, "count", "contribution", *(("kind",) if apart else ()))]
+        rows += [
+            (r["token"], str(r["count"]), f"{r['weight']:+.4f}", *((r.get("kind", "word"),) if apart else ()))
+            for r in result[key]
+        ]
         print(table(rows) if len(rows) > 1 else f"{title}: no tokens")
     return 0
 

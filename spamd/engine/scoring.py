@@ -112,7 +112,9 @@ def explanation(
     score, rows = engine.explain(raw, limit=1 << 30, user_name=user_name)
 
     def side(chosen: list[Contribution]) -> list[dict[str, object]]:
-        return [{"token": _safe_text(c.token), "count": c.count, "weight": c.weight} for c in chosen[:limit]]
+        return [
+            {"token": _safe_text(c.token), "count": c.count, "weight": c.weight, "kind": c.kind} for c in chosen[:limit]
+        ]
 
     return {
         "verdict": score.verdict.value,

@@ -18,7 +18,7 @@ import xxhash
 
 from spamd.config import ModelConfig
 from spamd.model.estimation import log_mass, log_masses, normalized_log_odds, prior_log_odds
-from spamd.model.families import BODY, CLAIM, token_weights
+from spamd.model.families import BODY, CLAIM, EVIDENCE, token_weights
 
 
 class Label(IntEnum):
@@ -70,6 +70,11 @@ class Contribution:
     count: int
     # This token's share of log_odds (they sum to it).
     weight: float
+    # "word", or with [model] evidence_weight "evidence" or "claim": scored apart from the words.
+    kind: str = "word"
+
+
+KIND_NAMES = {BODY: "word", EVIDENCE: "evidence", CLAIM: "claim"}
 
 
 def token_id(token: str, mask: int) -> int:
@@ -513,7 +518,15 @@ def explain_log_odds(
     for t, n in counter.items():
         bucket_count[token_bucket[t]] += n
     by_id = {int(i): float(s) for i, s in zip(features.ids, bucket_shares, strict=True)}
-    rows = [Contribution(t, n, by_id[token_bucket[t]] * n / bucket_count[token_bucket[t]]) for t, n in counter.items()]
+    kind_by_id: dict[int, str] = {}
+    if evidence is not None and features.kinds is not None:
+        kind_by_id = {int(i): KIND_NAMES[int(k)] for i, k in zip(features.ids, features.kinds, strict=True) if k}
+    rows = [
+        Contribution(
+            t, n, by_id[token_bucket[t]] * n / bucket_count[token_bucket[t]], kind_by_id.get(token_bucket[t], "word")
+        )
+        for t, n in counter.items()
+    ]
     if config.class_prior and doc_totals is not None:
         rows.append(Contribution(PRIOR_ROW, 0, prior_log_odds(doc_totals) / total))
     rows.sort(key=lambda c: abs(c.weight), reverse=True)
