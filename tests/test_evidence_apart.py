@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Sequence
 
@@ -14,6 +15,7 @@ from spamd.config import Config, ModelConfig
 from spamd.learning.classifier import Classifier
 from spamd.model.bayes import Label, MultinomialNB, featurize
 from spamd.model.families import BODY, CLAIM, EVIDENCE, evidence_kind, kinds_of
+from tests.cli_helpers import HAM, SPAM, run_spamctl
 
 BITS = 16
 APART = ModelConfig(hash_bits=BITS, evidence_weight=1.0, evidence_neutral=2.0)
@@ -119,3 +121,32 @@ def test_the_classifier_marks_the_evidence_families_and_the_outcomes():
     assert by_token["from-name-not-in-domain:paypal"] == EVIDENCE
     assert by_token["auth:dkim:none"] == EVIDENCE
     assert by_token["subject:account"] == BODY
+
+
+def test_spamctl_explain_shows_the_evidence_apart_with_its_kind(tmp_path):
+    data, config = tmp_path / "data", tmp_path / "spamd.toml"
+    config.write_text(
+        "[model]\nhash_bits = 16\nevidence_weight = 1.0\nlink_targets = true\nbulk_marks = true\n[auth]\nenabled = false\n"
+    )
+    for label, messages in (("spam", SPAM), ("ham", HAM)):
+        files = []
+        for i, raw in enumerate(messages):
+            files.append(tmp_path / f"{label}{i}.eml")
+            files[-1].write_bytes(raw)
+        done = run_spamctl("--config", config, "--data-dir", data, "train", f"--{label}", *files)
+        assert done.returncode == 0, done.stderr
+    probe = b"From: Lottery Office <winner@lottery.example>\nSubject: prize\n\nclaim at https://bit.ly/x\n"
+    args = ("--config", config, "--data-dir", data, "explain", "-", "--limit", "1000")
+    done = run_spamctl(*args, "--json", input=probe)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    rows = {r["token"]: r for side in ("toward_spam", "toward_ham") for r in result[side]}
+    assert rows["from-org:lottery.example"]["kind"] == "claim"
+    kinds = {r["kind"] for r in rows.values()}
+    assert kinds == {"word", "evidence", "claim"}, rows
+    assert all(
+        r["kind"] == "word" for token, r in rows.items() if not token.startswith(("from-", "link", "reply-", "bulk:"))
+    )
+    assert math.isclose(sum(r["weight"] for r in rows.values()), result["score"], abs_tol=1e-6)
+    text = run_spamctl(*args, input=probe)
+    assert text.returncode == 0 and "kind" in text.stdout and "claim" in text.stdout
