@@ -74,6 +74,10 @@ def _validate(config: Config, source: str) -> None:
         problems.append("model.evidence_prior must be >= 0")
     if not m.neutral_tokens >= 0:
         problems.append("model.neutral_tokens must be >= 0")
+    if not (math.isfinite(m.evidence_weight) and 0 <= m.evidence_weight <= 100):
+        problems.append(f"model.evidence_weight must be 0 (off) or a weight up to 100, got {m.evidence_weight}")
+    if not (math.isfinite(m.evidence_neutral) and m.evidence_neutral >= 0):
+        problems.append(f"model.evidence_neutral must be a number of tokens >= 0, got {m.evidence_neutral}")
     if not 0 <= m.decisive_tokens <= 100_000:
         problems.append("model.decisive_tokens must be 0 (every token) or a number of tokens up to 100000")
     if not (math.isfinite(m.salad_tokens) and 0 <= m.salad_tokens <= 100_000):
