@@ -63,8 +63,18 @@ from spamd.mail.auth.outcomes import outcome_tokens
 from spamd.mail.auth.verify import Authenticator
 from spamd.mail.message import parse_message, strip_own_headers
 from spamd.mail.tokenize import EVIDENCE_FAMILIES, evidence_tokens, salad_tokens, tokenize
-from spamd.model.bayes import Features, Label, MultinomialNB, Verdict, featurize
+from spamd.model.bayes import (
+    Features,
+    Label,
+    MultinomialNB,
+    Verdict,
+    denominator,
+    featurize,
+    split_evidence,
+    token_log_odds,
+)
 from spamd.model.families import (
+    CLAIM,
     EVIDENCE,
     evidence_families,
     families_of,
@@ -92,6 +102,10 @@ _AUTH = AuthConfig(dns_budget_s=0.0)
 class Candidate:
     name: str
     model: dict[str, object] = field(default_factory=dict)  # ModelConfig overrides
+    # Learn evidence_weight online at this rate (0: fixed): a prototype of a learned weight.
+    weight_rate: float = 0.0
+    # The claims (kind CLAIM) among the words instead of apart: a prototype.
+    claims_as_words: bool = False
 
 
 CANDIDATES = [
@@ -169,6 +183,26 @@ CANDIDATES = [
     ],
     Candidate("all", {"auth_outcomes": True, "link_targets": True, "attachment_kinds": True, "bulk_marks": True}),
     # The evidence's mean over more tokens that count 0: a message with little evidence says less.
+    *[
+        Candidate(f"learned{rate}-auth", {"evidence_weight": 0.25, "auth_outcomes": True}, weight_rate=rate)
+        for rate in (0.01, 0.05)
+    ],
+    Candidate("learned0.01", {"evidence_weight": 0.25}, weight_rate=0.01),
+    *[
+        Candidate(f"apart{w}-auth-noclaims", {"evidence_weight": w, "auth_outcomes": True}, claims_as_words=True)
+        for w in (0.25, 0.5)
+    ],
+    Candidate(
+        "apart0.5-all-noclaims",
+        {
+            "evidence_weight": 0.5,
+            "auth_outcomes": True,
+            "link_targets": True,
+            "attachment_kinds": True,
+            "bulk_marks": True,
+        },
+        claims_as_words=True,
+    ),  # fmt: skip
     Candidate("apart0.5-auth-n8", {"evidence_weight": 0.5, "evidence_neutral": 8.0, "auth_outcomes": True}),
     Candidate("apart1.0-auth-n8", {"evidence_weight": 1.0, "evidence_neutral": 8.0, "auth_outcomes": True}),
 ]
@@ -273,14 +307,22 @@ def run(
     tables = 1 + config.osb + bool(config.char_ngrams) if family_tables else 1
     # A table per family, side by side: 2 more bits of buckets hold up to four.
     model = MultinomialNB(replace(config, hash_bits=config.hash_bits + 2) if tables > 1 else config)
+
+    def featurized(item: Analyzed) -> Features:
+        message = features(config, item, tables > 1)
+        if candidate.claims_as_words and message.kinds is not None:
+            message = replace(message, kinds=np.where(message.kinds == CLAIM, 0, message.kinds).astype(np.int8))
+        return message
+
     for is_spam, item in before or []:  # the earlier mail, learned as spamctl eval's full feedback learns it
-        earlier, label = features(config, item, tables > 1), Label(int(is_spam))
+        earlier, label = featurized(item), Label(int(is_spam))
         if not left_unlearned(config, label, "eval", lambda earlier=earlier: model.score(earlier)):  # type: ignore[misc]
             model.learn_one(earlier, label)
     scores, labels = np.empty(len(stream)), np.empty(len(stream), bool)
     trained = unsure = ham_unsure = spam_junk = ham_junk = 0
     feedback = Feedback(feedback_protocol(protocol))
     waiting: dict[int, Features] = {}
+    weight = config.evidence_weight
 
     def learn(event: Event) -> None:
         nonlocal trained
@@ -291,13 +333,19 @@ def run(
         source = feedback.protocol.trainer_source(event.source)
         if left_unlearned(config, label, source, lambda: model.score(message)):
             return  # spamd.engine.trainer.Trainer's thick threshold, as spamctl eval applies it
+        if candidate.weight_rate:
+            nonlocal weight
+            words, evidence = score_parts(model, message)
+            p = 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, 5.5 * (words + weight * evidence)))))
+            weight = min(2.0, max(0.0, weight + candidate.weight_rate * (int(label) - p) * 5.5 * evidence))
+            model.config = replace(config, evidence_weight=weight)
         model.learn_one(message, label)
         trained += 1
 
     for number, (is_spam, item) in enumerate(stream):
         for event in feedback.due(number):  # each message is labelled at most once here: no ledger needed
             learn(event)
-        message = features(config, item, tables > 1)
+        message = featurized(item)
         score = model.score(message)
         scores[number], labels[number] = score.log_odds, is_spam
         unsure += score.verdict is Verdict.UNSURE
@@ -315,6 +363,18 @@ def run(
         one_minus_roca(scores, labels), trained, 100.0 * unsure / max(1, len(stream)), 100.0 * ham_unsure / hams,
         100.0 * spam_junk / max(1, spams), 100.0 * ham_junk / hams,
     )  # fmt: skip
+
+
+def score_parts(model: MultinomialNB, message: Features) -> tuple[float, float]:
+    """The words' score and the evidence's mean (at weight 1) of a message under `model`."""
+    config = replace(model.config, evidence_weight=1.0)
+    log_odds = token_log_odds(config, model.counts.take(message.ids, axis=1), model.token_totals, model.distinct)
+    if message.weights is not None:
+        log_odds = log_odds * message.weights
+    words, weights, evidence = split_evidence(config, log_odds, message.weights, message.kinds)
+    if len(message) == 0 or not (model.doc_totals[0] and model.doc_totals[1]):
+        return 0.0, 0.0
+    return float(np.add.reduce(words)) / denominator(config, len(words), weights), evidence
 
 
 def feedback_protocol(name: str) -> Protocol:
