@@ -23,7 +23,7 @@ that scores more mail Unsure is given more labels: read its Unsure % beside it.
 Prints a Markdown table: per candidate and protocol, the geometric mean over the
 streams of its (1-ROCA)% over the default's, the worst stream's ratio, and the two
 development corpora. --streams picks the indexes; with --variants all, each is also
-rewritten into spamd.evaluation.variants' derived streams (what the defaults are chosen on).
+rewritten into spamd_lab.variants' derived streams (what the defaults are chosen on).
 
     python scripts/ablate_model.py --variants all \\
         ../shared/corpora/trec07p-dev/full/index ../shared/corpora/spamassassin/index
@@ -57,7 +57,6 @@ import numpy as np
 from spamd.config import AuthConfig, Config, ModelConfig
 from spamd.evaluation.feedback import Event, Feedback, People, Protocol
 from spamd.evaluation.trec import IndexEntry, one_minus_roca, read_index, read_mail, say_skipped
-from spamd.evaluation.variants import VARIANTS, write_variant
 from spamd.learning.outcomes import left_unlearned
 from spamd.mail.auth.outcomes import outcome_tokens
 from spamd.mail.auth.verify import Authenticator
@@ -73,6 +72,11 @@ from spamd.model.families import (
     salad_weights,
 )
 from spamd.people.senders import from_address
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from spamd_lab.variants import VARIANTS, write_variant  # noqa: E402
 
 # What an analyzed message keeps for every candidate: its tokens, the decoded
 # headers and text the n-gram families read, each mail-evidence family's tokens, and how many
@@ -314,7 +318,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog="candidates: " + ", ".join(_BY_NAME))
     parser.add_argument("index", type=Path, nargs="+")
     parser.add_argument(
-        "--variants", default="original", help="comma-separated names from spamd.evaluation.variants, or 'all'"
+        "--variants", default="original", help="comma-separated names from spamd_lab.variants, or 'all'"
     )
     parser.add_argument(
         "--candidates", default="all", help="comma-separated candidate names (the default is always run)"

@@ -3,7 +3,7 @@
 
 For each index, the first N messages (default: half) are learned with their
 labels, unchanged; the rest are scored and nothing more is learned, once as they
-came and once per attack of `spamd.evaluation.attacks`, which changes only the
+came and once per attack of `spamd_lab.attacks`, which changes only the
 spam after message N (the campaign the trained model meets). spamd runs
 `spamctl eval --train-first N`'s protocol (the real Engine, the default config
 or --config); bogofilter learns the head in bulk (`-s -b` / `-n -b`) and scores
@@ -34,10 +34,14 @@ from pathlib import Path
 
 from spamd.config import load_config
 from spamd.errors import SpamdError
-from spamd.evaluation.attacks import ATTACKS, write_attacked
 from spamd.evaluation.feedback import Protocol
 from spamd.evaluation.trec import Result, evaluate_index, mail_entries, read_index, read_mail, summarize
 from spamd.model.bayes import Label
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from spamd_lab.attacks import ATTACKS, write_attacked  # noqa: E402
 
 # The attacks the first-contact table shows by default (`--attacks all` runs every one).
 DEFAULT_ATTACKS = (

@@ -31,7 +31,7 @@ to 0.9 ms of kernel CPU per delivery and ran 20-30% slower.
 With --auth, every replayed message is DKIM-signed by a test key made on the spot
 (d=bench.example, RSA of --key-bits, 2048 by default, c=relaxed/relaxed: as 2020s mail is
 signed, modern-dev's signatures 92% relaxed/relaxed, 76% by 2048-bit keys), published with a
-DMARC record by a DNS server of our own on loopback (spamd.evaluation.loopback_dns), which
+DMARC record by a DNS server of our own on loopback (spamd_lab.loopback_dns), which
 the daemon asks alone ([auth] nameservers, a process of its own): "on" verifies each message
 (its key, and DMARC for its From domain: a look-up per new domain, then the resolver's
 cache); "warm" the same after an untimed pass of the same mail, so every answer comes from
@@ -204,8 +204,8 @@ class SignedMail:
         sys.path.insert(0, str(ROOT))
         import socket
 
-        from spamd.evaluation.loopback_dns import serve_in_process
-        from spamd.evaluation.signing_keys import rsa_key
+        from spamd_lab.loopback_dns import serve_in_process
+        from spamd_lab.signing_keys import rsa_key
 
         self.key = rsa_key(work, "bench.example", "bench", key_bits)
         records = {"bench._domainkey.bench.example": [self.key.dns_value], "_dmarc.bench.example": ["v=DMARC1; p=none"]}

@@ -11,7 +11,7 @@ configured, since that is what each ships. Prints (1-ROCA)%, hm% at sm%=0.1 and
 lam% for both, and the ratio of their (1-ROCA)%.
 
 With --variants, each index is first rewritten into the derived streams of
-`spamd.evaluation.variants` (headers reduced to Subject, no empty line after the headers,
+`spamd_lab.variants` (headers reduced to Subject, no empty line after the headers,
 CRLF, an mbox From line, no Received, HTML only, Cyrillic, CJK, a bare
 tokenized export), and every stream is measured; the last line is the geometric
 mean over all streams of spamd's (1-ROCA)% over bogofilter's, per protocol.
@@ -55,8 +55,12 @@ from spamd.evaluation.trec import (
     read_mail,
     summarize,
 )
-from spamd.evaluation.variants import VARIANTS, write_variant
 from spamd.model.bayes import Label, Verdict
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from spamd_lab.variants import VARIANTS, write_variant  # noqa: E402
 
 
 def run_bogofilter(entries: list[IndexEntry], protocol: Protocol) -> tuple[list[Result], int, float]:
@@ -204,7 +208,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("index", type=Path, nargs="+")
     parser.add_argument(
-        "--variants", default="original", help="comma-separated names from spamd.evaluation.variants, or 'all'"
+        "--variants", default="original", help="comma-separated names from spamd_lab.variants, or 'all'"
     )
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "spamd-variants",
                         help="where derived streams and bogofilter's cached results are kept")  # fmt: skip

@@ -17,7 +17,7 @@ for a user against the shared model alone, in this process.
 
 With `--sign`, each disputed list's messages are DKIM-signed (a copy under `--out`) by a
 test key of the list's own domain (the List-Id's organizational domain), made on the spot;
-a DNS server of our own on loopback (spamd.evaluation.loopback_dns) publishes the keys and
+a DNS server of our own on loopback (spamd_lab.loopback_dns) publishes the keys and
 a DMARC record, and `spamctl eval --dns` asks only it ([auth] nameservers): the list is then
 an authenticated sender, as a list that signs its mail is. Without it the lists' mail is
 unauthenticated, as in the corpora, and a rescued list gets only the bounded push.
@@ -47,7 +47,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from spamd.evaluation.signing_keys import SigningKey
+    from spamd_lab.signing_keys import SigningKey
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # spamd_lab: the signing keys and the DNS server, beside spamd
 
 USERS = ("alice", "bob", "carol")
 DEFAULT_DISPUTED = "rpm-zzzlist.freshrpms.net"
@@ -162,7 +165,7 @@ class ListSigner:
     SELECTOR = "spamd-test"
 
     def __init__(self, out: Path):
-        from spamd.evaluation.loopback_dns import ZoneServer
+        from spamd_lab.loopback_dns import ZoneServer
 
         self.directory = out / "signed"
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -173,8 +176,8 @@ class ListSigner:
 
     def key(self, path: Path, disputed: str) -> SigningKey:
         """The key of the list's own domain: the organizational domain of the List-Id that matched (the part in <>)."""
-        from spamd.evaluation.signing_keys import rsa_key
         from spamd.mail.auth.domains import organizational_domain
+        from spamd_lab.signing_keys import rsa_key
 
         ids = [found for found in re.findall(r"<([^<>]+)>", list_id(path)) if disputed in found] or [disputed]
         domain = organizational_domain(ids[0].strip().lower())

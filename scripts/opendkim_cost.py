@@ -31,9 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from scripts.bench_smtp import DEFAULT_INDEX, SignedMail, read_corpus  # noqa: E402
-from spamd.evaluation.opendkim_library import OpenDkim  # noqa: E402
 from spamd.mail.auth.dkim import verify_signatures  # noqa: E402
 from spamd.mail.auth.dns import Budget, CachingResolver  # noqa: E402
+from spamd_lab.opendkim_library import OpenDkim  # noqa: E402
 
 _LINE_END = re.compile(rb"\r\n|\n|\r(?!\n)")  # smtplib's
 

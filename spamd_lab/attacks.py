@@ -1,6 +1,6 @@
 """Attacked streams: a corpus whose spam fights back against a statistical filter.
 
-The variants (spamd/evaluation/variants.py) stand in for mail sources nobody
+The variants (spamd_lab/variants.py) stand in for mail sources nobody
 tuned on; these stand in for spammers who know the filter counts words. Each
 attack rewrites only the spam of a TREC index, MIME-correctly (text parts are
 decoded, changed and re-encoded with their charset and transfer encoding), the
@@ -36,7 +36,7 @@ from email.message import Message
 from pathlib import Path
 
 from spamd.evaluation.trec import read_index, read_mail
-from spamd.evaluation.variants import visible_text
+from spamd_lab.variants import visible_text
 
 # ---------------------------------------------------------------- the pieces of an attack
 

@@ -1,7 +1,7 @@
 """DKIM test keys made on the spot (openssl for RSA, PyNaCl for Ed25519) and mail signed with them.
 
 For tests and measurement scripts; the public half goes to a loopback DNS server
-(spamd.evaluation.loopback_dns), never to the internet's DNS.
+(spamd_lab.loopback_dns), never to the internet's DNS.
 """
 
 from __future__ import annotations

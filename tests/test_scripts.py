@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from spamd.evaluation.opendkim_library import library_missing
 from spamd.evaluation.trec import read_index
+from spamd_lab.opendkim_library import library_missing
 from tests.core_helpers import TREC_INDEX, requires_corpus
 
 REPO = Path(__file__).resolve().parents[1]

@@ -113,7 +113,7 @@ def lowered_words(lowered: str) -> list[str]:
 
 # Chinese and Japanese write no spaces between words: a sentence is one run of
 # letters, longer than MAX_WORD and dropped whole, or kept as a "word" that never
-# recurs. Such runs become character pairs instead. On the derived CJK streams (spamd.evaluation.variants.cjk; bogofilter 0.190 on sa,
+# recurs. Such runs become character pairs instead. On the derived CJK streams (spamd_lab.variants.cjk; bogofilter 0.190 on sa,
 # 0.0215 on trec), (1-ROCA)% sa / trec: the run dropped 0.175 / 0.0092 (only
 # trec's strong headers left), single characters 0.227 / 0.136, overlapping pairs
 # (Lucene's CJKAnalyzer) 0.075 / 0.038, pairs side by side 0.077 / 0.024: half
