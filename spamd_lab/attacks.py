@@ -7,7 +7,7 @@ decoded, changed and re-encoded with their charset and transfer encoding), the
 same way for the same seed: invisible characters, look-alike letters from other
 scripts, words split by markup, blocks of good words shown or hidden, text moved
 into an attachment or an image, unusual encodings, and all of them at once.
-Ham is copied byte for byte. `scripts/attack_first_contact.py` scores the
+Ham is copied byte for byte. `scripts/attacks/attack_first_contact.py` scores the
 attacked streams at first contact (`spamctl eval --train-first N`).
 
 Like the variants it uses the stdlib `email` package, not spamd's parser, and it

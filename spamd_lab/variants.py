@@ -6,7 +6,7 @@ Each variant rewrites every message of a TREC index the same deterministic way,
 standing in for a mail source we do not have: exports without the usual headers,
 pasted forwards with no empty line after the header block, CRLF files, mbox
 excerpts, HTML-only senders, text in another script or with no spaces between
-words. `scripts/compare_bogofilter.py --variants` runs spamd and bogofilter on
+words. `scripts/accuracy/compare_bogofilter.py --variants` runs spamd and bogofilter on
 all of them; `tests/test_accuracy_corpus.py` bounds spamd on some of them.
 
 The rewrite uses the stdlib `email` package to find a message's text, not

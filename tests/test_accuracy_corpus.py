@@ -35,7 +35,7 @@ def test_spamassassin_online_accuracy_stays_below_bound():
 
 
 # variant: (bound on (1-ROCA)%, bound on hm% at sm%=0.1); spamd when written, and
-# bogofilter 1.2.5 on the same stream (scripts/compare_bogofilter.py --variants):
+# bogofilter 1.2.5 on the same stream (scripts/accuracy/compare_bogofilter.py --variants):
 DERIVED_BOUNDS = {
     # header-poor: Subject and the MIME fields only. spamd 0.1228 / 8.47, bogofilter 0.262 / 25.3
     # (0.1230 / 8.48 and 0.261 / 25.4 when the 5 messages left with no header were still scored)

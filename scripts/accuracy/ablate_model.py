@@ -25,10 +25,10 @@ streams of its (1-ROCA)% over the default's, the worst stream's ratio, and the t
 development corpora. --streams picks the indexes; with --variants all, each is also
 rewritten into spamd_lab.variants' derived streams (what the defaults are chosen on).
 
-    python scripts/ablate_model.py --variants all \\
+    python scripts/accuracy/ablate_model.py --variants all \\
         ../shared/corpora/trec07p-dev/full/index ../shared/corpora/spamassassin/index
-    python scripts/ablate_model.py --candidates binary,cng4-w0.3 ~/mail/index
-    python scripts/ablate_model.py --time --candidates wnorm,prior ~/mail/index   # us a message in score, learn_one
+    python scripts/accuracy/ablate_model.py --candidates binary,cng4-w0.3 ~/mail/index
+    python scripts/accuracy/ablate_model.py --time --candidates wnorm,prior ~/mail/index   # us a message in score, learn_one
 
 The n-grams are read from at most 8,000 characters of headers and 16,000 of text
 (what the cache keeps): the same as spamd for ngram_chars up to 8,000.
@@ -73,7 +73,7 @@ from spamd.model.families import (
 )
 from spamd.people.senders import from_address
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from spamd_lab.variants import VARIANTS, write_variant  # noqa: E402

@@ -6,9 +6,9 @@ filter on the tokenizer's output; everything else (parser, model, thresholds) is
 the real code path. Prints (1-ROCA)% and hm% at sm%=0.1 per corpus, full
 tokenizer first. This is how the figures in spamd/mail/tokenize.py were obtained.
 
-    python scripts/ablate_tokenizer.py                  # both corpora
-    python scripts/ablate_tokenizer.py --corpus spamassassin
-    python scripts/ablate_tokenizer.py --index ~/mail/index   # a TREC index of one's own mail
+    python scripts/accuracy/ablate_tokenizer.py                  # both corpora
+    python scripts/accuracy/ablate_tokenizer.py --corpus spamassassin
+    python scripts/accuracy/ablate_tokenizer.py --index ~/mail/index   # a TREC index of one's own mail
 
 Files of an index that are no mail message (empty, binary) or cannot be read are
 named on stderr and left out.
@@ -31,7 +31,7 @@ from spamd.mail.message import parse_message, strip_own_headers
 from spamd.mail.tokenize import tokenize
 from spamd.model.bayes import Label, MultinomialNB, featurize
 
-CORPORA = Path(__file__).resolve().parents[2] / "shared" / "corpora"
+CORPORA = Path(__file__).resolve().parents[3] / "shared" / "corpora"
 INDEXES = {"trec07p-dev": CORPORA / "trec07p-dev/full/index", "spamassassin": CORPORA / "spamassassin/index"}
 
 _HEADER_TOKEN_RE = re.compile(

@@ -8,7 +8,7 @@ text part, an empty or whitespace-only text, only attachments, text that is all
 words longer than the tokenizer keeps, a parser cap) and the counts per reason
 are printed, with up to --examples file names for each.
 
-    python scripts/audit_text.py ../shared/corpora/spamassassin/index ../shared/corpora/trec07p-dev/full/index
+    python scripts/accuracy/audit_text.py ../shared/corpora/spamassassin/index ../shared/corpora/trec07p-dev/full/index
 """
 
 from __future__ import annotations

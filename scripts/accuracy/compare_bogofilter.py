@@ -18,10 +18,10 @@ mean over all streams of spamd's (1-ROCA)% over bogofilter's, per protocol.
 bogofilter's results are cached per stream and protocol (keyed by the stream's
 content), since they do not change when spamd does.
 
-    python scripts/compare_bogofilter.py ../shared/corpora/trec07p-dev/full/index
-    python scripts/compare_bogofilter.py --variants all --worst 10 \\
+    python scripts/accuracy/compare_bogofilter.py ../shared/corpora/trec07p-dev/full/index
+    python scripts/accuracy/compare_bogofilter.py --variants all --worst 10 \\
         ../shared/corpora/spamassassin/index ../shared/corpora/trec07p-dev/full/index
-    python scripts/compare_bogofilter.py --feedback errors,people --variants all \\
+    python scripts/accuracy/compare_bogofilter.py --feedback errors,people --variants all \\
         ../shared/corpora/spamassassin/index ../shared/corpora/trec07p-dev/full/index
 
 bogofilter comes from Debian (`apt-get install bogofilter`); this script installs nothing.
@@ -57,7 +57,7 @@ from spamd.evaluation.trec import (
 )
 from spamd.model.bayes import Label, Verdict
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from spamd_lab.variants import VARIANTS, write_variant  # noqa: E402

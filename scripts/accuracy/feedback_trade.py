@@ -7,7 +7,7 @@ its margin — and prints a Markdown table of (1-ROCA)% and the share of Unsure 
 The `people` protocol is a seeded simulation, so it runs once per seed and reports
 the geometric mean; `full` and `errors` are deterministic and run once.
 
-    python scripts/feedback_trade.py ../shared/corpora/trec07p-dev/full/index \\
+    python scripts/accuracy/feedback_trade.py ../shared/corpora/trec07p-dev/full/index \\
         ../shared/corpora/spamassassin/index --seeds 1,2,3
 
 Files in an index that are no mail message are named on stderr and skipped.

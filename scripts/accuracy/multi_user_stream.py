@@ -22,10 +22,10 @@ a DMARC record, and `spamctl eval --dns` asks only it ([auth] nameservers): the 
 an authenticated sender, as a list that signs its mail is. Without it the lists' mail is
 unauthenticated, as in the corpora, and a rescued list gets only the bounded push.
 
-    python scripts/multi_user_stream.py ../shared/corpora/spamassassin/index --out /tmp/multi-user
-    python scripts/multi_user_stream.py ../shared/corpora/trec07p-dev/full/index --out /tmp/mu-trec \
+    python scripts/accuracy/multi_user_stream.py ../shared/corpora/spamassassin/index --out /tmp/multi-user
+    python scripts/accuracy/multi_user_stream.py ../shared/corpora/trec07p-dev/full/index --out /tmp/mu-trec \
         --disputed r-help.stat.math.ethz.ch --disputed samba-cvs.lists.samba.org --feedback errors
-    python scripts/multi_user_stream.py ../shared/corpora/spamassassin/index --out /tmp/mu-signed \
+    python scripts/accuracy/multi_user_stream.py ../shared/corpora/spamassassin/index --out /tmp/mu-signed \
         --sign --disagree-only --cost-messages 0
 
 Files in an index that are no mail message are named on stderr and skipped.
@@ -42,14 +42,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from spamd_lab.signing_keys import SigningKey
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # spamd_lab: the signing keys and the DNS server, beside spamd
 
 USERS = ("alice", "bob", "carol")
@@ -127,7 +127,9 @@ def run_eval(
     return report, verdicts
 
 
-def filed_their_way(index: Path, verdicts: list[tuple[str, bool]], disputed: str) -> dict[str, tuple[float, int, int]]:
+def filed_their_way(
+    index: Path, verdicts: Sequence[tuple[object, bool]], disputed: str
+) -> dict[str, tuple[float, int, int]]:
     """Per user of the disputed list: (share filed their way after <= CORRECTIONS corrections, corrections, copies)."""
     lines = [line.split() for line in index.read_text().splitlines()]
     # spamctl eval skips files that are no message: match results to lines by path, in order.
@@ -136,7 +138,7 @@ def filed_their_way(index: Path, verdicts: list[tuple[str, bool]], disputed: str
     for label, path, user in lines:
         if position >= len(verdicts):
             break
-        gold, judged_spam = verdicts[position]
+        _, judged_spam = verdicts[position]  # the gold label is the line's own
         position += 1
         if not disputed_path(path, disputed):
             continue

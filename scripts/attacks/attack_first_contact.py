@@ -11,7 +11,7 @@ the rest in bulk (`-T -b`). Prints, per corpus, attack and filter: (1-ROCA)%,
 its ratio to the unchanged stream's, and where the spam went (filed spam /
 Unsure / ham), and where the ham went.
 
-    nice -n 10 python scripts/attack_first_contact.py ../shared/corpora/spamassassin/index \\
+    nice -n 10 python scripts/attacks/attack_first_contact.py ../shared/corpora/spamassassin/index \\
         ../shared/corpora/trec07p-dev/full/index --attacks all --work /tmp/spamd-attacks
 
 Attacked streams are written once under --work (per corpus, attack, seed and N)
@@ -38,7 +38,7 @@ from spamd.evaluation.feedback import Protocol
 from spamd.evaluation.trec import Result, evaluate_index, mail_entries, read_index, read_mail, summarize
 from spamd.model.bayes import Label
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from spamd_lab.attacks import ATTACKS, write_attacked  # noqa: E402

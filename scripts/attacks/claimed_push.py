@@ -7,7 +7,7 @@ towards ham (spamd/people/senders.py). Per bound (0, 0.3, 0.6, 1.0, and "full": 
 for an authenticated sender, push 0.6 and at least to -0.45), in this process:
 
 (a) the disputed lists unsigned, as the corpora hold them (with --sign: signed as
-    scripts/multi_user_stream.py --sign signs them, the bound then moot): scripts/multi_user_stream.py's
+    scripts/accuracy/multi_user_stream.py --sign signs them, the bound then moot): scripts/accuracy/multi_user_stream.py's
     disagree streams (alice moves the list's copies into Junk, bob keeps his), through the
     same `spamctl eval` path (spamd.evaluation.trec.evaluate_index, each corpus analyzed
     once), and each user's share of the list filed their way after 5 corrections;
@@ -23,7 +23,7 @@ for an authenticated sender, push 0.6 and at least to -0.45), in this process:
 The script sets the constant in its own process (spamd.people.senders is read at scoring
 time); it changes nothing on disk.
 
-    python scripts/claimed_push.py --corpus ../shared/corpora/spamassassin/index \\
+    python scripts/attacks/claimed_push.py --corpus ../shared/corpora/spamassassin/index \\
         --disputed rpm-zzzlist.freshrpms.net --disputed ilug.linux.ie --feedback errors
 """
 
@@ -38,10 +38,9 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import multi_user_stream  # type: ignore[import-not-found]  # noqa: E402  scripts/ on sys.path above: the disagree streams
-
+from scripts.accuracy import multi_user_stream  # noqa: E402  the disagree streams
 from spamd.config import AuthConfig, Config, UsersConfig  # noqa: E402
 from spamd.evaluation.feedback import PERSON, Protocol  # noqa: E402
 from spamd.evaluation.trec import Batch, IndexEntry, analyze_in_workers, evaluate_index, read_index  # noqa: E402

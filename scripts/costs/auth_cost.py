@@ -1,14 +1,14 @@
 """What sender authentication adds to a message's analysis: CPU a message with [auth] on and off, DNS cached.
 
-Signs trec07p-dev messages as scripts/bench_smtp.py --auth does (d=bench.example, an RSA key
+Signs trec07p-dev messages as scripts/speed/bench_smtp.py --auth does (d=bench.example, an RSA key
 of --key-bits, 2048 by default, c=relaxed/relaxed, as 2020s mail is signed; the key and a
 DMARC record published by a loopback DNS server in a process of its own), analyzes each once
 untimed so the resolver's cache holds every answer, then times `Classifier.analyze` of the
 same mail with [auth] enabled and disabled, alternated --rounds times in one process; the best
 round of each (CPU time) is the figure, the rest being the machine's noise.
 
-    .venv/bin/python scripts/auth_cost.py                                  # this checkout
-    .venv/bin/python scripts/auth_cost.py --tree /tmp/old --tree .         # an A/B of two checkouts
+    .venv/bin/python scripts/costs/auth_cost.py                                  # this checkout
+    .venv/bin/python scripts/costs/auth_cost.py --tree /tmp/old --tree .         # an A/B of two checkouts
 
 The mail is signed and the DNS server run by this checkout's code, once; each --tree is then
 measured in a process of its own with that tree's spamd on sys.path first, on the same mail.
@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 _LINE_END = re.compile(rb"\r\n|\n|\r(?!\n)")  # smtplib's
 
 
@@ -70,7 +70,7 @@ def main() -> int:
         measure(args.in_tree, args.work, args.rounds)
         return 0
     sys.path.insert(0, str(ROOT))
-    from scripts.bench_smtp import DEFAULT_INDEX, SignedMail, read_corpus
+    from scripts.speed.bench_smtp import DEFAULT_INDEX, SignedMail, read_corpus
 
     work = Path(tempfile.mkdtemp(prefix="spamd-auth-cost-"))
     signed = SignedMail(work, args.key_bits)

@@ -4,11 +4,11 @@ A redis-server primary and one replica on loopback (AOF, appendfsync always on b
 tests/redis_helpers.py); an Engine on the primary trains trec07p-dev messages one at a
 time (`Engine.train`, as `spamctl train` and a Maildir move do), each setting in turn for
 --rounds rounds on a fresh prefix, and the per-training wall time is reported. The
-scoring path is not measured: it never waits for replicas (scripts/bench_smtp.py
+scoring path is not measured: it never waits for replicas (scripts/speed/bench_smtp.py
 --replicas-acked measures SMTP).
 
-    .venv/bin/python scripts/bench_replicas_acked.py                    # 300 trainings, 3 rounds
-    .venv/bin/python scripts/bench_replicas_acked.py --messages 1000 --rounds 5
+    .venv/bin/python scripts/costs/bench_replicas_acked.py                    # 300 trainings, 3 rounds
+    .venv/bin/python scripts/costs/bench_replicas_acked.py --messages 1000 --rounds 5
 """
 
 from __future__ import annotations
@@ -21,12 +21,10 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
 
-import bench_smtp  # type: ignore[import-not-found]  # noqa: E402  (the corpus reader: this script's sibling in scripts/)
-
+from scripts.speed import bench_smtp  # noqa: E402  the corpus reader
 from spamd.config import Config, ModelConfig  # noqa: E402
 from spamd.engine.engine import Engine  # noqa: E402
 from spamd.model.bayes import Label  # noqa: E402

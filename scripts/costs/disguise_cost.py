@@ -8,7 +8,7 @@ CPU time per message (process time, which other work on the machine disturbs
 less than the clock) and each setting's cost over "off" as a share of the
 analysis time. The target is at most 10% for the normaliser.
 
-    nice -n 10 python scripts/disguise_cost.py ../shared/corpora/trec07p-dev/full/index \\
+    nice -n 10 python scripts/costs/disguise_cost.py ../shared/corpora/trec07p-dev/full/index \\
         ../shared/corpora/spamassassin/index
 """
 

@@ -9,8 +9,8 @@ time spent waiting for a core while other processes run is not counted. One proc
 Suffix List is loaded before timing (once per process, 0.07 s). Also each family
 alone, the same way.
 
-    python scripts/evidence_cost.py ../shared/corpora/trec07p-dev/full/index --messages 2000
-    python scripts/evidence_cost.py ../shared/corpora/modern-dev/index
+    python scripts/costs/evidence_cost.py ../shared/corpora/trec07p-dev/full/index --messages 2000
+    python scripts/costs/evidence_cost.py ../shared/corpora/modern-dev/index
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Would a compiled verifier make DKIM cheaper? spamd's checks against Debian's libopendkim, on the same mail.
 
-Signs trec07p-dev messages as scripts/auth_cost.py does (d=bench.example, an RSA key of
+Signs trec07p-dev messages as scripts/costs/auth_cost.py does (d=bench.example, an RSA key of
 --key-bits, c=relaxed/relaxed; the key published by a loopback DNS server), then times, in one
 process and alternated --rounds times, CPU a message for:
 
@@ -13,7 +13,7 @@ Both verify every signature of every message and must agree on our key's signatu
 script counts where they do not). With --without-keys the callback answers "not found", which
 shows what libopendkim spends on the key and the RSA check.
 
-    .venv/bin/python scripts/opendkim_cost.py
+    .venv/bin/python scripts/costs/opendkim_cost.py
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from scripts.bench_smtp import DEFAULT_INDEX, SignedMail, read_corpus  # noqa: E402
+from scripts.speed.bench_smtp import DEFAULT_INDEX, SignedMail, read_corpus  # noqa: E402
 from spamd.mail.auth.dkim import verify_signatures  # noqa: E402
 from spamd.mail.auth.dns import Budget, CachingResolver  # noqa: E402
 from spamd_lab.opendkim_library import OpenDkim  # noqa: E402

@@ -2,13 +2,13 @@
 """Cost of scoring for a user with a layer against the shared model alone, in one process.
 
 Trains the first N messages of a multi-user index (third field: the user; e.g. the
-agree.index that scripts/multi_user_stream.py writes) into a fresh in-memory Engine,
+agree.index that scripts/accuracy/multi_user_stream.py writes) into a fresh in-memory Engine,
 then scores the next N, each for its user and by the shared model alone, in
 interleaved rounds; prints the best round of each in microseconds a message and the
 ratio. Analysis (parse, tokenize, hash) is done beforehand and not timed.
 
-    python scripts/user_scoring_speed.py /tmp/users-mus/agree.index --messages 2000 --rounds 5
-    python scripts/user_scoring_speed.py /tmp/users-mus/agree.index --redis   # the model in a redis-server on loopback
+    python scripts/costs/user_scoring_speed.py /tmp/users-mus/agree.index --messages 2000 --rounds 5
+    python scripts/costs/user_scoring_speed.py /tmp/users-mus/agree.index --redis   # the model in a redis-server on loopback
 
 With --redis, a third figure: the user's scoring with the two reads apart, the model's counts
 and then the user's senders' counts (as on a cluster, where they are on different nodes),
@@ -42,7 +42,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="spamd-user-speed-") as tmp, contextlib.ExitStack() as stack:
         config = dataclasses.replace(Config(users=UsersConfig(score_per_user=True)), data_dir=Path(tmp))
         if args.redis:
-            sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+            sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
             from tests.redis_helpers import RedisServer
 
             server = RedisServer(Path(tmp) / "redis").start()

@@ -9,8 +9,8 @@ until a SIGKILL at a random moment. Some rounds also leave a torn journal record
 or a torn newest snapshot. Ends with every reported training checked against the
 ledger. Prints a JSON summary; exit status 1 on the first failed check.
 
-    /work/venv/bin/python scripts/crash_rounds.py --rounds 200
-    /work/venv/bin/python scripts/crash_rounds.py --rounds 50 --relay
+    /work/venv/bin/python scripts/robustness/crash_rounds.py --rounds 200
+    /work/venv/bin/python scripts/robustness/crash_rounds.py --rounds 50 --relay
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from tests.attack_helpers import CrashRounds, NextHop, maildir_census  # noqa: E402

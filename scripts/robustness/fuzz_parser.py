@@ -19,9 +19,9 @@ Under atheris, times include the coverage instrumentation (2-8x on Python-heavy
 inputs): inputs over a second there, and the slowest one, are timed again in a
 plain subprocess (best of 3), and only those still over a second count as slow.
 
-    python scripts/fuzz_parser.py --seconds 600                 # atheris if installed, else random
-    python scripts/fuzz_parser.py --seconds 600 --engine random --json
-    python scripts/fuzz_parser.py --seconds 60 --out /tmp/fuzz --seeds 500
+    python scripts/robustness/fuzz_parser.py --seconds 600                 # atheris if installed, else random
+    python scripts/robustness/fuzz_parser.py --seconds 600 --engine random --json
+    python scripts/robustness/fuzz_parser.py --seconds 60 --out /tmp/fuzz --seeds 500
 
 Exit status: 0 when nothing crashed or was slow, 1 otherwise.
 """
@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # tests.fuzz_helpers holds the seeds and the mutator
 
 

@@ -19,8 +19,8 @@ and whether each bound held:
   * snapshot files <= snapshots_kept;
   * each journal segment <= journal_max_bytes + the largest record written.
 
-    python scripts/long_stream.py                                # 100,000 messages, ~2-3 min
-    python scripts/long_stream.py --messages 8000 --sample-every 1000 --ledger-max 2000 --json
+    python scripts/robustness/long_stream.py                                # 100,000 messages, ~2-3 min
+    python scripts/robustness/long_stream.py --messages 8000 --sample-every 1000 --ledger-max 2000 --json
 
 The model's count arrays are written once at start (`counts += 0`) so their pages
 are resident from the first sample: RSS growth then measures what the stream
@@ -50,7 +50,7 @@ from spamd.evaluation.trec import index_messages, read_index
 from spamd.model.bayes import Label, MultinomialNB
 from spamd.store import Ledger
 
-CORPORA = Path(__file__).resolve().parents[2] / "shared" / "corpora"
+CORPORA = Path(__file__).resolve().parents[3] / "shared" / "corpora"
 DEFAULT_INDEXES = [CORPORA / "trec07p-dev" / "full" / "index", CORPORA / "spamassassin" / "index"]
 # Ledger.set trims once it holds more than this many entries (see spamd/store/local.py).
 LEDGER_SLACK = 1.05

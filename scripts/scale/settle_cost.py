@@ -16,8 +16,8 @@ mocked, and measures:
     --learn candidates, and the longest the event loop was held meanwhile;
   - a restart's catch-up with everything settled, against settled learning off.
 
-    .venv/bin/python scripts/settle_cost.py                 # 100,000 messages, 2,000 learned
-    .venv/bin/python scripts/settle_cost.py --messages 20000 --learn 500 --dir /var/tmp
+    .venv/bin/python scripts/scale/settle_cost.py                 # 100,000 messages, 2,000 learned
+    .venv/bin/python scripts/scale/settle_cost.py --messages 20000 --learn 500 --dir /var/tmp
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from spamd.config import Config, LogConfig, MaildirConfig, ModelConfig  # noqa: E402

@@ -21,9 +21,9 @@ Then it reports:
     snapshot, restore the layers), its RSS after; then again with --replay more
     trainings in the journal after the snapshot.
 
-    .venv/bin/python scripts/users_cost.py                          # 10,000 users x 200
-    .venv/bin/python scripts/users_cost.py --users 1000 --trainings 200 --dir /var/tmp
-    .venv/bin/python scripts/users_cost.py --users 50 --trainings 20 # a quick check
+    .venv/bin/python scripts/scale/users_cost.py                          # 10,000 users x 200
+    .venv/bin/python scripts/scale/users_cost.py --users 1000 --trainings 200 --dir /var/tmp
+    .venv/bin/python scripts/scale/users_cost.py --users 50 --trainings 20 # a quick check
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from spamd.config import Config, UsersConfig  # noqa: E402

@@ -10,10 +10,10 @@ answers `spamctl users` (the control operation, in process). It reports the buil
 the restarted process's resident memory, the snapshot's size, the start-up time, the
 `spamctl users` time, and how many pairs the bounds kept.
 
-The Redis figures are scripts/users_scale.py's.
+The Redis figures are scripts/scale/users_scale.py's.
 
-    nice -n 10 .venv/bin/python scripts/users_embedded_scale.py                  # 100,000 users x 20 senders
-    nice -n 10 .venv/bin/python scripts/users_embedded_scale.py --users 10000 --max-senders 200000
+    nice -n 10 .venv/bin/python scripts/scale/users_embedded_scale.py                  # 100,000 users x 20 senders
+    nice -n 10 .venv/bin/python scripts/scale/users_embedded_scale.py --users 10000 --max-senders 200000
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from spamd.config import load_config  # noqa: E402

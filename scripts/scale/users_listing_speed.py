@@ -2,14 +2,14 @@
 
 Starts a redis-server on loopback (tests/redis_helpers.py) and writes --users summary lines
 straight into the users' summary hash (each user with 20 senders, 20 turned to the inbox,
-60 messages held: what scripts/users_scale.py builds with the real move script in 500 s;
+60 messages held: what scripts/scale/users_scale.py builds with the real move script in 500 s;
 the listing reads only these lines). Then, for each --tree (default: this checkout), starts
 `python -m spamd` from that tree on that Redis and times `spamctl users` there (a fresh
 process each time: its start-up, the daemon's answer over the control socket, the table
 printed to a pipe) --runs times; trees alternate, --rounds times.
 
-    .venv/bin/python scripts/users_listing_speed.py                           # 100,000 users
-    .venv/bin/python scripts/users_listing_speed.py --tree /tmp/old --tree .  # an A/B of two checkouts
+    .venv/bin/python scripts/scale/users_listing_speed.py                           # 100,000 users
+    .venv/bin/python scripts/scale/users_listing_speed.py --tree /tmp/old --tree .  # an A/B of two checkouts
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from spamd.store.redis.summary import summary_key  # noqa: E402

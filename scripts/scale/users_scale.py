@@ -15,11 +15,11 @@ that [redis] url): every user's summary line, kept by the move script, read in o
 (spamd/store/redis/listing.py); and, with --memory, the same with MEMORY USAGE of each
 user's keys, read in pipelines.
 
-Only the sender state: not the token layers (their cost is scripts/users_cost.py's),
-not the embedded store (scripts/users_embedded_scale.py).
+Only the sender state: not the token layers (their cost is scripts/scale/users_cost.py's),
+not the embedded store (scripts/scale/users_embedded_scale.py).
 
-    .venv/bin/python scripts/users_scale.py                          # 100,000 users x 20 senders
-    .venv/bin/python scripts/users_scale.py --users 5000 --senders 20
+    .venv/bin/python scripts/scale/users_scale.py                          # 100,000 users x 20 senders
+    .venv/bin/python scripts/scale/users_scale.py --users 5000 --senders 20
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from spamd.config import load_config  # noqa: E402

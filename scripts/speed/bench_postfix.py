@@ -8,8 +8,8 @@ the first send to the last arrival at the sink, the client's wait per message (M
 FROM to the 250 after DATA: for the milter that includes scoring, for the content
 filter only Postfix's queueing), and the time from send to arrival.
 
-    .venv/bin/python scripts/bench_postfix.py                 # 8 clients, 2,000 messages per way
-    .venv/bin/python scripts/bench_postfix.py --clients 4 --limit 500
+    .venv/bin/python scripts/speed/bench_postfix.py                 # 8 clients, 2,000 messages per way
+    .venv/bin/python scripts/speed/bench_postfix.py --clients 4 --limit 500
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from scripts.bench_smtp import DEFAULT_INDEX, crlf, pretrain, read_corpus  # noqa: E402
+from scripts.speed.bench_smtp import DEFAULT_INDEX, crlf, pretrain, read_corpus  # noqa: E402
 from tests.daemon_helpers import DaemonProcess, write_config  # noqa: E402
 from tests.postfix_helpers import Postfix, Sink, free_port, postfix_missing  # noqa: E402
 

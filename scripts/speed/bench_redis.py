@@ -1,14 +1,14 @@
 """SMTP throughput and latency: one spamd on the embedded store, one on Redis, two on one Redis.
 
-The machinery is scripts/bench_smtp.py's (corpus, pre-training, daemon start, smtplib
+The machinery is scripts/speed/bench_smtp.py's (corpus, pre-training, daemon start, smtplib
 clients that reuse a connection, percentiles): the same trec07p-dev replay against each
 set-up in turn, same model (the first --train messages), same number of clients in all
 (split between the daemons when there are two). A real redis-server runs on a free
 loopback port (appendonly yes, appendfsync as --appendfsync) in a temp directory; its
 CPU time per round is read from /proc, beside each daemon's.
 
-    .venv/bin/python scripts/bench_redis.py                      # 8 clients, 3,000 messages, 1 round
-    .venv/bin/python scripts/bench_redis.py --rounds 3 --limit 2000
+    .venv/bin/python scripts/speed/bench_redis.py                      # 8 clients, 3,000 messages, 1 round
+    .venv/bin/python scripts/speed/bench_redis.py --rounds 3 --limit 2000
 """
 
 from __future__ import annotations
@@ -23,12 +23,10 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
 
-import bench_smtp  # type: ignore[import-not-found]  # noqa: E402  scripts/ put on sys.path above; the SMTP replay machinery
-
+from scripts.speed import bench_smtp  # noqa: E402  the SMTP replay machinery
 from tests.redis_helpers import RedisServer  # noqa: E402
 
 

@@ -13,20 +13,20 @@ file scans past every inode freed in the last 60-360 s (perf: 70% of an open() i
 recently_deleted), so a round run after a deletion of thousands of files paid up
 to 0.9 ms of kernel CPU per delivery and ran 20-30% slower.
 
-    python scripts/bench_smtp.py            # 16 clients, 9,000 messages
-    python scripts/bench_smtp.py --clients 4 --limit 2000
-    python scripts/bench_smtp.py --processes 0 --processes 1 --rounds 3 --limit 4000   # helpers or not, interleaved
-    python scripts/bench_smtp.py --web off --web on --rounds 3     # the web console idle beside SMTP, or not
-    python scripts/bench_smtp.py --users 20 --rounds 3            # 20 users' Maildirs, each scored with their layer
-    python scripts/bench_smtp.py --users 0 --users 20 --rounds 3  # one Maildir and the shared model, or 20 users' scored as theirs
-    python scripts/bench_smtp.py --users 20 --per-user off --per-user on --rounds 3   # per-user scoring alone, the same 20 Maildirs
-    python scripts/bench_smtp.py --users 0 --users 20 --per-user off --per-user on --rounds 3   # the three set-ups, interleaved
-    python scripts/bench_smtp.py --replicas-acked 0 --replicas-acked 1 --autolearn --rounds 3   # Redis with a replica
-    python scripts/bench_smtp.py --auth off --auth on --rounds 3 --limit 3000   # sender authentication, interleaved
-    python scripts/bench_smtp.py --auth off-warm --auth warm --rounds 6 --limit 2000 --clients 8   # DNS cached, the same two passes
-    python scripts/bench_smtp.py --auth off-warm --auth warm --warm-passes 5 --rounds 6 --limit 2000   # a daemon long at work
-    python scripts/bench_smtp.py --auth silent --limit 200 --clients 8     # a DNS server that never answers
-    python scripts/bench_smtp.py --auth off-warm --auth trusted --auth warm --rounds 4   # the MTA's results trusted
+    python scripts/speed/bench_smtp.py            # 16 clients, 9,000 messages
+    python scripts/speed/bench_smtp.py --clients 4 --limit 2000
+    python scripts/speed/bench_smtp.py --processes 0 --processes 1 --rounds 3 --limit 4000   # helpers or not, interleaved
+    python scripts/speed/bench_smtp.py --web off --web on --rounds 3     # the web console idle beside SMTP, or not
+    python scripts/speed/bench_smtp.py --users 20 --rounds 3            # 20 users' Maildirs, each scored with their layer
+    python scripts/speed/bench_smtp.py --users 0 --users 20 --rounds 3  # one Maildir and the shared model, or 20 users' scored as theirs
+    python scripts/speed/bench_smtp.py --users 20 --per-user off --per-user on --rounds 3   # per-user scoring alone, the same 20 Maildirs
+    python scripts/speed/bench_smtp.py --users 0 --users 20 --per-user off --per-user on --rounds 3   # the three set-ups, interleaved
+    python scripts/speed/bench_smtp.py --replicas-acked 0 --replicas-acked 1 --autolearn --rounds 3   # Redis with a replica
+    python scripts/speed/bench_smtp.py --auth off --auth on --rounds 3 --limit 3000   # sender authentication, interleaved
+    python scripts/speed/bench_smtp.py --auth off-warm --auth warm --rounds 6 --limit 2000 --clients 8   # DNS cached, the same two passes
+    python scripts/speed/bench_smtp.py --auth off-warm --auth warm --warm-passes 5 --rounds 6 --limit 2000   # a daemon long at work
+    python scripts/speed/bench_smtp.py --auth silent --limit 200 --clients 8     # a DNS server that never answers
+    python scripts/speed/bench_smtp.py --auth off-warm --auth trusted --auth warm --rounds 4   # the MTA's results trusted
 
 With --auth, every replayed message is DKIM-signed by a test key made on the spot
 (d=bench.example, RSA of --key-bits, 2048 by default, c=relaxed/relaxed: as 2020s mail is
@@ -66,7 +66,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MTA = "mta.bench.example"  # the authserv-id of the Authentication-Results that --auth trusted trusts
 DEFAULT_INDEX = ROOT.parent / "shared" / "corpora" / "trec07p-dev" / "full" / "index"
 
@@ -99,7 +99,7 @@ def pretrain(data_dir: Path, config_file: Path, rows: list[tuple[str, bytes]], u
         for number, (label, raw) in enumerate(rows):
             user_name = f"u{number % users}" if users else None  # each user's layer from their share
             engine.train(raw, Label.SPAM if label == "spam" else Label.HAM, "bench", user_name=user_name)
-        if engine.store.keeps_snapshots:  # (a model in Redis, scripts/bench_redis.py, keeps none)
+        if engine.store.keeps_snapshots:  # (a model in Redis, scripts/speed/bench_redis.py, keeps none)
             engine.snapshot()
     finally:
         engine.close()
@@ -158,7 +158,7 @@ def client(
     port: int, messages: list[bytes], latencies: list[float], errors: list[str],
     recipients: Sequence[str] = ("user@example.com",),
 ) -> None:  # fmt: skip
-    # (the default: scripts/bench_redis.py's replay names no recipients)
+    # (the default: scripts/speed/bench_redis.py's replay names no recipients)
     smtp = smtplib.SMTP("127.0.0.1", port, timeout=60)
     try:
         smtp.ehlo("bench")

@@ -1,14 +1,14 @@
 """Replay trec07p-dev over the spamc protocol against a real spamd and report requests/s and latency.
 
 Starts `python -m spamd --spamc 127.0.0.1:0` (temp data dir) after training its
-model on the first --train messages, as scripts/bench_smtp.py does. N client
+model on the first --train messages, as scripts/speed/bench_smtp.py does. N client
 threads each send requests framed as spamc frames them (`CHECK SPAMC/1.5`,
 Content-length, the message, shutdown of the write side, the answer read to EOF;
 one connection per request, as spamc and Exim open them). Latency is per
 request, connect to the last byte of the answer.
 
-    .venv/bin/python scripts/bench_spamc.py                     # 16 clients, CHECK, 9,000 messages
-    .venv/bin/python scripts/bench_spamc.py --verb PROCESS --clients 4 --limit 2000
+    .venv/bin/python scripts/speed/bench_spamc.py                     # 16 clients, CHECK, 9,000 messages
+    .venv/bin/python scripts/speed/bench_spamc.py --verb PROCESS --clients 4 --limit 2000
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def start(work: Path, config: Path) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             [sys.executable, "-m", "spamd", "--config", str(config), "--data-dir", str(work / "data"),
              "--smtp", "127.0.0.1:0", "--spamc", "127.0.0.1:0"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, cwd=HERE.parent,
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, cwd=HERE.parents[1],
         )  # fmt: skip
 
 

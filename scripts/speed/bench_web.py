@@ -13,8 +13,8 @@ Then the history alone: tracemalloc's count of the bytes it holds after
 `--entries` verdicts, each with its own message bytes (about 400 each), and again after
 twice as many into the same ring (bounded: the second figure is no larger).
 
-    .venv/bin/python scripts/bench_web.py                    # 100,000 verdicts, 10 rounds
-    .venv/bin/python scripts/bench_web.py --entries 10000 --rounds 5
+    .venv/bin/python scripts/speed/bench_web.py                    # 100,000 verdicts, 10 rounds
+    .venv/bin/python scripts/speed/bench_web.py --entries 10000 --rounds 5
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import tracemalloc
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from spamd.config import LogConfig  # noqa: E402

@@ -13,7 +13,7 @@ so each round runs both back to back and the ratio is what to compare:
   classifying process alone. It scores only: spamd's eval also trains each message.
 
 With --per-user (an index whose third field names each message's user, as
-scripts/multi_user_stream.py writes), the state directory is trained with each
+scripts/accuracy/multi_user_stream.py writes), the state directory is trained with each
 message's user (`spamctl train --user`), and bulk classification is also timed for
 each user with their layer joined (`spamctl classify --user`, `[users]
 score_per_user = true`) against the same messages scored by the shared model alone,
@@ -23,8 +23,8 @@ The old absolute target, 1,500 msgs/s for `spamctl eval` on trec07p-dev, was set
 machine where bogofilter classified 2,911 msgs/s in bulk (shared/MEASUREMENTS.md):
 a ratio of 0.515, printed beside the measured one.
 
-    python scripts/compare_speed.py ../shared/corpora/trec07p-dev/full/index --rounds 3
-    python scripts/compare_speed.py /tmp/multi-user/agree.index --per-user --rounds 3
+    python scripts/speed/compare_speed.py ../shared/corpora/trec07p-dev/full/index --rounds 3
+    python scripts/speed/compare_speed.py /tmp/multi-user/agree.index --per-user --rounds 3
 
 bogofilter comes from Debian (`apt-get install bogofilter`); this script installs nothing.
 """
@@ -40,11 +40,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from compare_bogofilter import bogofilter_missing  # type: ignore[import-not-found]  # this script's sibling in scripts/, its sys.path[0]
-
 from spamd.errors import SpamdError
 from spamd.evaluation.trec import IndexEntry, mail_entries, read_index
 from spamd.model.bayes import Label
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from scripts.accuracy.compare_bogofilter import bogofilter_missing  # noqa: E402
 
 TARGET_MSGS_PER_S = 1500
 REFERENCE_BOGOFILTER_MSGS_PER_S = 2911  # bulk classify on the machine the target was set on

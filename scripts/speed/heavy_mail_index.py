@@ -8,9 +8,9 @@ carry HTML, in index order, and repeats the list --repeat times (the speed
 scripts need thousands of messages; a repeat is scored again and, in eval,
 found in the ledger). Both corpora together give 1,035 messages, 30 KB on average.
 
-    python scripts/heavy_mail_index.py /tmp/heavy/index ../shared/corpora/trec07p-dev/full/index ../shared/corpora/spamassassin/index
-    python scripts/compare_speed.py /tmp/heavy/index --rounds 3
-    python scripts/bench_smtp.py --index /tmp/heavy/index --train 500 --limit 4000
+    python scripts/speed/heavy_mail_index.py /tmp/heavy/index ../shared/corpora/trec07p-dev/full/index ../shared/corpora/spamassassin/index
+    python scripts/speed/compare_speed.py /tmp/heavy/index --rounds 3
+    python scripts/speed/bench_smtp.py --index /tmp/heavy/index --train 500 --limit 4000
 
 The index lists absolute paths, so it works wherever it is written.
 """

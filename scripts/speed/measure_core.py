@@ -13,9 +13,9 @@ reports:
     median of 3;
   * how many messages hit each parser cap under the default ParserConfig.
 
-    python scripts/measure_core.py                # trec07p-dev, table
-    python scripts/measure_core.py --json
-    python scripts/measure_core.py --index ../shared/corpora/spamassassin/index
+    python scripts/speed/measure_core.py                # trec07p-dev, table
+    python scripts/speed/measure_core.py --json
+    python scripts/speed/measure_core.py --index ../shared/corpora/spamassassin/index
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from spamd.mail.tokenize import tokenize
 from spamd.model.bayes import featurize
 from spamd.store import Ledger, Store
 
-CORPORA = Path(__file__).resolve().parents[2] / "shared" / "corpora"
+CORPORA = Path(__file__).resolve().parents[3] / "shared" / "corpora"
 DEFAULT_INDEX = CORPORA / "trec07p-dev" / "full" / "index"
 CAPS = ("truncated", "parts-cap", "depth-cap")
 
