@@ -1,6 +1,6 @@
 """OpenDKIM's C library (Debian's libopendkim11) through ctypes: spamd's DKIM checks compared with OpenDKIM's own.
 
-For tests and measurement scripts (scripts/costs/opendkim_cost.py), never for verifying mail:
+For tests and measurement scripts (scripts/costs/auth_cost.py --libopendkim), never for verifying mail:
 each key comes from spamd's resolver, so it asks only the nameservers a test gives it.
 """
 
