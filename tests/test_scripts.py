@@ -459,7 +459,9 @@ def test_bench_smtp_runs_the_same_users_maildirs_with_per_user_scoring_off_and_o
 def test_auth_cost_verifies_the_same_signed_mail_with_libopendkim_and_spamd(tmp_path: Path) -> None:
     """Both verifiers pass the script's own signature on nearly every message (a broken binding, or a key
     the callback did not hand over, fails them all) and each one's CPU a message is printed."""
-    run = run_script("costs/auth_cost.py", "--libopendkim", "--messages", "40", "--rounds", "1", cwd=tmp_path, timeout=120)
+    run = run_script(
+        "costs/auth_cost.py", "--libopendkim", "--messages", "40", "--rounds", "1", cwd=tmp_path, timeout=120
+    )
     assert run.returncode == 0, run.stderr
     line = run.stdout.strip()
     assert "40 messages signed by a 2048-bit key" in line and "keys from the cache" in line, line
