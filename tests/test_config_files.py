@@ -60,3 +60,14 @@ def test_spamctl_stats_with_no_daemon_names_the_version_that_read_the_state(tmp_
     assert stats.json()["version"] == __version__
     table = run_spamctl("--data-dir", tmp_path / "data", "stats")
     assert f"by spamctl {__version__}" in table.stdout.splitlines()[0], table.stdout
+
+
+def test_spamctl_stats_says_when_the_running_daemon_is_not_the_installed_version() -> None:
+    """After an upgrade without a restart the daemon answers with its old version: the first line says so."""
+    from spamd.cli.output import format_stats
+
+    running = {"mode": "daemon", "uptime_s": 5, "daemon": {"pid": 1}}
+    same = format_stats({**running, "version": __version__}).splitlines()[0]
+    assert same == f"spamd running (pid 1), up 5 s, version {__version__}"
+    older = format_stats({**running, "version": "0.0.1"}).splitlines()[0]
+    assert older.endswith(f"version 0.0.1; this spamctl is {__version__}: restart spamd to run the installed version")
