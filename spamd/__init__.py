@@ -17,6 +17,8 @@ the contract is in pyproject.toml's [tool.importlinter]):
 
 import os as _os
 
+# The one place the version is set: pyproject.toml reads it (setuptools' dynamic version),
+# `spamd --version`, `spamctl stats` and the spamd_build metric report it.
 __version__ = "0.1.0"
 
 # numpy's OpenBLAS starts a thread per core at import, and on a 2-core machine that

@@ -11,6 +11,7 @@ import asyncio
 import sys
 from pathlib import Path
 
+from spamd import __version__
 from spamd.daemon import Daemon
 from spamd.errors import SpamdError, StoreUnavailableError
 from spamd.runtime.gc_tuning import tune_gc_for_message_streams
@@ -47,6 +48,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--metrics", metavar="HOST:PORT", help="serve Prometheus /metrics here (overrides [metrics] listen)"
     )
     parser.add_argument("--web", metavar="HOST:PORT", help="serve the web console here (overrides [web] listen)")
+    parser.add_argument("--version", action="version", version=f"spamd {__version__}")
     return parser.parse_args(argv)
 
 

@@ -3,7 +3,7 @@
 Every message sent carries a unique tag (its Message-ID) and ends with an end
 line naming the tag, so a Maildir census can say for each tag how many whole
 copies exist and which files are not whole messages. `CrashRounds` is the
-power-cut loop shared by tests/test_crash.py and scripts/crash_rounds.py.
+power-cut loop shared by tests/test_crash.py and scripts/robustness/crash_rounds.py.
 Nothing of spamd's own code is mocked: spamd and spamctl run as processes.
 """
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import pytest
 
 from spamd.config import AuthConfig
-from spamd.evaluation.signing_keys import SigningKey, ed25519_key, rsa_key
 from spamd.mail.auth.dns import CachingResolver
 from spamd.mail.auth.verify import Authenticator
+from spamd_lab.signing_keys import SigningKey, ed25519_key, rsa_key
 from tests.dns_helpers import ZoneServer
 
 

@@ -1,4 +1,4 @@
-"""Fixtures: our loopback DNS server (spamd.evaluation.loopback_dns) over records the test writes, and one that never answers."""
+"""Fixtures: our loopback DNS server (spamd_lab.loopback_dns) over records the test writes, and one that never answers."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from spamd.evaluation.loopback_dns import SOA, ZoneServer, txt_strings
+from spamd_lab.loopback_dns import SOA, ZoneServer, txt_strings
 
 __all__ = ["SOA", "ZoneServer", "silent_nameserver", "txt_strings", "zone_server"]
 

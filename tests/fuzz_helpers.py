@@ -1,7 +1,7 @@
 """Fuzzing the parse -> tokenize -> featurize path: seeds, a MIME-aware mutator, the target.
 
 Shared by tests/test_fuzz.py (a short hypothesis run in CI) and
-scripts/fuzz_parser.py (the long campaign, atheris or plain random mutation).
+scripts/robustness/fuzz_parser.py (the long campaign, atheris or plain random mutation).
 Seeds are hand-written hostile MIME, the small versions of every slow pattern
 found so far, and real messages from ../shared/corpora when it is there.
 Not a conftest: nothing here applies itself.

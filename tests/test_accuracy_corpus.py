@@ -1,7 +1,7 @@
 """Accuracy regression guard on the SpamAssassin public corpus and streams derived from it (TREC online protocol).
 
 Runs the same code path as `spamctl eval`. The bounds sit just above what the
-defaults reach, so a regression fails CI; the derived streams (spamd.evaluation.variants)
+defaults reach, so a regression fails CI; the derived streams (spamd_lab.variants)
 stand in for mail of other shapes: a parser that loses the body of a message
 with no empty line after its headers, or a tokenizer that drops unsegmented
 CJK text, fails here even though the corpus as it is would not show it.
@@ -13,7 +13,7 @@ import pytest
 
 from spamd.config import Config
 from spamd.evaluation.trec import evaluate_index
-from spamd.evaluation.variants import write_variant
+from spamd_lab.variants import write_variant
 
 CORPORA = Path(__file__).resolve().parents[2] / "shared" / "corpora"
 SPAMASSASSIN_INDEX = CORPORA / "spamassassin" / "index"
@@ -35,7 +35,7 @@ def test_spamassassin_online_accuracy_stays_below_bound():
 
 
 # variant: (bound on (1-ROCA)%, bound on hm% at sm%=0.1); spamd when written, and
-# bogofilter 1.2.5 on the same stream (scripts/compare_bogofilter.py --variants):
+# bogofilter 1.2.5 on the same stream (scripts/accuracy/compare_bogofilter.py --variants):
 DERIVED_BOUNDS = {
     # header-poor: Subject and the MIME fields only. spamd 0.1228 / 8.47, bogofilter 0.262 / 25.3
     # (0.1230 / 8.48 and 0.261 / 25.4 when the 5 messages left with no header were still scored)

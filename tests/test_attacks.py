@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from spamd.evaluation.attacks import (
+from spamd.evaluation.trec import read_index
+from spamd_lab.attacks import (
     ATTACKS,
     CYRILLIC_LOOKALIKES,
     GREEK_LOOKALIKES,
@@ -19,7 +20,6 @@ from spamd.evaluation.attacks import (
     attacked,
     write_attacked,
 )
-from spamd.evaluation.trec import read_index
 
 PLAIN_SPAM = b"""From spammer@example.com Mon Apr  9 10:00:00 2007
 From: "Best Pharmacy" <offers@pharma.example>

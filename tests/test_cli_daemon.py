@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from spamd import __version__
 from spamd.frontends.control_protocol import ControlClient, ControlError
 from tests.cli_helpers import HAM, SPAM, run_spamctl, wait_until, write_maildir
 
@@ -62,7 +63,7 @@ def test_spamctl_drives_a_running_daemon_found_by_data_dir(home: Path) -> None:
         stats = run_spamctl("--data-dir", data, "stats", "--json")
         assert stats.returncode == 0, stats.stderr
         assert stats.json()["mode"] == "daemon" and stats.json()["daemon"]["pid"] == daemon.process.pid
-        assert stats.json()["uptime_s"] > 0
+        assert stats.json()["uptime_s"] > 0 and stats.json()["version"] == __version__
 
         junk = write_maildir(home / "Junk", SPAM)
         inbox = write_maildir(home / "Inbox", HAM)
@@ -86,6 +87,7 @@ def test_spamctl_drives_a_running_daemon_found_by_data_dir(home: Path) -> None:
 
         table = run_spamctl("--data-dir", data, "stats")
         assert "spamd running" in table.stdout and "spamctl" in table.stdout  # events by source
+        assert f", version {__version__}" in table.stdout.splitlines()[0], table.stdout
         stats = run_spamctl("--data-dir", data, "stats", "--json").json()
         assert (stats["trained_spam"], stats["trained_ham"]) == (len(SPAM), len(HAM))
         assert stats["snapshot_seq"] == stats["journal_seq"] == len(SPAM) + len(HAM)

@@ -6,7 +6,7 @@ up by itself, with every message that got a 250 in the Maildir exactly once (at
 the next hop, in relay mode), no partial file in new/ or cur/, and every
 training spamctl reported done in the model. Some rounds also leave a torn
 journal record or a torn newest snapshot, as a power cut could. The long run of
-the same loop is scripts/crash_rounds.py.
+the same loop is scripts/robustness/crash_rounds.py.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def test_sigkill_in_relay_mode_every_acknowledged_message_reached_the_next_hop(t
 
 def test_temp_files_of_a_write_cut_short_are_removed_at_start(tmp_path):
     # A kill inside write_atomically leaves `.<name>.tmp-<pid>` (up to a snapshot's size
-    # each); found by scripts/crash_rounds.py, where they piled up in the state directory.
+    # each); found by scripts/robustness/crash_rounds.py, where they piled up in the state directory.
     rounds = CrashRounds(tmp_path, clients=0, damage=False)
     state = rounds.state
     state.mkdir(parents=True)

@@ -18,9 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spamd.evaluation.opendkim_library import OpenDkim, library_missing
 from spamd.mail.auth.dkim import verify_signatures
 from spamd.mail.auth.dns import Budget, CachingResolver
+from spamd_lab.opendkim_library import OpenDkim, library_missing
 from tests.auth_helpers import SigningKeys, mail, published_zone
 from tests.daemon_helpers import crlf
 

@@ -228,7 +228,7 @@ def signing_keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     import base64
     import subprocess
 
-    from spamd.evaluation.signing_keys import SigningKey, ed25519_key, rsa_key
+    from spamd_lab.signing_keys import SigningKey, ed25519_key, rsa_key
 
     directory = tmp_path_factory.mktemp("keys")
     pem = directory / "small.pem"  # a 512-bit key: its valid signatures pass nothing (RFC 8301)

@@ -4,8 +4,11 @@
   in config/spamd.toml, with its real default, and nothing else is (a removed key fails);
 - docs/configuration.md says which keys a SIGHUP applies as the daemon does;
 - every log event spamd emits is on docs/monitoring.md, and nothing else is;
-- every relative link in README.md and docs/*.md resolves, `#anchor`s to a heading
-  (GitHub's slugs);
+- every relative link in README.md, docs/*.md and scripts/**/README.md resolves, `#anchor`s
+  to a heading (GitHub's slugs);
+- every `scripts/...py` the docs name exists, every script has a row with its command in its
+  folder's README, and every section of accuracy.md and performance.md with a table of
+  figures names the script or spamctl command that reproduces them;
 - every TOML block in the docs is a valid spamd config, and the snippet blocks that the
   Postfix and Dovecot tests build their configuration from are there and parse (so a
   machine without Postfix or Dovecot still checks them).
@@ -26,7 +29,7 @@ from tests.doc_snippets import all_snippets, main_cf_settings, master_cf_service
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
-PAGES = [REPO / "README.md", *sorted(DOCS.glob("*.md"))]
+PAGES = [REPO / "README.md", *sorted(DOCS.glob("*.md")), *sorted((REPO / "scripts").rglob("README.md"))]
 TOP = ""  # the section of top-level keys (data_dir)
 
 
@@ -255,6 +258,52 @@ def test_the_docs_index_links_every_page():
     linked = {target.partition("#")[0] for target in LINK.findall(prose(index))}
     missing = sorted(p.name for p in DOCS.glob("*.md") if p.name != "README.md" and p.name not in linked)
     assert not missing, f"docs/README.md does not link {missing}"
+
+
+# ---------------------------------------------------------------- scripts named in the docs
+
+
+SCRIPT_PATH = re.compile(r"\bscripts/[\w./-]+\.py\b")
+FIGURE_PAGES = [DOCS / "accuracy.md", DOCS / "performance.md"]
+
+
+def test_every_script_the_docs_name_exists():
+    """A figure's command names a script that is there: `scripts/FOLDER/NAME.py` from the checkout's root."""
+    named = {(page, path) for page in PAGES for path in SCRIPT_PATH.findall(page.read_text(encoding="utf-8"))}
+    assert len({path for _, path in named}) >= 20, named
+    missing = sorted(f"{page.relative_to(REPO)}: {path}" for page, path in named if not (REPO / path).is_file())
+    assert not missing, f"the docs name scripts that do not exist: {missing}"
+
+
+def test_every_script_is_in_its_folders_readme_and_every_folder_in_the_index():
+    scripts = REPO / "scripts"
+    index = (scripts / "README.md").read_text(encoding="utf-8")
+    for folder in sorted(p for p in scripts.iterdir() if p.is_dir() and p.name != "__pycache__"):
+        assert f"[{folder.name}/]({folder.name}/README.md)" in index, f"scripts/README.md does not list {folder.name}/"
+        readme = (folder / "README.md").read_text(encoding="utf-8")
+        for script in sorted(folder.glob("*.py")):
+            row = next((line for line in readme.splitlines() if line.startswith(f"| `{script.name}` |")), None)
+            assert row is not None, f"{folder.name}/README.md has no row for {script.name}"
+            assert f"scripts/{folder.name}/{script.name}" in row, (
+                f"{folder.name}/README.md: no command for {script.name}"
+            )
+    assert not list(scripts.glob("*.py")), "a script outside the folders: put it in the one for what it measures"
+
+
+def sections(page: Path) -> list[tuple[str, str]]:
+    """(heading, text up to the next heading of any level) for each heading of a page."""
+    parts = re.split(r"^(#{2,6} .+)$", page.read_text(encoding="utf-8"), flags=re.M)
+    return [(parts[n], parts[n + 1]) for n in range(1, len(parts) - 1, 2)]
+
+
+@pytest.mark.parametrize("page", FIGURE_PAGES, ids=lambda p: p.name)
+def test_every_table_of_figures_names_the_command_that_reproduces_it(page: Path):
+    """A section with a table of measured figures names a script of scripts/ or a spamctl command for them."""
+    bare = []
+    for heading, text in sections(page):
+        if re.search(r"^\|.*\d.*\|\s*$", text, re.M) and not re.search(r"scripts/\w+/\w+\.py|spamctl \w+", text):
+            bare.append(heading)
+    assert not bare, f"{page.name}: sections with figures and no command: {bare}"
 
 
 # ---------------------------------------------------------------- configuration blocks

@@ -2,7 +2,7 @@
 
 Targeted inputs at the parser caps for every slow pattern found, the fixes'
 equivalence with the patterns they replaced, and a short mutation campaign from
-hand-written hostile MIME and corpus seeds (the long one: scripts/fuzz_parser.py).
+hand-written hostile MIME and corpus seeds (the long one: scripts/robustness/fuzz_parser.py).
 """
 
 from __future__ import annotations
@@ -193,7 +193,7 @@ def test_pathological_input_at_the_caps_is_analyzed_in_linear_time(raw):
     Each input against its own first quarter, timed in alternation (best of 3 each), so
     both share the machine's load; an input analyzed within a second passes as it is
     (a quadratic path at the caps took 4.5-24 s alone). The fuzz campaign
-    (scripts/fuzz_parser.py) reports absolute times.
+    (scripts/robustness/fuzz_parser.py) reports absolute times.
     """
     assert len(raw) >= 400 * 1024  # at (or near) the 512 KiB message cap
     quarter = raw[: len(raw) // 4]
@@ -208,7 +208,7 @@ def test_pathological_input_at_the_caps_is_analyzed_in_linear_time(raw):
     assert not [d for d in parse_message(raw, LIMITS).defects if d.startswith("parser-error")]
 
 
-# ---------------------------------------------------------------- a short campaign (the long one: scripts/fuzz_parser.py)
+# ---------------------------------------------------------------- a short campaign (the long one: scripts/robustness/fuzz_parser.py)
 
 _seeds: list[bytes] = []
 
@@ -243,7 +243,7 @@ def test_fuzz_script_runs_and_reports(tmp_path):
     run = subprocess.run(
         [
             sys.executable,
-            str(REPO / "scripts" / "fuzz_parser.py"),
+            str(REPO / "scripts" / "robustness" / "fuzz_parser.py"),
             "--seconds",
             "2",
             "--engine",

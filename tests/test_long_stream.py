@@ -1,6 +1,6 @@
 """A long stream through the real Engine keeps memory, ledger, snapshots and journal within their caps.
 
-Runs scripts/long_stream.py (the 100,000-message version's short form) in a
+Runs scripts/robustness/long_stream.py (the 100,000-message version's short form) in a
 fresh process, so its RSS is the stream's own and not the test session's:
 6,000 mutated corpus messages scored and trained, a snapshot whenever the
 Engine asks for one (journal_max_bytes 256 KiB: dozens of rotations), a ledger
@@ -39,7 +39,7 @@ RSS_TRANSIENT_MIB = 40.0
 def test_long_stream_stays_within_its_caps(tmp_path):
     command = [
         sys.executable,
-        str(REPO / "scripts" / "long_stream.py"),
+        str(REPO / "scripts" / "robustness" / "long_stream.py"),
         "--json",
         "--messages",
         str(MESSAGES),

@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from spamd.evaluation.opendkim_library import library_missing
 from spamd.evaluation.trec import read_index
+from spamd_lab.opendkim_library import library_missing
 from tests.core_helpers import TREC_INDEX, requires_corpus
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPTS = sorted((REPO / "scripts").glob("*.py"))
+SCRIPTS = sorted((REPO / "scripts").glob("*/*.py"))
 
 SPAM_WORDS = ["viagra", "cheap", "pills", "casino", "winner", "prize", "offer", "bitcoin", "loan", "refinance"]
 HAM_WORDS = ["meeting", "agenda", "patch", "review", "kernel", "thanks", "lunch", "budget", "draft", "minutes"]
@@ -32,7 +32,9 @@ NOT_MAIL = ["data/empty1", "data/empty2", "data/junk", "data/empty3"]
 
 
 def run_script(name: str, *args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    """Run scripts/`name` (its folder and file: "speed/compare_speed.py") as the docs do, from elsewhere."""
+    # No PYTHONPATH: each script finds this checkout's spamd_lab, scripts and tests itself.
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     return subprocess.run(
         [sys.executable, str(REPO / "scripts" / name), *args],
         capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
@@ -89,9 +91,9 @@ def assert_reported_each_junk_file(stderr: str, script: str) -> None:
     assert "Traceback" not in stderr, stderr
 
 
-@pytest.mark.parametrize("script", SCRIPTS, ids=[path.name for path in SCRIPTS])
+@pytest.mark.parametrize("script", SCRIPTS, ids=[f"{path.parent.name}/{path.name}" for path in SCRIPTS])
 def test_every_script_has_a_help(script: Path, tmp_path: Path) -> None:
-    run = run_script(script.name, "--help", cwd=tmp_path)
+    run = run_script(str(script.relative_to(REPO / "scripts")), "--help", cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith("usage: "), run.stdout
     # argparse puts the description after the usage lines: a sentence saying what the script does.
@@ -101,7 +103,7 @@ def test_every_script_has_a_help(script: Path, tmp_path: Path) -> None:
 
 def test_compare_speed_skips_and_names_files_that_are_no_mail_message(index_with_junk: Path, tmp_path: Path) -> None:
     needs_bogofilter()
-    run = run_script("compare_speed.py", str(index_with_junk), "--rounds", "1", "--json", cwd=tmp_path)
+    run = run_script("speed/compare_speed.py", str(index_with_junk), "--rounds", "1", "--json", cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     assert_reported_each_junk_file(run.stderr, "compare_speed.py")
     summary = json.loads(run.stdout.strip().splitlines()[-1])
@@ -117,11 +119,11 @@ def test_compare_speed_per_user_times_each_users_layer_and_refuses_an_index_with
     lines = index_with_junk.read_text().splitlines()
     users = index_with_junk.with_name("users-index")
     users.write_text("".join(f"{line} {('alice', 'bob')[n % 2]}\n" for n, line in enumerate(lines)))
-    run = run_script("compare_speed.py", str(users), "--per-user", "--rounds", "1", "--json", cwd=tmp_path)
+    run = run_script("speed/compare_speed.py", str(users), "--per-user", "--rounds", "1", "--json", cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     summary = json.loads(run.stdout.strip().splitlines()[-1])
     assert summary["spamd_bulk_classify_per_user_msgs_per_s"] > 0 and summary["per_user_scoring_cost"] > 0, summary
-    refused = run_script("compare_speed.py", str(index_with_junk), "--per-user", "--rounds", "1", cwd=tmp_path)
+    refused = run_script("speed/compare_speed.py", str(index_with_junk), "--per-user", "--rounds", "1", cwd=tmp_path)
     assert refused.returncode == 2 and "names users" in refused.stderr
 
 
@@ -131,7 +133,7 @@ def test_compare_bogofilter_skips_and_names_files_that_are_no_mail_message(
     needs_bogofilter()
     work = tmp_path / "work"
     run = run_script(
-        "compare_bogofilter.py", str(index_with_junk), "--variants", "original,subject-only", "--work", str(work), "--json",
+        "accuracy/compare_bogofilter.py", str(index_with_junk), "--variants", "original,subject-only", "--work", str(work), "--json",
         cwd=tmp_path,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
@@ -148,13 +150,13 @@ def test_compare_bogofilter_skips_and_names_files_that_are_no_mail_message(
 def test_audit_text_and_heavy_mail_index_go_on_past_files_that_are_no_mail_message(
     index_with_junk: Path, tmp_path: Path
 ) -> None:
-    audit = run_script("audit_text.py", str(index_with_junk), cwd=tmp_path)
+    audit = run_script("accuracy/audit_text.py", str(index_with_junk), cwd=tmp_path)
     assert audit.returncode == 0, audit.stderr
     assert_reported_each_junk_file(audit.stderr, "audit_text.py")
     assert "24 messages (5 skipped" in audit.stdout
 
     heavy = run_script(
-        "heavy_mail_index.py", str(tmp_path / "heavy"), str(index_with_junk), "--min-bytes", "1", cwd=tmp_path
+        "speed/heavy_mail_index.py", str(tmp_path / "heavy"), str(index_with_junk), "--min-bytes", "1", cwd=tmp_path
     )
     # None of the made-up messages carries HTML: the script says so, having named the junk.
     assert heavy.returncode == 1 and "no message is that large and carries HTML" in heavy.stderr
@@ -162,15 +164,16 @@ def test_audit_text_and_heavy_mail_index_go_on_past_files_that_are_no_mail_messa
 
 
 def test_a_script_given_an_unreadable_index_says_so_in_one_line(tmp_path: Path) -> None:
-    run = run_script("audit_text.py", str(tmp_path / "nope"), cwd=tmp_path)
+    run = run_script("accuracy/audit_text.py", str(tmp_path / "nope"), cwd=tmp_path)
     assert run.returncode == 1
     assert run.stderr.strip() == f"audit_text.py: {tmp_path / 'nope'}: cannot read index: No such file or directory"
 
 
 def test_users_cost_reports_memory_snapshot_and_start_up_and_leaves_nothing(tmp_path: Path) -> None:
     run = run_script(
-        "users_cost.py", "--users", "6", "--trainings", "4", "--replay", "12", "--dir", str(tmp_path), cwd=tmp_path
-    )
+        "scale/users_cost.py", "--users", "6", "--trainings", "4", "--replay", "12", "--dir", str(tmp_path),
+        cwd=tmp_path,
+    )  # fmt: skip
     assert run.returncode == 0, run.stderr
     assert "layers: 6 users" in run.stdout and "ledger: 24 entries" in run.stdout
     assert "snapshot: " in run.stdout and "start-up with 12 journal records to replay" in run.stdout
@@ -178,7 +181,7 @@ def test_users_cost_reports_memory_snapshot_and_start_up_and_leaves_nothing(tmp_
 
 
 def test_ablate_model_skips_and_names_files_that_are_no_mail_message(index_with_junk: Path, tmp_path: Path) -> None:
-    done = run_script("ablate_model.py", "--candidates", "binary", "--feedback", "full", "--work", str(tmp_path / "w"),
+    done = run_script("accuracy/ablate_model.py", "--candidates", "binary", "--feedback", "full", "--work", str(tmp_path / "w"),
                       str(index_with_junk), cwd=tmp_path, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert_reported_each_junk_file(done.stderr, "ablate_model.py")
@@ -200,7 +203,7 @@ def trec_head_index(tmp_path: Path, messages: int = 600) -> Path:
 def test_ablate_models_default_is_spamctl_evals_figure_under_each_protocol(tmp_path: Path) -> None:
     """The script replays spamd's arithmetic itself: its default row must be `spamctl eval` to the last digit shown."""
     index = trec_head_index(tmp_path)
-    done = run_script("ablate_model.py", "--candidates", "default", "--work", str(tmp_path / "w"), str(index),
+    done = run_script("accuracy/ablate_model.py", "--candidates", "default", "--work", str(tmp_path / "w"), str(index),
                       cwd=tmp_path, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stderr
     row = next(line for line in done.stdout.splitlines() if line.startswith("| default |"))
@@ -221,7 +224,7 @@ def test_ablate_models_default_is_spamctl_evals_figure_under_each_protocol(tmp_p
 def test_ablate_models_estimation_and_margin_rows_are_spamctl_evals_figures(tmp_path: Path) -> None:
     """The switches and the train margin the script runs are spamd's own: its rows are `spamctl eval`'s to the digit."""
     index = trec_head_index(tmp_path)
-    done = run_script("ablate_model.py", "--candidates", "margin1,wnorm+prior", "--feedback", "full,errors",
+    done = run_script("accuracy/ablate_model.py", "--candidates", "margin1,wnorm+prior", "--feedback", "full,errors",
                       "--work", str(tmp_path / "w"), str(index), cwd=tmp_path, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stderr
     accuracy = done.stdout.split("\n\n")[0]  # the first table; the second is the share trained
@@ -263,7 +266,7 @@ def test_multi_user_stream_deals_each_disputed_list_to_two_users_who_disagree(
 
     out = tmp_path / "out"
     run = run_script(
-        "multi_user_stream.py", str(index_with_junk), "--out", str(out), "--disputed", lists[0],
+        "accuracy/multi_user_stream.py", str(index_with_junk), "--out", str(out), "--disputed", lists[0],
         "--disputed", "pets", "--cost-messages", "0", cwd=tmp_path, timeout=300,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
@@ -281,7 +284,7 @@ def test_multi_user_stream_deals_each_disputed_list_to_two_users_who_disagree(
     for name in (lists[0], "pets"):
         shares = summary[f"disagree {name}/user layer"]["disputed"]
         assert set(shares) == {"alice", "bob"} and all(copies == 3 for _, _, copies in shares.values()), shares
-    refused = run_script("multi_user_stream.py", str(index_with_junk), "--out", str(out), "--disputed", "no.such.list",
+    refused = run_script("accuracy/multi_user_stream.py", str(index_with_junk), "--out", str(out), "--disputed", "no.such.list",
                          "--cost-messages", "0", cwd=tmp_path)  # fmt: skip
     assert refused.returncode == 1 and "no.such.list" in refused.stderr and "Traceback" not in refused.stderr
 
@@ -292,7 +295,7 @@ def test_attack_first_contact_learns_the_head_and_scores_each_attacked_tail(
     needs_bogofilter()
     work = tmp_path / "work"
     run = run_script(
-        "attack_first_contact.py", str(index_with_junk), "--attacks", "zero-width,all", "--train-first", "12",
+        "attacks/attack_first_contact.py", str(index_with_junk), "--attacks", "zero-width,all", "--train-first", "12",
         "--work", str(work), "--jobs", "1", "--json", cwd=tmp_path, timeout=180,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
@@ -323,7 +326,7 @@ def test_attack_first_contact_learns_the_head_and_scores_each_attacked_tail(
 def test_ablate_models_mail_evidence_row_is_spamctl_evals_figure(tmp_path: Path) -> None:
     """The mail-evidence families the script adds from its cache are the ones spamd adds: the same figure to the digit."""
     index = trec_head_index(tmp_path, messages=300)
-    done = run_script("ablate_model.py", "--candidates", "evidence-all", "--feedback", "full",
+    done = run_script("accuracy/ablate_model.py", "--candidates", "evidence-all", "--feedback", "full",
                       "--work", str(tmp_path / "w"), str(index), cwd=tmp_path, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stderr
     row = next(line for line in done.stdout.splitlines() if line.startswith("| evidence-all |"))
@@ -356,7 +359,7 @@ def test_multi_user_stream_signs_each_disputed_list_by_its_own_domain_and_serves
     index_with_junk.write_text("\n".join(lines) + "\n")
     out = tmp_path / "out"
     run = run_script(
-        "multi_user_stream.py", str(index_with_junk), "--out", str(out), "--disputed", "kernel-dev",
+        "accuracy/multi_user_stream.py", str(index_with_junk), "--out", str(out), "--disputed", "kernel-dev",
         "--sign", "--disagree-only", "--cost-messages", "0", cwd=tmp_path, timeout=300,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
@@ -377,7 +380,7 @@ def test_claimed_push_scores_forgeries_from_a_rescued_sender_under_each_bound(tm
     """On the corpus: a model of a few messages is too thin for three rescues of spam-like mail to leave
     the next offers in Junk (each rescue teaches spam words as ham)."""
     run = run_script(
-        "claimed_push.py", "--corpus", str(TREC_INDEX), "--prefix", "300", "--forged", "10",
+        "attacks/claimed_push.py", "--corpus", str(TREC_INDEX), "--prefix", "300", "--forged", "10",
         "--jobs", "1", "--out", str(tmp_path / "out"), cwd=tmp_path, timeout=300,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
@@ -399,7 +402,7 @@ def test_bench_smtp_trusted_replays_mail_whose_authentication_results_the_daemon
     Received, which the daemon trusts (X-Spam-Auth names the authserv-id, not spamd); off-warm replays the
     same mail and reports nothing; the ratio against off-warm is printed."""
     run = run_script(
-        "bench_smtp.py", "--index", str(index_with_junk), "--train", "8", "--limit", "10", "--clients", "2",
+        "speed/bench_smtp.py", "--index", str(index_with_junk), "--train", "8", "--limit", "10", "--clients", "2",
         "--auth", "off-warm", "--auth", "trusted", "--settle", "0", "--keep", cwd=tmp_path, timeout=300,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
@@ -427,7 +430,7 @@ def test_bench_smtp_runs_the_same_users_maildirs_with_per_user_scoring_off_and_o
     """--per-user off/on: the same users' Maildirs, [users] score_per_user false and true, and one Maildir with the
     shared model, interleaved; both ratios printed with a figure per round, and every message delivered."""
     run = run_script(
-        "bench_smtp.py", "--index", str(index_with_junk), "--train", "8", "--limit", "10", "--clients", "2",
+        "speed/bench_smtp.py", "--index", str(index_with_junk), "--train", "8", "--limit", "10", "--clients", "2",
         "--users", "0", "--users", "3", "--per-user", "off", "--per-user", "on", "--settle", "0", "--keep",
         cwd=tmp_path, timeout=300,
     )  # fmt: skip
@@ -453,10 +456,12 @@ def test_bench_smtp_runs_the_same_users_maildirs_with_per_user_scoring_off_and_o
 @pytest.mark.corpus
 @requires_corpus
 @pytest.mark.real_program(library_missing())
-def test_opendkim_cost_verifies_the_same_signed_mail_with_libopendkim_and_spamd(tmp_path: Path) -> None:
+def test_auth_cost_verifies_the_same_signed_mail_with_libopendkim_and_spamd(tmp_path: Path) -> None:
     """Both verifiers pass the script's own signature on nearly every message (a broken binding, or a key
     the callback did not hand over, fails them all) and each one's CPU a message is printed."""
-    run = run_script("opendkim_cost.py", "--messages", "40", "--rounds", "1", cwd=tmp_path, timeout=120)
+    run = run_script(
+        "costs/auth_cost.py", "--libopendkim", "--messages", "40", "--rounds", "1", cwd=tmp_path, timeout=120
+    )
     assert run.returncode == 0, run.stderr
     line = run.stdout.strip()
     assert "40 messages signed by a 2048-bit key" in line and "keys from the cache" in line, line

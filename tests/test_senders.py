@@ -1,7 +1,7 @@
 """Where each user's mail from a sender ends up (spamd/people/senders.py): the rule, its bounds, its persistence.
 
 The daemon's own path (real Maildirs, moves, two users who disagree) is in
-tests/test_users_daemon.py; the measurement on real lists in scripts/multi_user_stream.py.
+tests/test_users_daemon.py; the measurement on real lists in scripts/accuracy/multi_user_stream.py.
 """
 
 from __future__ import annotations

@@ -346,7 +346,7 @@ def test_recording_a_verdict_costs_the_same_into_a_full_ring_as_into_an_empty_on
     """Recording is constant time: evicting from a full ring costs no more than appending.
 
     A ratio in one run, not a time: the machine's speed swings with its load
-    (scripts/bench_web.py measures the microseconds).
+    (scripts/speed/bench_web.py measures the microseconds).
     """
     raws = [make_message(Label.SPAM, i) for i in range(1000)]
 
@@ -372,7 +372,7 @@ async def test_each_page_costs_about_the_same_with_100000_verdicts_as_with_1000(
     """Every page reads a bounded slice of the history: 100 times the verdicts, not 100 times the time.
 
     A ratio in one run, not a time (the machine's speed swings with its load;
-    scripts/bench_web.py measures milliseconds).
+    scripts/speed/bench_web.py measures milliseconds).
     """
     async with running(web_config(tmp_path, history_entries=100_000, show_subjects=True)) as d:
         train(d, 5)

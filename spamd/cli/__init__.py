@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from spamd.cli.config_files import add_config_arguments
 from spamd.cli.output import EX_TEMPFAIL, control_characters_shown, logs_to_stderr
 from spamd.cli.web import add_web_token_arguments
 from spamd.config import load_config
@@ -112,6 +113,11 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         from spamd.cli.evaluate import add_eval_arguments
 
         add_eval_arguments(evaluate)
+    add_config_arguments(
+        command(
+            "config", "print the commented config or the systemd unit that ship with spamd", "config_files.cmd_config"
+        )
+    )
     add_web_token_arguments(
         command(
             "web-token",

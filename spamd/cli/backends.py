@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from spamd import __version__
 from spamd.cli.output import logs_to_stderr
 from spamd.config import Config
 from spamd.errors import SpamdError, StateLockedError
@@ -70,7 +71,8 @@ class OfflineBackend:
         if command == "stats":
             # Nothing has been up: uptime and throughput belong to a daemon.
             state_dir = str(self.engine.store.state_dir)
-            return {**self.engine.stats(), "mode": "offline", "uptime_s": None, "state_dir": state_dir}
+            return {**self.engine.stats(), "mode": "offline", "uptime_s": None, "state_dir": state_dir,
+                    "version": __version__}  # fmt: skip
         if command == "snapshot":
             return {"path": str(self.engine.snapshot())}
         raise DaemonNotRunning(

@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Any, TextIO
 
+from spamd import __version__
 from spamd.runtime.humanize import controls_shown, human_bytes, human_duration
 
 
@@ -128,10 +129,13 @@ def format_stats(stats: dict[str, Any]) -> str:
     daemon = stats.get("mode") == "daemon"
     # The daemon's own figures (throughput, latency, errors) sit in a "daemon" section.
     extra: dict[str, Any] = stats["daemon"] if isinstance(stats.get("daemon"), dict) else stats
+    version = stats.get("version", "?")
     if daemon:
-        header = f"spamd running (pid {extra.get('pid', '?')}), up {human_duration(stats.get('uptime_s'))}"
+        header = f"spamd running (pid {extra.get('pid', '?')}), up {human_duration(stats.get('uptime_s'))}, version {version}"
+        if version != __version__:  # upgraded but not restarted, or the other way round
+            header += f"; this spamctl is {__version__}: restart spamd to run the installed version"
     else:
-        header = f"no spamd running; read from {stats.get('state_dir', 'the state directory')}"
+        header = f"no spamd running; read from {stats.get('state_dir', 'the state directory')} by spamctl {version}"
     rows: list[tuple[str, ...]] = []
     if daemon:
         rows.append(("messages scored since start", _verdicts(stats.get("scored_by_verdict"))))

@@ -20,7 +20,7 @@ class ParserConfig:
     """Caps on the work spent on one message, so a hostile message cannot stall the daemon."""
 
     # Bytes of the raw message that are parsed at all; the rest is ignored.
-    # Cost in accuracy: see README "Parser caps" (measured by scripts/measure_core.py).
+    # Cost in accuracy: see README "Parser caps" (measured by scripts/speed/measure_core.py).
     max_bytes: int = 512 * 1024
     # MIME parts visited (depth-first); later parts are skipped.
     max_parts: int = 100
@@ -40,7 +40,7 @@ class ParserConfig:
     # Cyrillic/Greek look-alikes mapped to Latin, words split by inline tags joined; each
     # disguise an `obfuscated:` token (spamd/mail/normalize.py). First contact on spamassassin,
     # a zero-width character in every word: (1-ROCA)% 0.0707 -> 0.0371, spam filed spam 70.8% ->
-    # 90.7%; +2.9% analysis time on trec07p-dev (scripts/disguise_cost.py).
+    # 90.7%; +2.9% analysis time on trec07p-dev (scripts/costs/disguise_cost.py).
     normalize: bool = True
     # Runs of 40+ lower-case words with no punctuation (word salad, a visible block of good
     # words) left out of the text: one `salad:words:` token instead. First contact on spamassassin,
@@ -62,7 +62,7 @@ class ModelConfig:
     """The naive Bayes model and its verdict thresholds."""
 
     # 2**22 buckets = 4,194,304: 32 MiB of counts. The collision rate at this size
-    # is measured by scripts/measure_core.py (README "Memory").
+    # is measured by scripts/speed/measure_core.py (README "Memory").
     hash_bits: int = 22
     # Additive (Lidstone) smoothing of P(token | class). trec / sa (1-ROCA)%:
     # 0.001: 0.0201 / 0.0676, 0.003: 0.0198 / 0.0663, 0.01: 0.0204 / 0.0676,
@@ -145,7 +145,7 @@ class ModelConfig:
     # Switching one on or off keeps a stored model (it only adds tokens of its own), which
     # learns it from then on (spamd.model.families.settings_that_differ).
     # sender_claims on, the others off (docs/accuracy.md "Mail of the 2020s";
-    # scripts/ablate_model.py, geometric mean of the (1-ROCA)% ratios to the defaults
+    # scripts/accuracy/ablate_model.py, geometric mean of the (1-ROCA)% ratios to the defaults
     # without it, full / errors / people seeds 1, 2, 3): modern-dev's 10 streams
     # sender_claims 0.632 / 0.981 / 0.962 / 0.964 / 0.989, bulk_marks 0.569 / 0.939 /
     # 0.915 / 0.935 / 1.030, link_targets 0.963 / 0.988 / 0.987 / 0.946 / 1.015,
@@ -153,7 +153,7 @@ class ModelConfig:
     # sender_claims 0.954 / 0.996 / 0.906 / 0.999 / 0.955; earlier, seed 1
     # only: link_targets 0.992 / 1.028 / 1.057, attachment_kinds 0.992 / 1.009 / 1.118,
     # bulk_marks 1.018 / 1.003 / 1.110 (on top of sender_claims, people seeds 1-3: 1.222 /
-    # 1.045 / 1.018). Analysis time (scripts/evidence_cost.py, thread
+    # 1.045 / 1.018). Analysis time (scripts/costs/evidence_cost.py, thread
     # CPU time): sender_claims 1.02-1.07x, all four 1.10-1.19x.
     sender_claims: bool = True
     link_targets: bool = False
@@ -176,7 +176,7 @@ class ModelConfig:
     evidence_weight: float = 0.0
     evidence_neutral: float = 2.0
     # Estimation (spamd/model/estimation.py), both off (docs/accuracy.md "Estimation and the
-    # training rule"; scripts/ablate_model.py, 20 streams, geometric mean of the (1-ROCA)%
+    # training rule"; scripts/accuracy/ablate_model.py, 20 streams, geometric mean of the (1-ROCA)%
     # ratios full / errors / people). Rennie's weight normalization: each class's
     # log P(t|c) divided by its L1 norm over the buckets seen before the difference:
     # 1.41 / 4.05 / 3.74 (spamassassin full 0.0529 -> 0.1323, trec07p-dev 0.0148 -> 0.0152).
@@ -188,7 +188,7 @@ class ModelConfig:
     # already says, by at least this |normalized log-odds|, is not learned (the verdict
     # cuts 0.15 / 0.85 lie at 0.315); a wrong, Unsure or less sure one is. inf: learn
     # every message. Full feedback, 20 streams (both corpora and their derived ones,
-    # scripts/ablate_model.py), geometric mean of the (1-ROCA)% ratios to inf (worst
+    # scripts/accuracy/ablate_model.py), geometric mean of the (1-ROCA)% ratios to inf (worst
     # stream): 0.5 0.941 (1.32), 1 0.866 (1.03), 2 0.815 (0.997: better on every stream;
     # trec07p-dev 0.0148 -> 0.0118, spamassassin 0.0529 -> 0.0522, 65% of the mail
     # learned), 3 0.807 (1.002), 4 0.817. People's corrections are wrong or Unsure
@@ -339,7 +339,7 @@ class UsersConfig:
     score_per_user: bool = True
     # Join the user's token layer to the shared model's per token (backoff). Off by
     # default: over nine lists one user left and another reads (spamassassin and
-    # trec07p-dev, scripts/multi_user_stream.py), it filed the leaver's copies her
+    # trec07p-dev, scripts/accuracy/multi_user_stream.py), it filed the leaver's copies her
     # way after 5 corrections 16-97% of the time under errors-only feedback (0-97%
     # under full), and cost 1.10x the shared model's (1-ROCA)% per user where users
     # agree (sa; 1.08x on trec); the senders' rule below files all nine 100% her way at
@@ -351,7 +351,7 @@ class UsersConfig:
     sender_moves: int = 3
     sender_share: float = 0.8
     # (user, sender) pairs remembered at most; past it the one heard of least recently goes.
-    # 100,000 users x 20 rescued senders each, embedded (scripts/users_embedded_scale.py,
+    # 100,000 users x 20 rescued senders each, embedded (scripts/scale/users_embedded_scale.py,
     # docs/users.md): about 300 bytes a pair resident and 28 in the snapshot.
     max_senders: int = 2_000_000
     # Delivered messages whose place (inbox or Junk) is remembered, the most recent; a move of

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 import structlog
 
+from spamd import __version__
 from spamd.engine.scoring import explanation
 from spamd.errors import SpamdError, StoreUnavailableError
 from spamd.frontends.control_protocol import (
@@ -403,7 +404,7 @@ class ControlServer:
         return {"pid": os.getpid()}
 
     async def _stats(self, args: dict[str, Any], session: _Session) -> dict[str, Any]:
-        return {**self.daemon.stats(), "mode": "daemon"}
+        return {**self.daemon.stats(), "mode": "daemon", "version": __version__}
 
     async def _snapshot(self, args: dict[str, Any], session: _Session) -> dict[str, Any]:
         return {"path": str(await self.daemon.snapshot())}

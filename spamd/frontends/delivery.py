@@ -4,9 +4,9 @@ An SMTP delivery is some fifteen system calls (open the folders without followin
 links, an unnamed file, write, fsync, link into new/, fsync new/, close). Run in the
 daemon's threads, each call gave the GIL back and took it again against the loop:
 about 17 context switches a message, and the delivery threads spent as much CPU
-as the loop itself (`perf sched` over scripts/bench_smtp.py: 1,560 against 1,590 ms
+as the loop itself (`perf sched` over scripts/speed/bench_smtp.py: 1,560 against 1,590 ms
 in 3 s). In a process of its own, the same calls contend with nobody's GIL; the
-loop sends one frame and reads one answer. scripts/bench_smtp.py, interleaved:
+loop sends one frame and reads one answer. scripts/speed/bench_smtp.py, interleaved:
 see the commit message and README "SMTP throughput".
 
 The helper also turns the message's CRLF line ends into LF (`files.maildir_lines`):
@@ -46,7 +46,7 @@ _WORK = struct.Struct("!BIIHHIHH")
 _ERROR = struct.Struct("!iH")
 _FSYNC, _OWNERSHIP = 1, 2
 # Deliveries one helper writes at once, so that one waiting on its fsyncs does not
-# hold up the others. scripts/bench_smtp.py, one run, rounds interleaved: 2 threads
+# hold up the others. scripts/speed/bench_smtp.py, one run, rounds interleaved: 2 threads
 # 566/479/590 msgs/s (p99 75-93 ms), 4 threads 640/571/490 (71-88 ms), 8 threads
 # 635/701/469 (65-107 ms): the same speed within the noise, the tail longest with 8.
 WRITER_THREADS = 4

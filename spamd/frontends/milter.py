@@ -314,7 +314,7 @@ class MilterSession:
             # Postfix writes a message's packets without waiting for replies (no_reply flags) and
             # Nagle holds each small write until the last is acknowledged, which Linux delays up
             # to 40 ms: acknowledging at once took the client's wait per message through Postfix
-            # from 52.9 to 30.1 ms (scripts/bench_postfix.py, 300 messages, 4 clients; 13.8 with
+            # from 52.9 to 30.1 ms (scripts/speed/bench_postfix.py, 300 messages, 4 clients; 13.8 with
             # no filter). It is a one-shot flag, so it is set again before every read.
             self.quickack.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
         async with asyncio.timeout(timeout):

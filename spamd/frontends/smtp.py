@@ -52,7 +52,7 @@ _BARE_LF_RE = re.compile(rb"(?<!\r)\n")
 # "<local@domain>" with a dot-atom local part and domain: how MTAs write MAIL FROM and
 # RCPT TO paths. aiosmtpd's _getaddr defines a typing.Protocol class and runs the email
 # header parser on every call: 0.25 ms of the loop per message (two calls) under cProfile
-# in scripts/bench_smtp.py. For this shape `FilterSMTP._getaddr` gives the same answer
+# in scripts/speed/bench_smtp.py. For this shape `FilterSMTP._getaddr` gives the same answer
 # itself (tests/test_smtp.py compares the two); anything else still goes to aiosmtpd.
 _ATOM = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
 _PLAIN_PATH_RE = re.compile(rf"<({_ATOM}(?:\.{_ATOM})*@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*)>")
@@ -125,7 +125,7 @@ class FilterSMTP(SMTP):
 
     def _reset_timeout(self, duration: float | None = None) -> None:
         # aiosmtpd cancels its timer and arms a new one for every command: 6% of the
-        # loop's time under scripts/bench_smtp.py (a TimerHandle, a heap push, and the
+        # loop's time under scripts/speed/bench_smtp.py (a TimerHandle, a heap push, and the
         # cancelled ones swept from the heap). One timer per session instead, moved only
         # when the new bound is earlier; when it fires before the bound it re-arms itself.
         self._deadline = self.loop.time() + (duration or self._timeout_duration)

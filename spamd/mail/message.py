@@ -114,7 +114,7 @@ def split_head_body(raw: bytes) -> tuple[bytes, bytes]:
     empty line ("Subject: hi" followed at once by the text), and reading on to the
     first empty line took their whole text for headers: the message had no body
     tokens at all. On the derived stream of spamassassin with no empty line
-    (spamd.evaluation.variants), (1-ROCA)% 0.0973 -> 0.0555 (bogofilter 0.1105); no message
+    (spamd_lab.variants), (1-ROCA)% 0.0973 -> 0.0555 (bogofilter 0.1105); no message
     of either corpus as it is splits differently.
     A first line that is not a field (nor an mbox "From " line) means no headers.
     """

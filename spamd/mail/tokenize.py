@@ -4,7 +4,7 @@ A token's prefix says where it came from (`subject:free`, `url:example.com`);
 body words carry none. Each rule notes the measurement behind it: TREC online
 protocol, (1-ROCA)% on trec07p-dev / spamassassin without the rule -> with it,
 measured when the rule was adopted, with the rules before it in place. The
-final defaults score 0.0116 / 0.0541; `python scripts/ablate_tokenizer.py`
+final defaults score 0.0116 / 0.0541; `python scripts/accuracy/ablate_tokenizer.py`
 removes each family in turn from the current tokenizer.
 
 Tried and rejected (same protocol, trec / sa):
@@ -44,7 +44,7 @@ _ASCII_PLAIN_WORD_RE = re.compile(r"[a-z0-9][a-z0-9]++(?:['\-.,][a-z0-9]++)*+[%!
 # fail, so giving characters back never finds another match, and the engine stops
 # saving the points it would return to. The same matches (tests/test_tokenize.py
 # checks them against the backtracking forms; the same tokens for every message of
-# both corpora and of scripts/heavy_mail_index.py's stream), and callgrind counts
+# both corpora and of scripts/speed/heavy_mail_index.py's stream), and callgrind counts
 # 3.1% fewer instructions analysing trec07p-dev's first 1,000 messages, 2.1% fewer
 # for heavy HTML mail.
 # URL hosts, on lower-cased text (no IGNORECASE: 4x faster over trec07p-dev).
@@ -113,7 +113,7 @@ def lowered_words(lowered: str) -> list[str]:
 
 # Chinese and Japanese write no spaces between words: a sentence is one run of
 # letters, longer than MAX_WORD and dropped whole, or kept as a "word" that never
-# recurs. Such runs become character pairs instead. On the derived CJK streams (spamd.evaluation.variants.cjk; bogofilter 0.190 on sa,
+# recurs. Such runs become character pairs instead. On the derived CJK streams (spamd_lab.variants.cjk; bogofilter 0.190 on sa,
 # 0.0215 on trec), (1-ROCA)% sa / trec: the run dropped 0.175 / 0.0092 (only
 # trec's strong headers left), single characters 0.227 / 0.136, overlapping pairs
 # (Lucene's CJKAnalyzer) 0.075 / 0.038, pairs side by side 0.077 / 0.024: half

@@ -266,7 +266,7 @@ class MultinomialNB:
         tokenizer it was mixed: 0.0204 / 0.0676 -> 0.0176 / 0.0694; raw tf was worst.)
 
         The class prior, log(N_spam / N_ham) in the sum (ModelConfig.class_prior), changes
-        little: scripts/ablate_model.py, 20 streams, geometric mean of (1-ROCA)% ratios
+        little: scripts/accuracy/ablate_model.py, 20 streams, geometric mean of (1-ROCA)% ratios
         full 0.999, errors 0.987, people 1.023 (worst stream 1.60), so it is off.
         """
         if len(features) == 0 or not (self.doc_totals[0] and self.doc_totals[1]):

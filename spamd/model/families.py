@@ -8,7 +8,7 @@ Pure functions: no model, no I/O. All off by default (ModelConfig).
 
 One table for all, rather than a table per family: the families crowd the tokens'
 buckets. (1-ROCA)% trec07p-dev / spamassassin, a table per family (2**22 buckets
-each) -> the one table of 2**22 (scripts/ablate_model.py, with and without
+each) -> the one table of 2**22 (scripts/accuracy/ablate_model.py, with and without
 --family-tables), full feedback: osb-w0.3 0.0249 / 0.0739 -> 0.0276 / 0.0815,
 cng4-w0.3 0.0183 / 0.0901 -> 0.0186 / 0.0908, osb+cng4-w0.3 0.0170 / 0.0773 ->
 0.0188 / 0.0826 (in one table of 2**24: 0.0161 / 0.0787); errors-only feedback,

@@ -98,7 +98,7 @@ def recipients_user(recipients: Iterable[str]) -> str | None:
 
 # A layer past [users] max_tokens is trimmed to 1/16 below it, so that the trim (a
 # partition of all its tokens) runs once in some 25 trainings rather than at each one.
-# `spamctl eval --score-per-user` of scripts/multi_user_stream.py's agree stream
+# `spamctl eval --score-per-user` of scripts/accuracy/multi_user_stream.py's agree stream
 # (spamassassin, 6,046 messages dealt to 3 users, every one trained): 560 -> 672-732 msgs/s
 # (a 2-core machine shared with other work): the trim to exactly max_tokens at each
 # training took 0.85 ms of every message; inserting a message's new tokens now takes
@@ -462,7 +462,7 @@ def _overrides(
 
 
 # How a user's evidence joins the shared model's, measured online on
-# scripts/multi_user_stream.py's streams: spamassassin dealt at random to three users
+# scripts/accuracy/multi_user_stream.py's streams: spamassassin dealt at random to three users
 # ("agree") and the same with the copies of one list (freshrpms, 397 messages) spam
 # for one user and ham for another ("disagree"); trec07p-dev dealt at random (agree
 # only: it holds no list). Agree: each user's (1-ROCA)% over the shared model's alone

@@ -29,7 +29,7 @@ def paused_gc() -> Iterator[None]:
     that state frozen out of later collections (gc.freeze) rather than scanned by the first one after.
 
     Each collection run on the way scans every container built so far, and the daemon's state at
-    100,000 users with 20 rescued senders each is some 4,000,000 objects (scripts/users_embedded_scale.py,
+    100,000 users with 20 rescued senders each is some 4,000,000 objects (scripts/scale/users_embedded_scale.py,
     docs/users.md; not measured apart from the other start-up changes: with the thresholds above the
     collections are few). Objects that die later still go by refcount; only their cycles would stay.
     """

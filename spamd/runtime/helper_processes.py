@@ -129,7 +129,7 @@ class HelperProcesses(Generic[T]):
     def _send(self, helper: Helper, kind: bytes, ident: int, payload: bytes) -> None:
         # Frames queued in one turn of the loop leave in one send, at its end: a send
         # wakes the helper, and each wake-up cost the loop its CPU for a while (the
-        # sends were 6% of the loop's samples in scripts/bench_smtp.py, one a message).
+        # sends were 6% of the loop's samples in scripts/speed/bench_smtp.py, one a message).
         if not helper.outgoing:
             asyncio.get_running_loop().call_soon(self._flush, helper)
         helper.outgoing += (FRAME.pack(kind, ident, len(payload)), payload)

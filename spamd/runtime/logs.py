@@ -27,7 +27,7 @@ _CHATTY = ("mail.log", "watchdog")
 
 # structlog's own events skip the stdlib chain (LogRecord, handler, ProcessorFormatter):
 # one message_scored line cost 57-65 us that way and 17 us this way, about 6% of the
-# SMTP loop's time under scripts/bench_smtp.py. Level filtering is a dict lookup
+# SMTP loop's time under scripts/speed/bench_smtp.py. Level filtering is a dict lookup
 # here, so SIGHUP can change it without rebuilding cached loggers.
 _METHOD_LEVELS = {
     "debug": logging.DEBUG, "info": logging.INFO, "msg": logging.INFO, "warning": logging.WARNING,

@@ -3,9 +3,9 @@
 The loop answers every client, scores and trains: while it waits, everything
 waits. Delivery threads, watchdog's threads and the analysis processes wake
 often (an fsync done, an inotify event, a batch to analyze) and, as ordinary
-tasks, each wake-up could preempt the loop: under scripts/bench_smtp.py the
+tasks, each wake-up could preempt the loop: under scripts/speed/bench_smtp.py the
 loop thread was preempted 2.8 times per message. SCHED_BATCH tasks run just as
-much but do not preempt on wake-up. scripts/bench_smtp.py --tree A --tree B,
+much but do not preempt on wake-up. scripts/speed/bench_smtp.py --tree A --tree B,
 interleaved rounds of 5,000 messages: the delivery threads and the analysis
 process as batch tasks, 509/470/427 -> 544/480/513 msgs/s; watchdog's threads
 too, 414/497/446/432 -> 473/488/461/450 (median 439 -> 467).

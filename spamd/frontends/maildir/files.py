@@ -48,7 +48,7 @@ def _write_unnamed_then_link(
     The Maildir sees one event, the file appearing in new/, where tmp/ + rename shows
     three (created, moved from, moved to): the watcher's threads handled each in Python,
     holding the GIL, and pairing the two halves of every rename. Without the watcher
-    SMTP delivery ran 10-20% faster in scripts/bench_smtp.py. A crash can leave no
+    SMTP delivery ran 10-20% faster in scripts/speed/bench_smtp.py. A crash can leave no
     file behind in tmp/ either. False, with nothing written, where the file system has
     no unnamed files (the caller then writes tmp/ and renames).
     """

@@ -33,7 +33,7 @@ messages not settled yet; a mark lost in a crash costs a ledger lookup, not a
 second training. What became due while spamd was down is learned once the
 catch-up is done, in batches that yield to the loop.
 
-Cost on 100,000 messages (scripts/settle_cost.py: 60% read in INBOX, 10% unread,
+Cost on 100,000 messages (scripts/scale/settle_cost.py: 60% read in INBOX, 10% unread,
 25% in Junk, 5% in Trash; 2 shared cores, ext4 on a virtual disk):
   - the queue: ~150 bytes an entry, 12.4 MiB for the 85,218 candidates of a first
     start. Afterwards it holds only read mail and Junk younger than settle_after.
@@ -76,7 +76,7 @@ log = structlog.get_logger()
 
 SETTLED = "settled"  # the training source, in logs, /metrics and spamctl stats
 # Entries looked at (stat'ed in one thread hand-off) per step between yields to the loop: a
-# hand-off costs ~1 ms, so 64 a step took 55 us an entry, 512 ~15 (scripts/settle_cost.py).
+# hand-off costs ~1 ms, so 64 a step took 55 us an entry, 512 ~15 (scripts/scale/settle_cost.py).
 BATCH = 512
 READ_BATCH = 64  # files read in one hand-off (their bytes held together)
 YIELD_AFTER_S = 0.01  # looking at a batch yields to the loop after this long

@@ -93,7 +93,7 @@ class _Bridge(FileSystemEventHandler):
         if event.event_type == "created" and os.path.basename(src) in self.mailbox.delivered:
             # spamd's own delivery, in the index before it was written: the loop would
             # find it there and do nothing. Dropped here, it costs the loop no wake-up
-            # (5% of the loop's time under scripts/bench_smtp.py went to these events).
+            # (5% of the loop's time under scripts/speed/bench_smtp.py went to these events).
             return
         dest = os.fsdecode(event.dest_path) if event.event_type == "moved" else ""
         # RuntimeError: the loop is closed: spamd is exiting and catch-up covers the rest at next start.

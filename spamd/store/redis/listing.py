@@ -30,7 +30,7 @@ EXPIRY_MARGIN_S = 5
 
 
 # Bytes of a user's keys in Redis, estimated from the summary's counts (MEMORY USAGE, Redis 7.0,
-# listpack-encoded keys: scripts/users_scale.py and docs/redis.md): a layer's token, a training
+# listpack-encoded keys: scripts/scale/users_scale.py and docs/redis.md): a layer's token, a training
 # in the layer's ledger, a sender held (its four counts and its recency), a delivered message held.
 BYTES_PER_TOKEN = 60
 BYTES_PER_TRAINING = 20

@@ -4,7 +4,7 @@ One field a sender: the field is the sender's 64-bit key as a signed decimal (th
 complement of xxh3's unsigned value), which Redis's listpack keeps as an 8-byte integer;
 the value is "delivered,filed,moved in,moved out" with the trailing zero counts left out
 ("5" is five deliveries to the inbox, itself an integer to Redis). used_memory a user with
-20 rescued senders, 100,000 users (scripts/users_scale.py, 64-bit keys): a field a count,
+20 rescued senders, 100,000 users (scripts/scale/users_scale.py, 64-bit keys): a field a count,
 the key unsigned, 4,472 -> 3,219 bytes (MEMORY USAGE of the senders hash 1,624 -> 536).
 
 Older spamd wrote a field a count, "<unsigned key>:d", ":f", ":i", ":o". The readers add

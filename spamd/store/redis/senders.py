@@ -43,7 +43,7 @@ KEEP_S = 400 * 86400
 # sender_share, user name, then two names a sender (sender_fields.sender_args: its packed field, and the
 # prefix of an older spamd's fields, which the script folds into the packed one).
 # `filed` scores a message 2 x when + 1 if in Junk: where it is and how recent in one
-# sorted set (MEMORY USAGE of a user with 20 rescued senders, scripts/users_scale.py:
+# sorted set (MEMORY USAGE of a user with 20 rescued senders, scripts/scale/users_scale.py:
 # a hash for the side beside a sorted set for the time, 5,088 -> 3,976 bytes).
 # The user's summary line keeps the senders turned each way (way_of, for the senders whose
 # counts the script changes or the cap drops; all of them afresh when the line was counted
@@ -146,7 +146,7 @@ def recency_now() -> str:
 
     Redis keeps a whole-number score in a small sorted set as an integer, a fraction as
     its text: MEMORY USAGE of one user's keys with 20 rescued senders (3 moves each,
-    scripts/users_scale.py) 6,368 -> 5,088 bytes. Ties within a second go in member order.
+    scripts/scale/users_scale.py) 6,368 -> 5,088 bytes. Ties within a second go in member order.
     """
     return str(int(time.time()))
 

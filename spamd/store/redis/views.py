@@ -47,7 +47,7 @@ class RedisModel:
     def score_beside(self, features: Features, key: str, fields: list[str]) -> tuple[Score, list[Any]]:
         """`score`, and the values of `key`'s hash `fields`, in one round trip (RedisState.fetch_beside:
         a key on the model's server). A user's senders' counts so came with their own round trip
-        after the model's: scripts/user_scoring_speed.py --redis, a user's step 1.19-1.33x the
+        after the model's: scripts/costs/user_scoring_speed.py --redis, a user's step 1.19-1.33x the
         shared model's (docs/users.md)."""
         if len(features) == 0:
             return verdict_of(self.config, 0.0), self.state.call(
