@@ -38,11 +38,21 @@ def test_outcomes_name_what_was_verified() -> None:
     )
     assert outcome_tokens(signed) == [
         "auth:dkim:pass", "auth:dkim:fail", "auth:spf:softfail", "auth:dmarc:pass", "auth:arc:pass",
-        "auth:aligned:shop.example",
+        "auth:aligned:shop.example", "auth:signer:shop.example",
     ]  # fmt: skip
-    rejected = AuthResult("shop.example", (SignatureResult("other.example", "s", "pass"),), None,
+    # Another domain's passing signature (an ESP's) is a signer of its own, never the From's alignment.
+    rejected = AuthResult("shop.example", (SignatureResult("mail.esp.example", "s", "pass"),), None,
                           DmarcResult("shop.example", "fail", "reject"))  # fmt: skip
-    assert outcome_tokens(rejected) == ["auth:dkim:pass", "auth:dmarc:fail", "auth:dmarc:fail:p=reject"]
+    assert outcome_tokens(rejected) == [
+        "auth:dkim:pass", "auth:dmarc:fail", "auth:dmarc:fail:p=reject", "auth:signer:esp.example",
+    ]  # fmt: skip
+    # A trusted sealer's list: the sealer is an identity too; a chain no trusted sealer closed names none.
+    sealed = AuthResult("list.example", arc="pass", arc_sealer="lists.example.org")
+    assert outcome_tokens(sealed) == ["auth:dkim:none", "auth:arc:pass", "auth:sealer:example.org"]
+    assert not any(t.startswith("auth:sealer:") for t in outcome_tokens(AuthResult("list.example", arc="pass")))
+    # Many passing signatures name at most four signers: a message cannot flood the reputation tokens.
+    many = AuthResult("x.example", tuple(SignatureResult(f"d{i}.example", "s", "pass") for i in range(20)))
+    assert len([t for t in outcome_tokens(many) if t.startswith("auth:signer:")]) == 4
 
 
 def test_signed_mail_gets_its_outcomes_scored_and_trained_alike(auth_zone: ZoneServer, test_keys: SigningKeys) -> None:

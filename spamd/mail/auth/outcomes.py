@@ -1,7 +1,8 @@
 """Sender authentication's outcomes as tokens for the model ([model] auth_outcomes): what was verified, not claimed.
 
 `auth:dkim:pass`, `auth:spf:softfail`, `auth:dmarc:fail:p=reject`, `auth:arc:pass`, and
-the From's organizational domain when it is authenticated (`auth:aligned:paypal.com`):
+the From's organizational domain when it is authenticated (`auth:aligned:paypal.com`), each
+passing signature's (`auth:signer:sendgrid.net`) and a trusted ARC sealer's (`auth:sealer:`):
 a domain's good name is learned only from mail it really sent. Unsigned mail gives
 `auth:dkim:none`. It decides nothing by itself: the model weighs the tokens as any.
 """
