@@ -29,7 +29,7 @@ from tests.ports import free_port
 from tests.postfix_helpers import Postfix
 
 USERS = ("alice", "bob", "carol")
-OVER_QUOTA = "carol"  # a quota of 1 KiB: any message is over it
+OVER_QUOTA = "carol"  # a quota of 1 KiB, and 4 KiB of mail already
 DOMAIN = "example.com"
 
 PASSWD_USERDB = """\
@@ -38,10 +38,9 @@ userdb {{
   args = {top}/users
 }}"""
 
+# Before docs/dovecot.md's block: its `protocol lmtp` adds sieve to these plugins.
 QUOTA = """\
-protocol lmtp {
-  mail_plugins = $mail_plugins quota
-}
+mail_plugins = $mail_plugins quota
 plugin {
   quota = maildir:User quota
 }
@@ -72,7 +71,7 @@ class LmtpDovecot(Dovecot):
             quota = "userdb_quota_rule=*:storage=1K" if user == OVER_QUOTA else ""
             lines.append(f"{user}::{MAIL_UID}:{MAIL_GID}::{top}/home/{user}::{quota}\n")
         (top / "users").write_text("".join(lines))
-        super().__init__(top, extra=conf + QUOTA, userdb=PASSWD_USERDB)
+        super().__init__(top, extra=QUOTA + conf, userdb=PASSWD_USERDB)
         (sieve_dir / "spamd-junk.sieve").write_text(snippet("spamd-junk.sieve"))
         compiled = subprocess.run(
             [SIEVEC, "-c", str(self.conf), str(sieve_dir / "spamd-junk.sieve")],
@@ -85,6 +84,12 @@ class LmtpDovecot(Dovecot):
             for path in (self.home(user), self.maildir(user)):
                 path.mkdir(mode=0o700)
                 os.chown(path, MAIL_UID, MAIL_GID)
+        # carol's mailbox already holds more than her 1 KiB quota: any delivery is over it.
+        cur = self.maildir(OVER_QUOTA) / "cur"
+        cur.mkdir(mode=0o700)
+        (cur / "1.filled:2,S").write_bytes(b"Subject: filled\n\n" + b"x" * 4096 + b"\n")
+        for path in (cur, cur / "1.filled:2,S"):
+            os.chown(path, MAIL_UID, MAIL_GID)
 
     def processes(self) -> list[int]:
         """The master and every process under it (imap, lmtp, auth...)."""
