@@ -175,8 +175,9 @@ class FilterSMTP(SMTP):
             await self.push("354 End data with <CR><LF>.<CR><LF>")
             content = await self._read_data()
             if content is None:
+                refused = self.data_refused("552 5.3.4 Error: Too much mail data")  # before the envelope is reset
                 self._set_post_data_state()
-                await self.push(self.data_refused("552 5.3.4 Error: Too much mail data"))
+                await self.push(refused)
                 return
             self.envelope.content = self.envelope.original_content = content
             status = await self._call_handler_hook("DATA")
