@@ -17,6 +17,7 @@ import os
 import re
 import signal
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 from spamd.config import load_config
@@ -244,6 +245,22 @@ class LmtpSpamd:
         assert self.process is not None
         self.process.proc.send_signal(signal.SIGKILL)
         self.process.wait(10)
+
+    @contextlib.contextmanager
+    def reconfigured(self, lmtp_lines: str) -> Iterator[None]:
+        """The running daemon with these [lmtp] lines added (a reload applies them), put back after."""
+        original = self.config.read_text()
+        self.config.write_text(original.replace("[lmtp]\n", f"[lmtp]\n{lmtp_lines}\n", 1))
+        try:
+            done = self.spamctl("reload")
+            assert done.returncode == 0 and b"needs_restart" not in done.stdout.replace(b'"needs_restart": []', b""), (
+                done
+            )
+            yield
+        finally:
+            self.config.write_text(original)
+            if self.alive():
+                assert self.spamctl("reload").returncode == 0
 
     def spamctl(self, *args: str) -> subprocess.CompletedProcess[bytes]:
         popen = dict(self.run_as)

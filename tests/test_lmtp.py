@@ -155,29 +155,32 @@ def test_dovecot_refusing_one_recipient_bounces_that_recipient_alone(stack: tupl
 
 def test_next_hop_down_defers_and_the_retry_delivers_once(stack: tuple[Postfix, LmtpSpamd, LmtpDovecot]):
     postfix, spamd, dovecot = stack
-    with_short_timeout = spamd.config.read_text().replace("[lmtp]\n", "[lmtp]\nnext_hop_timeout_s = 2.0\n", 1)
-    original = spamd.config.read_text()
-    spamd.config.write_text(with_short_timeout)
-    assert spamd.spamctl("reload").returncode == 0
-    try:
+    with spamd.reconfigured("next_hop_timeout_s = 2.0"):
         dovecot.freeze(True)  # accepts connections, answers nothing
         try:
             assert send(postfix, message(Label.HAM, "lmtpdown"), [f"team@{DOMAIN}"]) == {}
-            wait_until_sync(lambda: len(spamd.events("lmtp_next_hop_failed")) >= 1, 30)
             # Each recipient deferred with spamd's 451: Postfix keeps the message.
             for user in ALIASES["team"]:
                 wait_until_sync(partial(lines_of, postfix, f"{user}@{DOMAIN}", "status=deferred", "451 4.4.1"), 30)
+            assert spamd.events("lmtp_next_hop_failed")
         finally:
             dovecot.freeze(False)
         postfix.flush()
         for user in ALIASES["team"]:
             assert arrived(dovecot, user, "lmtpdown") == {"INBOX": 1, "Junk": 0}
-    finally:
-        spamd.config.write_text(original)
-        assert spamd.spamctl("reload").returncode == 0
     wait_until_sync(lambda: postfix.queued() == [], 30)
     for user in ALIASES["team"]:
         assert dovecot.folders(user, "lmtpdown") == {"INBOX": 1, "Junk": 0}
+
+
+def test_the_next_hop_as_dovecots_unix_socket(stack: tuple[Postfix, LmtpSpamd, LmtpDovecot]):
+    postfix, spamd, dovecot = stack
+    path = dovecot.top / "run" / "lmtp"  # Dovecot's own LMTP socket under its base_dir
+    assert path.is_socket()
+    with spamd.reconfigured(f'next_hop = "{path}"'):
+        assert send(postfix, message(Label.SPAM, "lmtpunix"), [f"bob@{DOMAIN}"]) == {}
+        assert arrived(dovecot, "bob", "lmtpunix") == {"INBOX": 0, "Junk": 1}
+    assert spamd.events("message_scored", via=str(path), user_name="bob")
 
 
 @pytest.mark.parametrize("round_", range(3))
