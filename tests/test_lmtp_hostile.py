@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from spamd.cli.output import format_stats
 from spamd.config import Config
 from spamd.model.bayes import Label
 from tests.daemon_helpers import (
@@ -122,6 +123,8 @@ async def test_one_reply_per_accepted_recipient_in_order_and_one_scoring_per_use
             == 1
         )
         assert daemon.daemon_stats()["lmtp_recipients"] == {"delivered": 3, "deferred": 0, "refused": 0}
+        shown = format_stats(daemon.stats() | {"mode": "daemon"})  # what `spamctl stats` prints
+        assert "recipients 3 delivered, 0 deferred, 0 refused" in shown, shown
 
 
 async def test_thousands_of_pipelined_recipients_get_452_past_the_cap_and_one_copy(tmp_path):
