@@ -257,7 +257,9 @@ class LmtpHandler(Sessions):
             group = groups.setdefault(scored.headers, Group(scored))
             group.users.append(user)
             group.recipients.extend(by_user[user])
-        outcomes = await asyncio.gather(*(self._send(config, envelope, g, peer) for g in groups.values()))
+        sends = [self._send(config, envelope, group, peer) for group in groups.values()]
+        # One copy (the usual case, one recipient or users who agree) is awaited here, not as a task of its own.
+        outcomes = [await sends[0]] if len(sends) == 1 else await asyncio.gather(*sends)
         for group, replies in zip(groups.values(), outcomes, strict=True):
             answers.update(replies)
             delivered = [r for r in group.recipients if replies[r][0] == "2"]
