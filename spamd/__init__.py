@@ -4,7 +4,7 @@ The packages, top to bottom, as a message travels (each imports only those below
 the contract is in pyproject.toml's [tool.importlinter]):
 
 - `cli` (spamctl), `daemon` (the running service's wiring)
-- `frontends` (SMTP, milter, spamc, Maildirs, control, metrics) | `evaluation`
+- `frontends` (SMTP, LMTP, milter, spamc, Maildirs, control, metrics) | `evaluation`
 - `web` (the console and the HTTP server under /metrics)
 - `engine` (the open model state: scoring for delivery, applying a training)
 - `store` (where counts, layers and the ledger live: local or Redis)

@@ -63,6 +63,10 @@ LIVE_SETTINGS = {
         "max_recipients", "idle_timeout_s", "data_timeout_s", "allowed_peers",
     },
     "milter": {"reject_at", "max_message_bytes", "idle_timeout_s", "message_timeout_s"},
+    "lmtp": {
+        "next_hop", "next_hop_timeout_s", "max_message_bytes", "max_recipients", "idle_timeout_s", "data_timeout_s",
+        "allowed_peers",
+    },
     "spamc": {
         "allow_tell", "allowed_peers", "max_message_bytes", "idle_timeout_s", "data_timeout_s",
         "max_connections", "required_score",
@@ -124,6 +128,8 @@ class Daemon:
         self.milter_server: asyncio.AbstractServer | None = None
         self.milter_address: tuple[str, int] | None = None
         self.spamc: SpamcServer | None = None
+        self.lmtp: Any = None  # spamd.frontends.lmtp.LmtpHandler, when [lmtp] listen is set
+        self.lmtp_server: asyncio.AbstractServer | None = None
         self.control: Any = None
         self.smtp_address: tuple[str, int] | None = None
         self.metrics_server: Any = None  # spamd.frontends.metrics.MetricsServer, when [metrics] listen is set
@@ -212,7 +218,7 @@ class Daemon:
             if config.maildir.delivery_processes == -1
             else config.maildir.delivery_processes
         )
-        if writers and s.mode == "deliver":
+        if writers and (s.mode == "deliver" or (config.lmtp.listen and not config.lmtp.next_hop)):
             self.writers = DeliveryProcesses(writers)
             await self.writers.start()
         smtp = self.smtp = SmtpHandler(
@@ -220,7 +226,7 @@ class Daemon:
             on_delivered=self.watcher.delivered_by_spamd,
         )  # fmt: skip
         try:
-            self.server = await loop.create_server(lambda: FilterSMTP(smtp, self.config, loop), s.host, s.port)
+            self.server = await loop.create_server(lambda: FilterSMTP(smtp, self.config.smtp, loop), s.host, s.port)
         except OSError as e:
             raise SpamdError(
                 f"cannot listen for SMTP on {s.host}:{s.port}: {e.strerror} (smtp.host / smtp.port, or --smtp)"
@@ -231,6 +237,8 @@ class Daemon:
         if config.spamc.listen:
             self.spamc = SpamcServer(lambda: self.config, self.scorer, self.metrics.error)
             await self.spamc.start()
+        if config.lmtp.listen:
+            await self._start_lmtp()
 
         if importlib.util.find_spec("spamd.frontends.control") is not None:
             from spamd.frontends.control import ControlServer
@@ -258,6 +266,7 @@ class Daemon:
             spamc_host=None if self.spamc is None or self.spamc.address is None else self.spamc.address[0],
             spamc_port=None if self.spamc is None or self.spamc.address is None else self.spamc.address[1],
             spamc_allow_tell=config.spamc.allow_tell,
+            **({} if self.lmtp is None else self.lmtp.started_fields()),
             **self._metrics_fields(),
             **self._web_fields(),
             maildirs=[str(m.root) for m in self.mailboxes],
@@ -277,9 +286,11 @@ class Daemon:
             self.server.close()  # stop accepting
         if self.milter_server is not None:
             self.milter_server.close()
-        # Both ways in drain at once, within one timeout.
+        if self.lmtp_server is not None:
+            self.lmtp_server.close()
+        # Every way in drains at once, within one timeout.
         await asyncio.gather(
-            *(d.drain(DRAIN_TIMEOUT_S) for d in (self.smtp, self.milter) if d is not None),
+            *(d.drain(DRAIN_TIMEOUT_S) for d in (self.smtp, self.milter, self.lmtp) if d is not None),
             *([self.spamc.close(DRAIN_TIMEOUT_S)] if self.spamc is not None else []),  # stops accepting, too
         )
         if self.control is not None:
@@ -333,6 +344,17 @@ class Daemon:
                 f"cannot listen for milter connections on {host}:{port}: {e.strerror} ([milter] listen, or --milter)"
             ) from None
         self.milter_address = self.milter_server.sockets[0].getsockname()[:2]
+
+    async def _start_lmtp(self) -> None:
+        """Listen for LMTP (Postfix virtual_transport = lmtp:inet:HOST:PORT); imported only when asked for."""
+        from spamd.frontends.lmtp import LmtpHandler
+
+        assert self.scorer is not None and self.watcher is not None
+        self.lmtp = LmtpHandler(
+            lambda: self.config, self.scorer, self.mailboxes, self.metrics.error, self.writers,
+            on_delivered=self.watcher.delivered_by_spamd,
+        )  # fmt: skip
+        self.lmtp_server = await self.lmtp.start()
 
     def request_exit(self) -> None:
         if self.should_exit is not None:
@@ -556,6 +578,7 @@ class Daemon:
             spamc_connections=0 if self.spamc is None else len(self.spamc.connections),
             spamc_in_flight=0 if self.spamc is None else self.spamc.in_flight,
             spamc_answered=0 if self.spamc is None else self.spamc.answered,
+            **({"lmtp_listen": None} if self.lmtp is None else self.lmtp.stats()),
             maildirs=[
                 {
                     "path": str(m.root),

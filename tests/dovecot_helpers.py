@@ -57,10 +57,7 @@ passdb {{
   driver = static
   args = password={password}
 }}
-userdb {{
-  driver = static
-  args = uid={uid} gid={gid} home={top}/home/%u
-}}
+{userdb}
 service imap-login {{
   inet_listener imap {{
     address = 127.0.0.1
@@ -74,6 +71,13 @@ service imap-login {{
 """
 
 
+STATIC_USERDB = """\
+userdb {{
+  driver = static
+  args = uid={uid} gid={gid} home={top}/home/%u
+}}"""
+
+
 def private_dir(prefix: str) -> Path:
     """A short directory under /tmp that other users can traverse (not list: 0711)."""
     top = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
@@ -82,9 +86,12 @@ def private_dir(prefix: str) -> Path:
 
 
 class Dovecot:
-    """One `dovecot -F` with a private config; `extra` is appended to dovecot.conf (plugins, IMAPSieve)."""
+    """One `dovecot -F` with a private config; `extra` is appended to dovecot.conf (plugins, IMAPSieve).
 
-    def __init__(self, top: Path, extra: str = ""):
+    `userdb`: the userdb block (every user exists, by default), formatted with top, uid and gid.
+    """
+
+    def __init__(self, top: Path, extra: str = "", userdb: str = STATIC_USERDB):
         self.top = top
         self.port = free_port()
         self.conf = top / "dovecot.conf"
@@ -100,6 +107,7 @@ class Dovecot:
                 gid=MAIL_GID,
                 password=PASSWORD,
                 extra=extra,
+                userdb=userdb.format(top=top, uid=MAIL_UID, gid=MAIL_GID),
                 maildir=snippet("dovecot-maildir.conf").rstrip("\n"),  # docs/dovecot.md's lines, as they are
             )  # fmt: skip
         )

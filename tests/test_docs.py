@@ -161,16 +161,19 @@ EVENT_CALL = re.compile(
 
 
 def emitted_events() -> set[str]:
-    """Every log event name in spamd/, f-strings over the helper processes' kinds expanded."""
+    """Every log event name in spamd/, f-strings over the helper processes' kinds and the listeners' ways in expanded."""
     sources = {path: path.read_text(encoding="utf-8") for path in (REPO / "spamd").rglob("*.py")}
     kinds = {kind for text in sources.values() for kind in re.findall(r'^\s+kind = "(\w+)"', text, re.M)}
+    ways = {way for text in sources.values() for way in re.findall(r'^\s+way_in = "(\w+)"', text, re.M)}
     events: set[str] = set()
     for path, text in sources.items():
         for m in EVENT_CALL.finditer(text):
             event = m.group("event")
             if m.group("f"):
-                assert "{self.kind}" in event and event.count("{") == 1, f"{path}: cannot expand log event {event!r}"
-                events.update(event.replace("{self.kind}", kind) for kind in kinds)
+                names = {"{self.kind}": kinds, "{self.way_in}": ways, "{self.filter.way_in}": ways}
+                [(name, values)] = [(n, v) for n, v in names.items() if n in event] or [("", set())]
+                assert name and event.count("{") == 1, f"{path}: cannot expand log event {event!r}"
+                events.update(event.replace(name, value) for value in values)
             else:
                 events.add(event)
     assert {"message_scored", "training_applied", "analysis_process_lost", "delivery_process_stuck"} <= events

@@ -120,6 +120,21 @@ def test_three_moves_into_junk_file_the_users_next_copy_there_and_no_one_elses()
     assert rep.summary() == {"alice": {"senders_to_junk": 1, "senders_to_inbox": 0}}
 
 
+def test_one_message_filed_for_two_users_is_each_ones_own_copy_to_move():
+    """LMTP delivers one message (one key) to several users: each one's move counts for their copy alone."""
+    rep = SenderReputation(1000, 1000)
+    keys = [deliver(rep, "alice", n) for n in range(3)]
+    for key in keys:
+        rep.delivered("bob", key, (LIST,), False)
+    for key in keys:
+        assert rep.moved(key, Label.SPAM, "alice")
+        assert not rep.moved(key, Label.HAM, "bob")  # bob's copy lies in his inbox already
+    assert rep.direction("alice", (LIST,)) == Way.JUNK and rep.direction("bob", (LIST,)) == Way.NONE
+    again = SenderReputation(1000, 1000)
+    again.restore(rep.export())
+    assert not again.moved(keys[0], Label.SPAM, "alice") and again.moved(keys[0], Label.SPAM, "bob")
+
+
 def test_a_list_that_relays_the_odd_spam_is_not_turned():
     rep = SenderReputation(1000, 1000)
     keys = [deliver(rep, "alice", n) for n in range(20)]

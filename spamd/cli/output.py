@@ -174,6 +174,16 @@ def format_stats(stats: dict[str, Any]) -> str:
                     f"{extra.get('smtp_sessions', 0)} sessions open",
                 )
             )
+        if extra.get("lmtp_listen"):
+            counted = extra.get("lmtp_recipients") or {}
+            rows.append(
+                (
+                    "lmtp",
+                    f"{extra['lmtp_listen']} (next hop {extra.get('lmtp_next_hop', '?')}), "
+                    f"{extra.get('lmtp_sessions', 0)} sessions open; recipients {counted.get('delivered', 0)} "
+                    f"delivered, {counted.get('deferred', 0)} deferred, {counted.get('refused', 0)} refused",
+                )
+            )
         if extra.get("milter_listen"):
             rows.append(
                 (

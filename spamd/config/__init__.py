@@ -12,6 +12,7 @@ from spamd.config.sections import (
     AuthConfig,
     Config,
     ControlConfig,
+    LmtpConfig,
     LogConfig,
     MaildirConfig,
     MetricsConfig,
@@ -29,7 +30,7 @@ from spamd.config.sections import (
 )
 
 __all__ = [
-    "AuthConfig", "DEFAULT_DATA_DIR", "MAX_NGRAM_CHARS", "STORED_COUNTS", "Config", "ControlConfig", "LogConfig", "MaildirConfig",
+    "AuthConfig", "DEFAULT_DATA_DIR", "MAX_NGRAM_CHARS", "STORED_COUNTS", "Config", "ControlConfig", "LmtpConfig", "LogConfig", "MaildirConfig",
     "MetricsConfig", "MilterConfig", "ModelConfig", "ParserConfig", "RedisConfig", "SmtpConfig", "SpamcConfig",
     "StoreConfig", "UsersConfig", "WebConfig", "load_config", "metrics_address", "web_address",
 ]  # fmt: skip

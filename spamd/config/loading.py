@@ -159,6 +159,14 @@ def _validate(config: Config, source: str) -> None:
         problems.append("spamc.idle_timeout_s and spamc.data_timeout_s must be > 0")
     if not -1000.0 <= c.required_score <= 1000.0:
         problems.append("spamc.required_score must be between -1000 and 1000")
+    lm = config.lmtp
+    _check_listen(lm.listen, "[lmtp] listen", problems)
+    if lm.next_hop and not lm.next_hop.startswith("/"):
+        _check_listen(lm.next_hop, "[lmtp] next_hop (HOST:PORT or an absolute Unix socket path)", problems)
+    if lm.max_recipients < 1 or lm.max_message_bytes < 1024:
+        problems.append("lmtp.max_recipients >= 1 and lmtp.max_message_bytes >= 1024 required")
+    if min(lm.idle_timeout_s, lm.data_timeout_s, lm.next_hop_timeout_s) <= 0:
+        problems.append("lmtp.idle_timeout_s, lmtp.data_timeout_s and lmtp.next_hop_timeout_s must be > 0")
     if config.store.snapshots_kept < 1:
         problems.append("store.snapshots_kept must be >= 1")
     if config.log.format not in ("auto", "json", "console"):

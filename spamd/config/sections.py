@@ -279,6 +279,29 @@ class SpamcConfig:
 
 
 @dataclass(frozen=True)
+class LmtpConfig:
+    """The LMTP listener (RFC 2033): mail scored once per recipient's user at final delivery."""
+
+    # "HOST:PORT" to listen on (Postfix: virtual_transport = lmtp:inet:HOST:PORT); empty: off.
+    listen: str = ""
+    # Where scored mail goes: an LMTP server (Dovecot's lmtp) as "HOST:PORT" or an absolute
+    # Unix socket path; empty: into spamd's own Maildirs ([maildir]), filed by verdict.
+    next_hop: str = ""
+    # Seconds for the next hop to answer any one command (its DATA replies included).
+    next_hop_timeout_s: float = 60.0
+    # Bigger messages are refused for every recipient with 552 (Postfix bounces them: set
+    # it above Postfix's message_size_limit, 10,240,000 by default, and it never triggers).
+    max_message_bytes: int = 32 * 1024 * 1024
+    # Recipients in one transaction; more are answered 452 and Postfix sends them after.
+    max_recipients: int = 1000
+    # Seconds between commands, and for one message's DATA (its scoring and hand-on included).
+    idle_timeout_s: float = 300.0
+    data_timeout_s: float = 600.0
+    # Peers allowed to connect; anything else is refused at connect time. Loopback only by default.
+    allowed_peers: tuple[str, ...] = ("127.0.0.1", "::1")
+
+
+@dataclass(frozen=True)
 class MaildirConfig:
     """Maildir++ delivery, watching and learning from moves."""
 
@@ -469,6 +492,7 @@ class Config:
     smtp: SmtpConfig = field(default_factory=SmtpConfig)
     milter: MilterConfig = field(default_factory=MilterConfig)
     spamc: SpamcConfig = field(default_factory=SpamcConfig)
+    lmtp: LmtpConfig = field(default_factory=LmtpConfig)
     maildir: MaildirConfig = field(default_factory=MaildirConfig)
     users: UsersConfig = field(default_factory=UsersConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)

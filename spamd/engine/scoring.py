@@ -14,6 +14,7 @@ import contextlib
 import re
 import time
 from collections import Counter, defaultdict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -22,6 +23,7 @@ import structlog
 from spamd.config import Config
 from spamd.engine.analyzers import AnalysisProcesses, AnalysisUnavailable
 from spamd.engine.engine import Classified, Engine
+from spamd.errors import StoreUnavailableError
 from spamd.learning.outcomes import Outcome
 from spamd.mail.auth.spf import SmtpSession
 from spamd.mail.auth.verify import reported_results
@@ -279,6 +281,31 @@ class Scorer:
                 return self.score(raw, layer_user)
             analyzed = await asyncio.to_thread(self.engine.classifier.analyze, raw, True, session)
         return self._with_headers(raw, self.engine.classify_analyzed(analyzed, layer_user), layer_user)
+
+    async def score_for_users(
+        self, raw: bytes, layer_users: Sequence[str | None], session: SmtpSession | None = None
+    ) -> list[Scored | StoreUnavailableError]:
+        """`score_beside_the_loop` for several users (LMTP's recipients): analyzed once, scored with each one's layer.
+
+        A user whose scoring the store could not answer gets its StoreUnavailableError in
+        their place, so the others' mail goes on; an analysis that fails raises as it would.
+        """
+        analyzed = None
+        if self.analyzers is not None:
+            with contextlib.suppress(AnalysisUnavailable):
+                analyzed = await self.analyzers.analyze(raw, session)
+        if analyzed is None:
+            if self.engine.config.auth.enabled:
+                analyzed = await asyncio.to_thread(self.engine.classifier.analyze, raw, True, session)
+            else:
+                analyzed = self.engine.classifier.analyze(raw)
+        scored: list[Scored | StoreUnavailableError] = []
+        for user in layer_users:
+            try:
+                scored.append(self._with_headers(raw, self.engine.classify_analyzed(analyzed, user), user))
+            except StoreUnavailableError as e:
+                scored.append(e)
+        return scored
 
     def _with_headers(self, raw: bytes, classified: Classified, layer_user: str | None) -> Scored:
         model = self.engine.config.model

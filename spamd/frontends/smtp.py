@@ -22,7 +22,7 @@ from typing import AnyStr
 import structlog
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
-from spamd.config import Config
+from spamd.config import Config, LmtpConfig, SmtpConfig
 from spamd.engine.scoring import Scored, Scorer
 from spamd.errors import SpamdError, StoreUnavailableError
 from spamd.frontends.delivery import DeliveryProcesses
@@ -59,7 +59,7 @@ _PLAIN_PATH_RE = re.compile(rf"<({_ATOM}(?:\.{_ATOM})*@[A-Za-z0-9-]+(?:\.[A-Za-z
 
 
 class FilterSMTP(SMTP):
-    """aiosmtpd's protocol with a peer allow-list and a separate DATA timeout."""
+    """aiosmtpd's protocol with a peer allow-list and a separate DATA timeout (the LMTP listener's too)."""
 
     # RFC 5321 caps lines at 1000 octets and aiosmtpd answers a longer one with a
     # permanent 500, which would bounce real mail: 65 of trec07p-dev's first 3,000
@@ -67,8 +67,7 @@ class FilterSMTP(SMTP):
     # max_message_bytes still bounds the whole message.
     line_length_limit = 1024 * 1024
 
-    def __init__(self, handler: SmtpHandler, config: Config, loop: asyncio.AbstractEventLoop):
-        s = config.smtp
+    def __init__(self, handler: Sessions, s: SmtpConfig | LmtpConfig, loop: asyncio.AbstractEventLoop):
         self.allowed_peers = frozenset(s.allowed_peers)
         self.data_timeout_s = s.data_timeout_s
         self.refused = False
@@ -97,13 +96,13 @@ class FilterSMTP(SMTP):
             self.refused = True
             assert self._handler_coroutine is not None
             self._handler_coroutine.cancel()
-            log.warning("smtp_peer_refused", peer=host)
-            self.filter.scorer.metrics.session_refused("smtp")
+            log.warning(f"{self.filter.way_in}_peer_refused", peer=host)
+            self.filter.scorer.metrics.session_refused(self.filter.way_in)
             _write(transport, b"554 5.7.1 spamd: connections from this address are not accepted\r\n")
             transport.close()
             return
         self.filter.sessions.add(self)
-        self.filter.scorer.metrics.session_opened("smtp")
+        self.filter.scorer.metrics.session_opened(self.filter.way_in)
 
     async def push(self, status: AnyStr) -> None:
         await super().push(status)
@@ -149,7 +148,7 @@ class FilterSMTP(SMTP):
 
     def connection_lost(self, error: Exception | None) -> None:
         if not self.refused:
-            self.filter.scorer.metrics.session_closed("smtp")
+            self.filter.scorer.metrics.session_closed(self.filter.way_in)
         self.filter.sessions.discard(self)
         super().connection_lost(error)
 
@@ -176,8 +175,9 @@ class FilterSMTP(SMTP):
             await self.push("354 End data with <CR><LF>.<CR><LF>")
             content = await self._read_data()
             if content is None:
+                refused = self.data_refused("552 5.3.4 Error: Too much mail data")  # before the envelope is reset
                 self._set_post_data_state()
-                await self.push("552 5.3.4 Error: Too much mail data")
+                await self.push(refused)
                 return
             self.envelope.content = self.envelope.original_content = content
             status = await self._call_handler_hook("DATA")
@@ -188,6 +188,10 @@ class FilterSMTP(SMTP):
             self.filter.transaction_ended()
             if self.transport is not None:
                 self._reset_timeout()
+
+    def data_refused(self, status: str) -> str:
+        """The answer to a DATA refused whole (LMTP repeats it for each recipient)."""
+        return status
 
     async def _read_data(self) -> bytes | None:
         """The message up to <CRLF>.<CRLF>, dot-stuffing undone; None if over the size limit (read all the same)."""
@@ -250,7 +254,57 @@ def relay_message(config: Config, envelope: Envelope, data: bytes) -> dict[str, 
             raise
 
 
-class SmtpHandler:
+class Sessions:
+    """A listener's sessions: those open, messages in flight, the drain at shutdown; its handler hooks' base."""
+
+    way_in = "smtp"  # the metrics' label and the log events' prefix
+
+    def __init__(self, scorer: Scorer, on_error: Callable[..., None]):
+        self.scorer = scorer
+        self.on_error = on_error
+        self.sessions: set[FilterSMTP] = set()
+        self.in_flight = 0
+        self.idle = asyncio.Event()
+        self.idle.set()
+        self.accepted = 0
+
+    def transaction_started(self) -> None:
+        """DATA began: shutdown waits for it (transfer, scoring, delivery) to finish."""
+        self.in_flight += 1
+        self.idle.clear()
+
+    def transaction_ended(self) -> None:
+        self.in_flight -= 1
+        if self.in_flight == 0:
+            self.idle.set()
+
+    async def handle_exception(self, error: Exception) -> str:
+        # aiosmtpd's default answers 500 with the exception text: a filter's own failure
+        # must make the sender retry, and must not show internals.
+        log.error(f"{self.way_in}_session_failed", error=f"{type(error).__name__}: {error}", exc_info=error)
+        self.on_error(f"{self.way_in}_session_failed", error=f"{type(error).__name__}: {error}")
+        return "451 4.3.0 Internal error, try again later"
+
+    async def drain(self, timeout: float) -> None:  # noqa: ASYNC109  a grace period: on timeout it goes on to close the rest, which a caller's timeout would cancel
+        """Close sessions between messages now (421), wait for messages in flight, then close the rest."""
+        # At once, not after the drain: an idle session must not start a message meanwhile.
+        self._close_sessions(in_data=False)
+        try:
+            await asyncio.wait_for(self.idle.wait(), timeout)
+        except TimeoutError:
+            log.warning(f"{self.way_in}_drain_timeout", in_flight=self.in_flight)
+        self._close_sessions()
+
+    def _close_sessions(self, in_data: bool | None = None) -> None:
+        for session in list(self.sessions):
+            if in_data is not None and session.in_data != in_data:
+                continue
+            if session.transport is not None and not session.transport.is_closing():
+                _write(session.transport, b"421 4.3.2 spamd shutting down, try again later\r\n")
+                session.transport.close()
+
+
+class SmtpHandler(Sessions):
     """aiosmtpd handler hooks. `config` is read per call, so a reload applies to the next message."""
 
     def __init__(
@@ -262,17 +316,11 @@ class SmtpHandler:
         writers: DeliveryProcesses | None = None,
         on_delivered: Callable[[Mailbox, Location], None] | None = None,
     ):
+        super().__init__(scorer, on_error)
         self.config = config
-        self.scorer = scorer
         self.mailboxes = mailboxes
-        self.on_error = on_error
         self.writers = writers  # delivery processes; None: the daemon's threads write
         self.on_delivered = on_delivered  # (mailbox, location): the watcher, which never sees these deliveries
-        self.sessions: set[FilterSMTP] = set()
-        self.in_flight = 0
-        self.idle = asyncio.Event()
-        self.idle.set()
-        self.accepted = 0
 
     async def handle_RCPT(
         self, server: SMTP, session: Session, envelope: Envelope, address: str, options: list[str]
@@ -300,16 +348,6 @@ class SmtpHandler:
     def _mailbox_for(self, config: Config, recipient: str) -> Mailbox | None:
         # One Maildir per user (under maildir.root, or several paths): the recipient must be one of them.
         return mailbox_for(recipient, self.mailboxes, per_user=bool(config.maildir.root) or len(self.mailboxes) > 1)
-
-    def transaction_started(self) -> None:
-        """DATA began: shutdown waits for it (transfer, scoring, delivery) to finish."""
-        self.in_flight += 1
-        self.idle.clear()
-
-    def transaction_ended(self) -> None:
-        self.in_flight -= 1
-        if self.in_flight == 0:
-            self.idle.set()
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
         started = time.perf_counter()
@@ -393,28 +431,3 @@ class SmtpHandler:
             log.error("smtp_relay_partly_refused", peer=peer, next_hop=next_hop, refused=sorted(refused))
             self.on_error("smtp_relay_partly_refused", refused=sorted(refused))
         return "250 2.0.0 OK relayed"
-
-    async def handle_exception(self, error: Exception) -> str:
-        # aiosmtpd's default answers 500 with the exception text: a filter's own failure
-        # must make the sender retry, and must not show internals.
-        log.error("smtp_session_failed", error=f"{type(error).__name__}: {error}", exc_info=error)
-        self.on_error("smtp_session_failed", error=f"{type(error).__name__}: {error}")
-        return "451 4.3.0 Internal error, try again later"
-
-    async def drain(self, timeout: float) -> None:  # noqa: ASYNC109  a grace period: on timeout it goes on to close the rest, which a caller's timeout would cancel
-        """Close sessions between messages now (421), wait for messages in flight, then close the rest."""
-        # At once, not after the drain: an idle session must not start a message meanwhile.
-        self._close_sessions(in_data=False)
-        try:
-            await asyncio.wait_for(self.idle.wait(), timeout)
-        except TimeoutError:
-            log.warning("smtp_drain_timeout", in_flight=self.in_flight)
-        self._close_sessions()
-
-    def _close_sessions(self, in_data: bool | None = None) -> None:
-        for session in list(self.sessions):
-            if in_data is not None and session.in_data != in_data:
-                continue
-            if session.transport is not None and not session.transport.is_closing():
-                _write(session.transport, b"421 4.3.2 spamd shutting down, try again later\r\n")
-                session.transport.close()

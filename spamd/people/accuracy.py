@@ -28,7 +28,7 @@ import numpy as np
 from spamd.model.bayes import Label, Verdict
 
 # Ways a message comes in; the label of `spamd_messages_scored_total`.
-WAYS_IN = ("smtp", "milter", "spamc", "maildir")
+WAYS_IN = ("smtp", "lmtp", "milter", "spamc", "maildir")
 # What a person's judgement says of spamd's verdict.
 MISSED_SPAM = "missed_spam"  # spamd said ham, the person says spam
 FALSE_POSITIVE = "false_positive"  # spamd said spam, the person says ham: the costly error

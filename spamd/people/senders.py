@@ -291,13 +291,21 @@ class SenderReputation:
         senders = tuple(senders)
         if not senders or not self.moves:
             return
-        self._placed[key] = (user, filed_spam, senders)
-        self._placed.move_to_end(key)
+        slot = self._slot(key, user)
+        self._placed[slot] = (user, filed_spam, senders)
+        self._placed.move_to_end(slot)
         if len(self._placed) > self.max_messages:
             self._placed.popitem(last=False)
         for sender in senders:
             self._add(user, sender, 1, int(filed_spam), 0, 0)
         self.changes += 1
+
+    def _slot(self, key: bytes, user: str) -> bytes:
+        """Where `user`'s copy of `key` is placed: the key itself for the first user it was filed for
+        (a move naming no user is theirs, as before), the key and the user's name for each other one
+        (one message to several users, LMTP's recipients, lies on each one's own side)."""
+        placed = self._placed.get(key)
+        return key if placed is None or placed[0] == user else key + b"\0" + user.encode()
 
     def moved(self, key: bytes, label: Label, user: str | None = None, senders: Iterable[int] = ()) -> bool:
         """The person says `key` is `label`: a move into or out of Junk if it lay on the other side.
@@ -306,19 +314,20 @@ class SenderReputation:
         arriving some other way) counts as delivered to the other side and moved, given
         its `user` and `senders`: the person said where that sender's mail goes.
         """
-        placed = self._placed.get(key)
+        slot = key if user is None else self._slot(key, user)
+        placed = self._placed.get(slot)
         to_junk = label == Label.SPAM
         if placed is None:
             if user is None or not tuple(senders):
                 return False
             self.delivered(user, key, senders, not to_junk)
-            placed = self._placed.get(key)
+            placed = self._placed.get(slot)
             if placed is None:  # off (sender_moves = 0)
                 return False
         user, in_junk, senders = placed
         if to_junk == in_junk:
             return False
-        self._placed[key] = (user, to_junk, senders)
+        self._placed[slot] = (user, to_junk, senders)
         for sender in senders:
             self._add(user, sender, 0, 0, int(to_junk), int(not to_junk))
         self.changes += 1
@@ -394,7 +403,15 @@ class SenderReputation:
         senders = np.fromiter((sender for _, sender in self._stats), dtype=np.uint64, count=len(self._stats))
         counts = np.array(list(self._stats.values()), dtype=np.uint64).reshape(-1, 4)
         return {
-            "placed": [[key, user, in_junk, list(senders)] for key, (user, in_junk, senders) in self._placed.items()],
+            "placed": [
+                [
+                    slot[: len(slot) - len(user) - 1] if slot.endswith(b"\0" + user.encode()) else slot,
+                    user,
+                    in_junk,
+                    list(senders),
+                ]
+                for slot, (user, in_junk, senders) in self._placed.items()
+            ],
             "pairs": {
                 "users": list(names),
                 "user": np.array(index, dtype=np.uint32).tobytes(),
@@ -412,7 +429,10 @@ class SenderReputation:
         names: dict[str, str] = {}
         placed: OrderedDict[bytes, tuple[str, bool, tuple[int, ...]]] = OrderedDict()
         for key, user, in_junk, senders in data["placed"][-self.max_messages :]:
-            placed[bytes(key)] = (names.setdefault(user, str(user)), bool(in_junk), tuple(int(s) for s in senders))
+            name = names.setdefault(user, str(user))
+            first = placed.get(bytes(key))
+            slot = bytes(key) if first is None or first[0] == name else bytes(key) + b"\0" + name.encode()
+            placed[slot] = (name, bool(in_junk), tuple(int(s) for s in senders))
         stats: OrderedDict[tuple[str, int], tuple[int, int, int, int]]
         turned = None
         if "pairs" in data:

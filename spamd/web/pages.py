@@ -108,6 +108,8 @@ def _listeners(daemon: DaemonView, d: dict[str, Any], web_listen: str | None) ->
     rows = [
         {"name": "SMTP", "address": d.get("smtp_listen"), "detail": f"{d.get('smtp_mode')} mode",
          "open": d.get("smtp_sessions", 0), "busy": d.get("smtp_in_flight", 0)},
+        {"name": "LMTP", "address": d.get("lmtp_listen"), "detail": f"next hop {d.get('lmtp_next_hop')}",
+         "open": d.get("lmtp_sessions", 0), "busy": d.get("lmtp_in_flight", 0)},
         {"name": "milter", "address": d.get("milter_listen"), "detail": "Postfix smtpd_milters",
          "open": d.get("milter_sessions", 0), "busy": d.get("milter_in_flight", 0)},
         {"name": "spamc", "address": d.get("spamc_listen"),
