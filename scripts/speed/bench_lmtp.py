@@ -12,8 +12,8 @@ swings with everyone else's work, the CPU a message far less. Every round's
 files stay until the end (deleting thousands slows the next round's file creation,
 scripts/bench_smtp.py).
 
-    python scripts/bench_lmtp.py                       # 3 rounds each, 3,000 messages a round
-    python scripts/bench_lmtp.py --rounds 5 --limit 2000 --clients 16
+    python scripts/speed/bench_lmtp.py                       # 3 rounds each, 3,000 messages a round
+    python scripts/speed/bench_lmtp.py --rounds 5 --limit 2000 --clients 16
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from scripts.bench_smtp import (  # noqa: E402
+from scripts.speed.bench_smtp import (  # noqa: E402
     DEFAULT_INDEX,
     crlf,
     logged_event,
