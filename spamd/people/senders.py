@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import re
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from enum import IntEnum
 from typing import Any, Protocol
 
@@ -34,6 +34,8 @@ import xxhash
 from spamd.mail.auth.verify import AuthResult
 from spamd.mail.message import ParsedMessage
 from spamd.model.bayes import Features, Label, Score, verdict_of
+from spamd.people.kept import KeptProfiles, KeptSamples, kept_sample, kept_score
+from spamd.people.learned import LearningLog, LearningRecords
 
 # How far a sender's verdict moves a message's score (mean log-odds; the spam cut is
 # 0.315, spamd.model.bayes.PROBABILITY_SLOPE), and how far past the middle it lands at
@@ -218,20 +220,24 @@ def moved_by_counts(
     share: float,
     authenticated: int,
     config: Any,
+    similar: Callable[[], float] | None = None,
 ) -> Score:
     """`score` moved (`moved_score`) the way `way_of` the user's counts of the message's senders says."""
-    return moved_score(score, way_of(counts, moves, share, authenticated), config)
+    return moved_score(score, way_of(counts, moves, share, authenticated), config, similar)
 
 
-def moved_score(score: Score, way: int, config: Any) -> Score:
+def moved_score(score: Score, way: int, config: Any, similar: Callable[[], float] | None = None) -> Score:
     """`score` moved by PUSH to the side `way` says, and at least FLOOR past the middle; a claimed
-    sender's by CLAIMED_PUSH towards ham, no further (NONE: as it is)."""
+    sender's towards ham by `kept_score` of its resemblance to what the person kept from it
+    (`similar()`, spamd/people/kept.py), or by CLAIMED_PUSH when no profiles are kept (NONE: as it is)."""
     if way == Way.NONE:
         return score
     if way == Way.JUNK:
         log_odds = max(score.log_odds + PUSH, FLOOR)
     elif way == Way.INBOX:
         log_odds = min(score.log_odds - PUSH, -FLOOR)
+    elif similar is not None:
+        return kept_score(score, similar(), config)
     else:
         log_odds = score.log_odds - CLAIMED_PUSH
     return verdict_of(config, log_odds)
@@ -247,9 +253,21 @@ class SenderCounts(Protocol):
     def delivered(self, user: str, key: bytes, senders: tuple[int, ...], filed_spam: bool) -> None: ...
     def moved(self, key: bytes, label: Label, user: str | None = None, senders: tuple[int, ...] = ()) -> bool: ...
     def direction(self, user: str, senders: tuple[int, ...], authenticated: int | None = None) -> Way: ...
+    @property
+    def kept(self) -> KeptProfiles: ...  # what each person kept from each sender (spamd/people/kept.py)
+    @property
+    def learned(self) -> LearningLog: ...  # what spamd learned from each move (spamd/people/learned.py)
+
     def adjust(
-        self, score: Score, user: str | None, senders: tuple[int, ...], config: Any, authenticated: int = 0
+        self,
+        score: Score,
+        user: str | None,
+        senders: tuple[int, ...],
+        config: Any,
+        authenticated: int = 0,
+        features: Features | None = None,
     ) -> Score: ...
+    def similar(self, user: str, senders: tuple[int, ...], features: Features | None) -> Callable[[], float] | None: ...
     def score_and_counts(
         self, model: Any, features: Features, user: str, senders: tuple[int, ...]
     ) -> tuple[Score, list[tuple[int, int, int, int] | None]]: ...
@@ -285,6 +303,10 @@ class SenderReputation:
         # (scripts/users_embedded_scale.py, docs/users.md). Counted for `_turned_by` (moves, share).
         self._turned: dict[str, list[int]] = {}
         self._turned_by = (moves, share)
+        # What each person kept from each sender (spamd/people/kept.py), and what spamd learned from each
+        # person's moves (spamd/people/learned.py): in the snapshot beside the counts.
+        self.kept = KeptSamples()
+        self.learned = LearningRecords()
 
     def __len__(self) -> int:
         return len(self._stats)
@@ -357,13 +379,28 @@ class SenderReputation:
         return way_of([self._stats.get((user, sender)) for sender in senders], self.moves, self.share, authenticated)
 
     def adjust(
-        self, score: Score, user: str | None, senders: tuple[int, ...], config: Any, authenticated: int = 0
+        self,
+        score: Score,
+        user: str | None,
+        senders: tuple[int, ...],
+        config: Any,
+        authenticated: int = 0,
+        features: Features | None = None,
     ) -> Score:
         """`score` for `user`'s copy, moved to the side the user files this sender's mail on, if any;
-        `authenticated`: a bit per sender whose message is authenticated."""
+        `authenticated`: a bit per sender whose message is authenticated; `features`: the message's, for its
+        resemblance to what the user kept from a claimed sender (None: CLAIMED_PUSH)."""
         if user is None or not senders or not self.moves:
             return score
-        return moved_score(score, self.direction(user, senders, authenticated), config)
+        return moved_score(
+            score, self.direction(user, senders, authenticated), config, self.similar(user, senders, features)
+        )
+
+    def similar(self, user: str, senders: tuple[int, ...], features: Features | None) -> Callable[[], float] | None:
+        """The resemblance of a message (`features`) to what `user` kept from `senders`, asked only when needed."""
+        if features is None:
+            return None
+        return lambda: self.kept.resemblance(user, senders, kept_sample(features))
 
     def score_and_counts(
         self, model: Any, features: Features, user: str, senders: tuple[int, ...]
@@ -408,6 +445,8 @@ class SenderReputation:
                 "sender": senders.tobytes(),
                 "counts": np.minimum(counts, COUNT_MAX).astype(np.uint32).tobytes(),
             },
+            "kept": self.kept.export(),
+            "learned": self.learned.export(),
         }
 
     def restore(self, data: dict[str, Any]) -> None:
@@ -433,6 +472,8 @@ class SenderReputation:
                 d, f, i, o = (int(c) for c in counts)
                 stats[(names.setdefault(user, str(user)), int(sender))] = (d, f, i, o)
         self._placed, self._stats = placed, stats
+        self.kept.restore(data.get("kept") or {})
+        self.learned.restore(data.get("learned") or [])
         if turned is None or len(stats) > self.max_senders:
             while len(stats) > self.max_senders:
                 stats.popitem(last=False)
