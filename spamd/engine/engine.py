@@ -23,7 +23,7 @@ from spamd.mail.message import parse_message, strip_own_headers
 from spamd.model.bayes import Contribution, Label, Score, Verdict
 from spamd.model.families import EvidenceHistory, evidence_families
 from spamd.people.accuracy import LiveAccuracy, is_person
-from spamd.people.kept import kept_sample
+from spamd.people.kept import kept_push, kept_sample
 from spamd.people.learned import forged_looking, learning_record, message_id_of
 from spamd.people.senders import (
     SenderCounts,
@@ -184,13 +184,31 @@ class Engine:
         message = parse_message(stripped, self.config.parser)
         auth = self.classifier.authenticate(stripped, message) if self.config.auth.enabled else NOTHING
         rows = []
+        sample = kept_sample(self.classifier.analyze(raw, authenticate=False).features) if user_name else None
         for name in sender_names(message)[:4]:
             how = authenticated_as(name, auth)
             way = Way.NONE
+            row: dict[str, Any] = {"sender": name, "authenticated": how}
             if user_name is not None and self.config.users.score_per_user:
-                way = self.senders.direction(user_name, (sender_key(name),), 1 if how else 0)
-            rows.append({"sender": name, "authenticated": how, "way": way.name.lower()})
+                key = sender_key(name)
+                way = self.senders.direction(user_name, (key,), 1 if how else 0)
+                if way is Way.INBOX_CLAIMED and sample is not None:
+                    similar = self.senders.kept.resemblance(user_name, (key,), sample)
+                    row |= {"resemblance": round(similar, 3), "kept_push": round(kept_push(similar), 3)}
+                if way is not Way.NONE:
+                    row["moves"] = self.shaping_moves(user_name, key)
+            rows.append(row | {"way": way.name.lower()})
         return {"auth": auth.header(), "senders": rows}
+
+    def shaping_moves(self, user_name: str, sender: int, limit: int = 5) -> list[dict[str, Any]]:
+        """The user's latest moves and trainings of mail from `sender` that counted for it (their learning records)."""
+        mine = f"{sender:016x}"
+        records = self.senders.learned.find(user_name, limit=1000)
+        return [
+            {k: r[k] for k in ("when", "message_id", "label", "source", "what", "key")}
+            for r in records
+            if mine in r["senders"] and (r["moved"] or r["kept"])
+        ][:limit]
 
     def train(self, raw: bytes, label: Label, source: str, user: bool = True, user_name: str | None = None) -> Outcome:
         """Train through the trainer; a person's label is also judged against spamd's remembered verdict.
@@ -260,7 +278,8 @@ class Engine:
     ) -> None:
         """A move spamd saw and learns nothing from (into Trash, or between folders neither of which is Junk)."""
         key = self.classifier.analyze(raw, authenticate=False).key
-        self.note(key, "trash" if trash else "ignored_move", raw, user_name, None, "maildir", folders=(before, after))
+        what = "trash" if trash else "ignored_move"
+        self.note(key, what, raw, self.layer_user(user_name), None, "maildir", folders=(before, after))
 
     def learning_records(
         self, user_name: str | None = None, raw: bytes | None = None, message_id: str | None = None, limit: int = 20
