@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections import Counter, OrderedDict
+from collections import Counter, deque
 from collections.abc import Iterable
 from typing import Any, Protocol
 
@@ -104,31 +104,28 @@ class LearningLog(Protocol):
 
 
 class LearningRecords:
-    """The latest MAX_RECORDS records, oldest first; `counts`: records by `what` since start."""
+    """The latest MAX_RECORDS records, oldest first (a message's every move, each a record); `counts`: records by
+    `what` since start."""
 
     def __init__(self, max_records: int = MAX_RECORDS):
         self.max_records = max_records
-        self._records: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
+        self._records: deque[dict[str, Any]] = deque(maxlen=max_records)
         self.counts: Counter[str] = Counter()
 
     def __len__(self) -> int:
         return len(self._records)
 
     def add(self, record: dict[str, Any]) -> None:
-        """Keep `record` as the latest for its (user, message); the oldest go past the bound."""
+        """Keep `record` as the latest; the oldest goes past the bound."""
         self.counts[record["what"]] += 1
-        slot = (record["user"] or "", record["key"])
-        self._records.pop(slot, None)
-        self._records[slot] = record
-        while len(self._records) > self.max_records:
-            self._records.popitem(last=False)
+        self._records.append(record)
 
     def find(
         self, user: str | None = None, key: bytes | None = None, message_id: str | None = None, limit: int = 20
     ) -> list[dict[str, Any]]:
         """The latest records (newest first) of `user` (None: anyone's), for the message `key` or `message_id`."""
         found = []
-        for record in reversed(self._records.values()):
+        for record in reversed(self._records):
             if user is not None and record["user"] != user:
                 continue
             if key is not None and record["key"] != key.hex():
@@ -141,13 +138,13 @@ class LearningRecords:
         return found
 
     def export(self) -> list[dict[str, Any]]:
-        return list(self._records.values())
+        return list(self._records)
 
     def restore(self, records: list[dict[str, Any]]) -> None:
         """Take what `export` made; ValueError/TypeError/KeyError if malformed."""
-        restored: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
+        restored: deque[dict[str, Any]] = deque(maxlen=self.max_records)
         for record in records[-self.max_records :]:
-            if record["what"] not in WHAT:
-                raise ValueError(f"learning record: unknown kind {record['what']!r}")
-            restored[(record["user"] or "", str(record["key"]))] = dict(record)
+            if record["what"] not in WHAT or not isinstance(record["key"], str):
+                raise ValueError(f"learning record: unknown kind {record['what']!r} or key")
+            restored.append(dict(record))
         self._records = restored
