@@ -82,7 +82,7 @@ def fingerprints(values: list[int]) -> np.ndarray:
 
 def test_a_profile_keeps_what_recurs_and_is_bounded():
     boilerplate = list(range(10))
-    profile = None
+    profile = b""
     for n in range(30):
         profile = merged(profile, fingerprints(boilerplate + [1000 + 40 * n + k for k in range(40)]))
     held = np.frombuffer(profile, dtype="<u2")
