@@ -244,7 +244,11 @@ def test_a_rescue_is_learned_and_recorded_trash_is_recorded_and_kill_9_keeps_bot
         for n in range(4):
             with smtplib.SMTP("127.0.0.1", process.port, timeout=10) as client:
                 client.sendmail("deals@shop.example", ["alice@example.com"], crlf(shop_newsletter(n)))
-            [path] = wait_until_sync(lambda n=n: [p for p in folder_files(maildir, JUNK) if p not in moved] or None)
+
+            def arrived() -> list[Path]:
+                return [p for p in folder_files(maildir, JUNK) if p not in moved]
+
+            [path] = wait_until_sync(arrived)
             moved.append(path)
         applied = len(process.events("training_applied"))
         rescued = [imap_move(path, maildir, "") for path in moved[:3]]  # out of Junk
@@ -263,7 +267,7 @@ def test_a_rescue_is_learned_and_recorded_trash_is_recorded_and_kill_9_keeps_bot
             True,
             1,
         )  # its one sender: the From
-        trash = wait_until_sync(lambda: records("--message-id", "<weekly-3@shop.example>") or None)
+        trash = wait_until_sync(lambda: records("--message-id", "<weekly-3@shop.example>"))
         assert trash[0]["what"] == "trash" and trash[0]["to_folder"] == ".Trash"
         probe = tmp_path / "probe.eml"
         probe.write_bytes(shop_newsletter(20))
