@@ -36,7 +36,7 @@ WHAT = {
     "forged_sender": "learned, but not for its senders: its From failed DMARC when it was delivered",
 }
 MAX_RECORDS = 10_000
-PER_USER_IN_REDIS = 16
+PER_USER_IN_REDIS = 8
 MESSAGE_ID_CHARS = 200
 
 # As the log lines read it (spamd.engine.scoring.message_id), so a Message-ID from a log line finds its record.

@@ -16,7 +16,7 @@ from typing import Any
 import structlog
 
 from spamd.errors import StoreUnavailableError
-from spamd.people.learned import MESSAGE_ID_CHARS, PER_USER_IN_REDIS
+from spamd.people.learned import MESSAGE_ID_CHARS, PER_USER_IN_REDIS, WHAT
 from spamd.store.redis.connect import user_hash_tag
 from spamd.store.redis.state import RedisState
 
@@ -44,7 +44,7 @@ class RedisLearned:
 
         def write() -> None:
             pipe = self.state.client.pipeline(transaction=True)
-            pipe.lpush(key, json.dumps(record, separators=(",", ":")))
+            pipe.lpush(key, json.dumps({k: v for k, v in record.items() if k != "why"}, separators=(",", ":")))
             pipe.ltrim(key, 0, cap - 1)
             pipe.expire(key, KEEP_S)
             pipe.execute()
@@ -65,6 +65,7 @@ class RedisLearned:
         found = []
         for item in raw:
             record = json.loads(item)
+            record["why"] = WHAT.get(record["what"], "")  # not stored: it follows from `what`
             if key is not None and record["key"] != key.hex():
                 continue
             if message_id is not None and record["message_id"] != message_id[:MESSAGE_ID_CHARS]:
