@@ -107,10 +107,10 @@ def main() -> int:
                                  KEEP_S, 3, repr(0.8), name, *sender_args([sender]))  # fmt: skip
                     if args.kept:
                         rng = random.Random(f"{u}:{s}:{m}")
-                        sample = np.unique(
+                        profile_sample = np.unique(
                             np.array([rng.randrange(65536) for _ in range(args.sample_size)], dtype="<u2")
                         )
-                        pipe.evalsha(kept_sha, 1, kept_key(prefix, name), sample.tobytes(), PROFILE_SIZE, KEPT_PER_USER,
+                        pipe.evalsha(kept_sha, 1, kept_key(prefix, name), profile_sample.tobytes(), PROFILE_SIZE, KEPT_PER_USER,
                                      KEEP_S, sender_id(sender))  # fmt: skip
                     if args.learned:
                         record = learning_record(key, "learned", user=name, message_id=f"<{key.hex()}@lists.example.org>",
