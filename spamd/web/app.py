@@ -1,4 +1,4 @@
-"""The web console's routes: login, the four pages, training, and the headers every answer carries.
+"""The web console's routes: login, the five pages (Learned among them), training, and the headers every answer carries.
 
 Routes (every page but /login needs a session; every POST a CSRF token):
 
