@@ -199,6 +199,7 @@ class Daemon:
             ledger_label=self.engine.trainer.ledger.get,  # (an import replaces the ledger in place)
             on_error=self.metrics.error,
             clock=self.clock,
+            ignored=self.engine.note_ignored,
         )
         # Watch before the catch-up scan so nothing falls between the two; queued
         # events for files the scan already handled are no-ops (same folder in the index).

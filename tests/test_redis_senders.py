@@ -254,3 +254,24 @@ def test_plain_redis_reads_a_users_senders_with_the_models_counts_and_a_server_d
     finally:
         engine.close()
         server.stop()
+
+
+def test_the_same_copy_in_two_peoples_mailboxes_counts_each_ones_move_for_them_in_both_stores(tmp_path, redis_url):
+    """One list message, the same bytes, filed for alice and for bob: her move into Junk is hers, his move out
+    of it his, embedded as in Redis (the embedded store once counted the second move for the first person)."""
+    for engine in (Engine.open(config_for(tmp_path, "local"), durable=False),
+                   Engine.open(config_for(tmp_path, "shared", redis_url))):  # fmt: skip
+        try:
+            general_training(engine)
+            for n in range(10, 14):
+                copy = list_digest(n)  # the very same bytes for both
+                for user, verdict in (("alice", Verdict.HAM), ("bob", Verdict.SPAM)):
+                    classified = engine.classify(copy, user)
+                    engine.remember_verdict(classified.analyzed.key, verdict, "smtp", user, classified.analyzed.senders)
+                engine.train(copy, Label.SPAM, "maildir", user_name="alice")
+                engine.train(copy, Label.HAM, "maildir", user_name="bob")
+            probe = engine.classify(list_digest(99)).analyzed.senders
+            assert engine.senders.direction("alice", probe) == 1, engine.store
+            assert engine.senders.direction("bob", probe) == -1, engine.store
+        finally:
+            engine.close()

@@ -100,7 +100,7 @@ def test_state_an_older_spamd_wrote_scores_and_lists_the_same_after_the_upgrade_
                 local.senders.delivered(user, analyzed.key, analyzed.senders, bool(filed))
                 # each moved to the other side: alice's list to Junk, bob's out of it
                 assert old_move(keys=keys, args=[analyzed.key, 1 - filed, *base]) == 1
-                local.senders.moved(analyzed.key, Label.SPAM if filed == 0 else Label.HAM)
+                local.senders.moved(analyzed.key, Label.SPAM if filed == 0 else Label.HAM, user)
             held = state.client.hgetall(keys[0])
             assert held and all(b":" in field for field in held)  # the older form only
         probe = engine.classify(high_sender_digest(99, "x@example.com")).analyzed.senders

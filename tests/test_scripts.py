@@ -386,11 +386,12 @@ def test_claimed_push_scores_forgeries_from_a_rescued_sender_under_each_bound(tm
     assert run.returncode == 0, run.stderr
     assert "forged-sender attack: 10 forgeries" in run.stdout, run.stdout
     lines = {line.split(":")[0].strip(): line for line in run.stdout.splitlines() if "filed out of Junk" in line}
-    assert set(lines) == {f"bound {bound:4}".strip() for bound in ("0", "0.3", "0.6", "1.0", "full")}, run.stdout
+    bounds = ("0", "0.3", "0.6", "1.0", "full", "kept")
+    assert set(lines) == {f"bound {bound:4}".strip() for bound in bounds}, run.stdout
     # No push lets nothing through that content files as spam; the full rule lets everything through.
     assert lines["bound 0"].split(": ")[1].startswith("0 of "), lines
     # Within the spam cut's distance to the ham cut (0.63), a push makes spam by content Unsure at most.
-    assert all(" 0 ham," in lines[f"bound {b}"] for b in ("0.3", "0.6")), lines
+    assert all(" 0 ham," in lines[f"bound {b}"] for b in ("0.3", "0.6", "kept")), lines
     through, of = lines["bound full"].split(": ")[1].split(" filed")[0].split(" of ")
     assert through == of, lines
 

@@ -108,10 +108,10 @@ def test_three_moves_into_junk_file_the_users_next_copy_there_and_no_one_elses()
     keys = [deliver(rep, "alice", n) for n in range(3)] + [deliver(rep, "bob", 10 + n) for n in range(3)]
     assert rep.adjust(score, "alice", (LIST,), MODEL) is score  # nothing moved yet: the shared score itself
     for key in keys[:2]:
-        assert rep.moved(key, Label.SPAM)
+        assert rep.moved(key, Label.SPAM, "alice")
     assert rep.adjust(score, "alice", (LIST,), MODEL) is score  # two moves are not yet three
-    assert rep.moved(keys[2], Label.SPAM)
-    assert not rep.moved(keys[2], Label.SPAM)  # already in Junk: no second move
+    assert rep.moved(keys[2], Label.SPAM, "alice")
+    assert not rep.moved(keys[2], Label.SPAM, "alice")  # already in Junk: no second move
     turned = rep.adjust(score, "alice", (LIST,), MODEL)
     assert turned.verdict is Verdict.SPAM and turned.log_odds == FLOOR
     assert rep.adjust(verdict_of(MODEL, 0.5), "alice", (LIST,), MODEL).log_odds == 0.5 + PUSH
@@ -139,16 +139,16 @@ def test_a_list_that_relays_the_odd_spam_is_not_turned():
     rep = SenderReputation(1000, 1000)
     keys = [deliver(rep, "alice", n) for n in range(20)]
     for key in keys[:4]:  # four relayed spams moved into Junk, sixteen copies read in the inbox
-        rep.moved(key, Label.SPAM)
+        rep.moved(key, Label.SPAM, "alice")
     assert rep.direction("alice", (LIST,)) == 0
 
 
 def test_mail_kept_out_of_junk_wins_over_mail_moved_into_it():
     rep = SenderReputation(1000, 1000)
     for n in range(3):  # the list, moved out of Junk three times
-        rep.moved(deliver(rep, "alice", n, filed_spam=True), Label.HAM)
+        rep.moved(deliver(rep, "alice", n, filed_spam=True), Label.HAM, "alice")
     for n in range(3):  # the poster's address, moved into Junk three times
-        rep.moved(deliver(rep, "alice", 100 + n, sender=LIST + 1), Label.SPAM)
+        rep.moved(deliver(rep, "alice", 100 + n, sender=LIST + 1), Label.SPAM, "alice")
     assert rep.direction("alice", (LIST + 1,)) == 1
     assert rep.direction("alice", (LIST + 1, LIST)) == -1
     # Filed her way whatever the content says, when the list is authenticated (bit 0: the first
@@ -164,7 +164,7 @@ def test_an_unauthenticated_rescued_sender_gets_only_the_bounded_push():
     """Anyone can write a From: mail content files as spam by more than CLAIMED_PUSH stays spam."""
     rep = SenderReputation(1000, 1000)
     for n in range(3):
-        rep.moved(deliver(rep, "alice", n, filed_spam=True), Label.HAM)
+        rep.moved(deliver(rep, "alice", n, filed_spam=True), Label.HAM, "alice")
     assert rep.direction("alice", (LIST,), 1) is Way.INBOX
     assert rep.direction("alice", (LIST,), 0) is Way.INBOX_CLAIMED
     spam_cut = 0.315
@@ -187,11 +187,11 @@ def test_a_training_of_mail_spamd_never_filed_counts_as_a_move_with_its_user_and
 def test_off_bounded_and_round_trips():
     off = SenderReputation(1000, 1000, moves=0)
     for n in range(5):
-        off.moved(deliver(off, "alice", n), Label.SPAM)
+        off.moved(deliver(off, "alice", n), Label.SPAM, "alice")
     assert len(off) == 0 and off.direction("alice", (LIST,)) == 0
     rep = SenderReputation(50, 40)
     for n in range(500):
-        rep.moved(deliver(rep, f"u{n % 7}", n, sender=n % 60), Label.SPAM if n % 3 else Label.HAM)
+        rep.moved(deliver(rep, f"u{n % 7}", n, sender=n % 60), Label.SPAM if n % 3 else Label.HAM, f"u{n % 7}")
     assert len(rep) == 40 and len(rep._placed) == 50
     copy = SenderReputation(50, 40)
     copy.restore(rep.export())
@@ -246,7 +246,7 @@ def test_the_per_user_summary_kept_as_counts_change_is_a_full_pass_over_them_pas
                 for _ in range(3):
                     n += 1
                     key = deliver(rep, user, n, filed_spam=(sender + rounds) % 3 == 0, sender=sender)
-                    rep.moved(key, Label.HAM if (sender + rounds) % 3 == 0 else Label.SPAM)
+                    rep.moved(key, Label.HAM if (sender + rounds) % 3 == 0 else Label.SPAM, user)
             assert rep.summary() == turned_by_a_full_pass(rep)
     assert len(rep) == 60 and rep.summary() and sum(r["senders_to_junk"] for r in rep.summary().values()) > 0
     copy = SenderReputation(300, 60)
@@ -354,7 +354,25 @@ def test_forgeries_filed_in_junk_do_not_wear_down_a_rescued_senders_standing():
     assert counted_senders((LIST, LIST + 1), 0, filed_spam=False) == (LIST, LIST + 1)
     rep = SenderReputation(1000, 1000)
     for n in range(3):
-        rep.moved(deliver(rep, "alice", n, filed_spam=True), Label.HAM)
+        rep.moved(deliver(rep, "alice", n, filed_spam=True), Label.HAM, "alice")
     for n in range(10, 40):  # thirty forgeries, all filed into Junk by their content
         rep.delivered("alice", bytes([n]), counted_senders((LIST,), 0, filed_spam=True), True)
     assert rep.direction("alice", (LIST,), 1) is Way.INBOX
+
+
+def test_the_same_message_delivered_to_two_people_counts_each_ones_move_for_them_alone():
+    """One list copy in alice's Maildir and one in bob's, the same bytes: bob's rescue is his, not alice's."""
+    rep = SenderReputation(1000, 1000)
+    for n in range(3):
+        key = n.to_bytes(16, "big")
+        rep.delivered("alice", key, (LIST,), False)
+        rep.delivered("bob", key, (LIST,), True)
+        assert rep.moved(key, Label.SPAM, "alice")  # she left the list
+        assert rep.moved(key, Label.HAM, "bob")  # he reads it
+        assert not rep.moved(key, Label.HAM, "bob")  # his copy is out of Junk already
+    assert rep.direction("alice", (LIST,)) is Way.JUNK
+    assert rep.direction("bob", (LIST,)) is Way.INBOX
+    assert not rep.moved(b"x" * 16, Label.HAM)  # no user: nobody's move
+    copy = SenderReputation(1000, 1000)
+    copy.restore(rep.export())
+    assert copy.direction("alice", (LIST,)) is Way.JUNK and copy.direction("bob", (LIST,)) is Way.INBOX

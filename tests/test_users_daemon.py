@@ -208,3 +208,87 @@ def test_spamc_u_trains_and_scores_with_the_users_layer_in_redis(tmp_path, redis
         tell_alice_spam_and_bob_ham_of_one_list(daemon)
     finally:
         daemon.process.kill()
+
+
+@pytest.mark.parametrize("store", ["local", "redis"])
+def test_a_rescue_is_learned_and_recorded_trash_is_recorded_and_kill_9_keeps_both(tmp_path, store, request):
+    """Real Maildir moves under the daemon: alice moves the shop's mail out of Junk; `spamctl learned` says what
+    spamd learned from each move (and from one into Trash, nothing); `spamctl explain` names her moves; a kill -9
+    loses neither the moves' records nor what she kept (embedded: the journal; Redis: Redis)."""
+    from tests.test_kept import shop_newsletter
+
+    maildir = tmp_path / "users" / "alice" / "Maildir"
+    maildir.mkdir(parents=True)
+    redis = f'[redis]\nurl = "{request.getfixturevalue("redis_plain_url")}"\n' if store == "redis" else ""
+    config = write_config(tmp_path / "spamd.toml", f'[maildir]\nroot = "{tmp_path / "users"}"\nfsync = false\n{redis}')
+    data = tmp_path / "data"
+
+    def start() -> tuple[DaemonProcess, SpamcDaemon]:
+        process = DaemonProcess("--config", config, "--data-dir", data, "--smtp", "127.0.0.1:0")
+        assert process.port  # started: its control socket answers
+        return process, SpamcDaemon(process, 0, config, data)
+
+    process, daemon = start()
+    try:
+        general = tmp_path / "general"
+        general.mkdir()
+        for label, make in ((Label.SPAM, lambda i: make_message(Label.SPAM, i, seed=5)),
+                            (Label.HAM, lambda i: make_message(Label.HAM, i, seed=5)),
+                            (Label.SPAM, lambda i: shop_newsletter(100 + i))):  # fmt: skip
+            paths = []
+            for i in range(12):
+                paths.append(general / f"{label}-{len(list(general.iterdir()))}.eml")
+                paths[-1].write_bytes(make(i))
+            assert daemon.spamctl("train", f"--{label}", *paths).returncode == 0
+        moved = []
+        for n in range(4):
+            with smtplib.SMTP("127.0.0.1", process.port, timeout=10) as client:
+                client.sendmail("deals@shop.example", ["alice@example.com"], crlf(shop_newsletter(n)))
+
+            def arrived() -> list[Path]:
+                return [p for p in folder_files(maildir, JUNK) if p not in moved]
+
+            [path] = wait_until_sync(arrived)
+            moved.append(path)
+        applied = len(process.events("training_applied"))
+        rescued = [imap_move(path, maildir, "") for path in moved[:3]]  # out of Junk
+        imap_move(moved[3], maildir, ".Trash")  # into Trash: nothing to learn
+        wait_until_sync(lambda: len(process.events("training_applied")) >= applied + 3)
+
+        def records(*args: str) -> list[dict]:
+            done = daemon.spamctl("learned", "--user", "alice", "--json", *args)
+            assert done.returncode == 0, done.stderr
+            return done.json()["records"]
+
+        [first] = records("--message-id", "<weekly-0@shop.example>")
+        assert (first["what"], first["label"], first["moved"], first["kept"]) == (
+            "learned",
+            "ham",
+            True,
+            1,
+        )  # its one sender: the From
+        trash = wait_until_sync(lambda: records("--message-id", "<weekly-3@shop.example>"))
+        assert trash[0]["what"] == "trash" and trash[0]["to_folder"] == ".Trash"
+        probe = tmp_path / "probe.eml"
+        probe.write_bytes(shop_newsletter(20))
+        explained = daemon.spamctl("explain", "--user", "alice", "--json", probe)
+        assert explained.returncode == 0, explained.stderr
+        rows = {row["sender"]: row for row in explained.json()["senders"]}
+        assert rows["from=deals@shop.example"]["way"] == "inbox_claimed"
+        assert rows["from=deals@shop.example"]["resemblance"] > 0
+        assert len(rows["from=deals@shop.example"]["moves"]) == 3
+        text = daemon.spamctl("learned", "--user", "alice", probe)
+        assert text.returncode == 1 and "no learning record" in text.stdout  # never moved
+
+        process.signal(signal.SIGKILL)
+        process.wait(30)
+        process, daemon = start()
+        # Replayed from the journal, found by the file (the journal keeps no Message-ID)
+        [again] = records(str(rescued[0]))
+        assert (again["what"], again["moved"], again["kept"], again["key"]) == ("learned", True, 1, first["key"])
+        after = daemon.spamctl("explain", "--user", "alice", "--json", probe).json()["senders"]
+        assert {row["sender"]: row.get("resemblance") for row in after} == {
+            name: row.get("resemblance") for name, row in rows.items()
+        }
+    finally:
+        process.kill()

@@ -27,6 +27,8 @@ unauthenticated, as in the corpora, and a rescued list gets only the bounded pus
         --disputed r-help.stat.math.ethz.ch --disputed samba-cvs.lists.samba.org --feedback errors
     python scripts/accuracy/multi_user_stream.py ../shared/corpora/spamassassin/index --out /tmp/mu-signed \
         --sign --disagree-only --cost-messages 0
+    python scripts/multi_user_stream.py ../shared/corpora/modern-dev/index --out /tmp/mu-both \
+        --disputed usrp-users.lists.ettus.com --both --disagree-only --cost-messages 0 --feedback errors
 
 Files in an index that are no mail message are named on stderr and skipped.
 """
@@ -74,13 +76,20 @@ def slug(disputed: str) -> str:
 
 
 def build_indexes(
-    index: Path, out: Path, disputed: list[str], seed: int, signed: Callable[[Path, str], Path] | None = None
+    index: Path,
+    out: Path,
+    disputed: list[str],
+    seed: int,
+    signed: Callable[[Path, str], Path] | None = None,
+    both: bool = False,
 ) -> tuple[Path, dict[str, tuple[Path, int]]]:
     """Write agree.index and a disagree index per disputed list under `out` (absolute paths).
 
     Returns the agree index and, per list, its disagree index and the number of its
     messages. Every index deals the corpus to the same users (one seed): they differ
     only in the disputed list's messages, which `signed(path, list)` replaces by a signed copy.
+    `both`: each of the list's messages goes to both, the leaver's copy first (the same bytes twice,
+    as a list's one copy lands in two subscribers' Maildirs).
     """
     from spamd.evaluation.trec import read_index
 
@@ -96,6 +105,9 @@ def build_indexes(
                 n_disputed += 1
                 owner = USERS[n_disputed % 2]  # alternately alice and bob
                 copy = signed(path, name) if signed is not None else path
+                if both:
+                    lines += [f"spam {copy} alice\n", f"ham {copy} bob\n"]
+                    continue
                 lines.append(f"{'spam' if owner == 'alice' else 'ham'} {copy} {owner}\n")
             else:
                 lines.append(f"{label} {path} {user}\n")
@@ -300,9 +312,16 @@ def main() -> int:
         action="store_true",
         help="only the disagree streams with the user layer (the disputed-list figure)",
     )
+    parser.add_argument(
+        "--both",
+        action="store_true",
+        help="each disputed message to both users, the leaver's copy first (one list, two subscribers)",
+    )
     args = parser.parse_args()
     signer = ListSigner(args.out) if args.sign else None
-    agree, disagree = build_indexes(args.index, args.out, args.disputed or [DEFAULT_DISPUTED], args.seed, signer)
+    agree, disagree = build_indexes(
+        args.index, args.out, args.disputed or [DEFAULT_DISPUTED], args.seed, signer, both=args.both
+    )
     config = args.config
     if signer is not None:
         signer.zone.start()

@@ -45,29 +45,41 @@ from spamd.config import AuthConfig, Config, UsersConfig  # noqa: E402
 from spamd.evaluation.feedback import PERSON, Protocol  # noqa: E402
 from spamd.evaluation.trec import Batch, IndexEntry, analyze_in_workers, evaluate_index, read_index  # noqa: E402
 from spamd.model.bayes import Label, Verdict  # noqa: E402
-from spamd.people import senders  # noqa: E402
+from spamd.people import kept, senders  # noqa: E402
 
-BOUNDS = ("0", "0.3", "0.6", "1.0", "full")
+BOUNDS = ["0", "0.3", "0.6", "1.0", "full", "kept"]
 FORGED_FROM = b"Deals <deals@shop.example>"
 SPAM_CUT = 0.315  # log-odds of the default spam_threshold (0.85)
 
 
 @contextmanager
 def bound(value: str) -> Iterator[None]:
-    """CLAIMED_PUSH set to `value` ("full": a claimed sender treated as an authenticated one) while it lasts."""
+    """CLAIMED_PUSH set to `value` ("full": a claimed sender treated as an authenticated one; "kept": the
+    resemblance to what the person kept, spamd/people/kept.py, as shipped; "kept:PUSH:NONE:FULL": with
+    KEPT_PUSH, RESEMBLANCE_NONE and RESEMBLANCE_FULL set so) while it lasts."""
     saved_push, saved_moved = senders.CLAIMED_PUSH, senders.moved_score
+    saved_kept = kept.KEPT_PUSH, kept.RESEMBLANCE_NONE, kept.RESEMBLANCE_FULL
     if value == "full":
 
-        def as_authenticated(score, way, config):
+        def as_authenticated(score, way, config, similar=None):
             return saved_moved(score, senders.Way.INBOX if way == senders.Way.INBOX_CLAIMED else way, config)
 
         senders.moved_score = as_authenticated
+    elif value.startswith("kept"):
+        if value != "kept":
+            kept.KEPT_PUSH, kept.RESEMBLANCE_NONE, kept.RESEMBLANCE_FULL = map(float, value.split(":")[1:])
     else:
         senders.CLAIMED_PUSH = float(value)
+
+        def flat(score, way, config, similar=None):  # the bound alone, whatever the person kept
+            return saved_moved(score, way, config)
+
+        senders.moved_score = flat
     try:
         yield
     finally:
         senders.CLAIMED_PUSH, senders.moved_score = saved_push, saved_moved
+        kept.KEPT_PUSH, kept.RESEMBLANCE_NONE, kept.RESEMBLANCE_FULL = saved_kept
 
 
 def eval_config() -> Config:
@@ -106,12 +118,18 @@ def replay(cache: dict[str, tuple[object, str]]):
 
 
 def disputed_figures(
-    corpus: Path, disputed: list[str], feedbacks: list[str], out: Path, jobs: int, sign: bool = False
+    corpus: Path,
+    disputed: list[str],
+    feedbacks: list[str],
+    out: Path,
+    jobs: int,
+    sign: bool = False,
+    both: bool = False,
 ) -> dict[tuple[str, str, str], dict[str, tuple[float, int, int]]]:
     """(list, feedback, bound) -> per user (share filed their way after 5 corrections, corrections, copies)."""
     config = eval_config()
     signer = multi_user_stream.ListSigner(out) if sign else None
-    _, disagree = multi_user_stream.build_indexes(corpus, out, disputed, 1, signer)
+    _, disagree = multi_user_stream.build_indexes(corpus, out, disputed, 1, signer, both=both)
     if signer is not None:  # the lists' copies verified against our loopback DNS server, as with --dns
         signer.zone.start()
         config = dataclasses.replace(config, auth=AuthConfig(nameservers=(signer.zone.address,)))
@@ -228,14 +246,24 @@ def main() -> int:
         help="(a) with the lists DKIM-signed (multi_user_stream.py --sign's keys and server)",
     )
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "claimed-push")
+    parser.add_argument(
+        "--bound",
+        action="append",
+        help=f"a bound to measure (give it again; default: {' '.join(BOUNDS)}); kept:PUSH:NONE:FULL sets spamd/people/kept.py's",
+    )
+    parser.add_argument(
+        "--both", action="store_true", help="(a) each list message to both users (multi_user_stream.py --both)"
+    )
     args = parser.parse_args()
+    if args.bound:
+        BOUNDS[:] = args.bound
     for corpus in args.corpus:
         print(f"== {corpus}")
         lists = [name for name in args.disputed if any(multi_user_stream.disputed_path(str(e.path), name)
                                                        for e in read_index(corpus))]  # fmt: skip
         if lists:
             where = args.out / (corpus.parent.name + ("-signed" if args.sign else ""))
-            disputed_figures(corpus, lists, args.feedback or ["errors"], where, args.jobs, args.sign)
+            disputed_figures(corpus, lists, args.feedback or ["errors"], where, args.jobs, args.sign, args.both)
         if args.forged:
             scores = attack(corpus, args.prefix, args.forged)
             spam_alone = [(alone, b) for alone, is_spam, b in scores if is_spam]

@@ -20,12 +20,15 @@ not the embedded store (scripts/scale/users_embedded_scale.py).
 
     .venv/bin/python scripts/scale/users_scale.py                          # 100,000 users x 20 senders
     .venv/bin/python scripts/scale/users_scale.py --users 5000 --senders 20
+    .venv/bin/python scripts/scale/users_scale.py --users 5000 --senders 20 --kept --learned   # with what they kept
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
+import random
 import statistics
 import sys
 import tempfile
@@ -35,11 +38,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+import numpy as np  # noqa: E402
+
 from spamd.config import load_config  # noqa: E402
 from spamd.engine.engine import Engine  # noqa: E402
 from spamd.frontends.control import op_users  # noqa: E402
 from spamd.frontends.control_protocol import user_rows  # noqa: E402
-from spamd.store.redis.sender_fields import sender_args  # noqa: E402
+from spamd.people.kept import PROFILE_SIZE  # noqa: E402
+from spamd.people.learned import PER_USER_IN_REDIS, learning_record  # noqa: E402
+from spamd.store.redis.connect import user_hash_tag  # noqa: E402
+from spamd.store.redis.kept import KEEP_LUA, KEPT_PER_USER, kept_key  # noqa: E402
+from spamd.store.redis.learned import KEEP_S as LEARNED_KEEP_S  # noqa: E402
+from spamd.store.redis.sender_fields import sender_args, sender_id  # noqa: E402
 from spamd.store.redis.senders import (  # noqa: E402
     KEEP_S,
     MOVE_LUA,
@@ -63,12 +73,24 @@ def main() -> int:
     parser.add_argument("--sample", type=int, default=200, help="users whose keys MEMORY USAGE reads")
     parser.add_argument("--memory", action="store_true", help="also time `spamctl users --memory`")
     parser.add_argument("--listings", type=int, default=3, help="times `spamctl users` is timed")
+    parser.add_argument("--kept", action="store_true",
+                        help="each move also keeps its message's sample for the sender (spamd/store/redis/kept.py), "
+                        "--sample-size fingerprints a message")  # fmt: skip
+    parser.add_argument(
+        "--sample-size", type=int, default=37, help="fingerprints a message's sample (about 300 tokens / 8)"
+    )
+    parser.add_argument(
+        "--learned",
+        action="store_true",
+        help="each move also leaves its learning record (spamd/store/redis/learned.py)",
+    )
     args = parser.parse_args()
     prefix = "spamd:"
     server = RedisServer(Path(tempfile.mkdtemp(prefix="spamd-users-scale-")), appendfsync="no").start()
     client = server.client()
     try:
         sha = client.script_load(MOVE_LUA)
+        kept_sha = client.script_load(KEEP_LUA)
         shift = 64 - args.sender_bits
         before = int(client.info("memory")["used_memory"])
         started = time.perf_counter()
@@ -83,6 +105,21 @@ def main() -> int:
                     key = hashlib.blake2b(f"{u}:{s}:{m}".encode(), digest_size=16).digest()
                     pipe.evalsha(sha, len(keys), *keys, key, 0, recency_now(), SENDERS_PER_USER, PLACED_PER_USER,
                                  KEEP_S, 3, repr(0.8), name, *sender_args([sender]))  # fmt: skip
+                    if args.kept:
+                        rng = random.Random(f"{u}:{s}:{m}")
+                        profile_sample = np.unique(
+                            np.array([rng.randrange(65536) for _ in range(args.sample_size)], dtype="<u2")
+                        )
+                        pipe.evalsha(kept_sha, 1, kept_key(prefix, name), profile_sample.tobytes(), PROFILE_SIZE, KEPT_PER_USER,
+                                     KEEP_S, sender_id(sender))  # fmt: skip
+                    if args.learned:
+                        record = learning_record(key, "learned", user=name, message_id=f"<{key.hex()}@lists.example.org>",
+                                                 label="ham", source="maildir", senders=(sender,), moved=True, kept=1)  # fmt: skip
+                        learned_key = f"{prefix}{user_hash_tag(name)}:learned"
+                        del record["why"]  # as spamd.store.redis.learned stores it
+                        pipe.lpush(learned_key, json.dumps(record, separators=(",", ":")))
+                        pipe.ltrim(learned_key, 0, PER_USER_IN_REDIS - 1)
+                        pipe.expire(learned_key, LEARNED_KEEP_S)
                     queued += 1
                     if queued == args.batch:
                         pipe.execute()
@@ -94,6 +131,8 @@ def main() -> int:
         per_user, ttls, senders_held, placed_held = [], [], [], []
         for u in sample:
             keys = sender_keys_of(prefix, f"user{u}@example.com")
+            keys += [kept_key(prefix, f"user{u}@example.com")] * args.kept
+            keys += [f"{prefix}{user_hash_tag(f'user{u}@example.com')}:learned"] * args.learned
             per_user.append(sum(int(client.memory_usage(k) or 0) for k in keys))
             ttls.append(min(int(client.ttl(k)) for k in keys))
             senders_held.append(int(client.zcard(keys[1])))

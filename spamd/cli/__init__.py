@@ -102,6 +102,13 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     explain.add_argument("file", metavar="FILE|-")
     explain.add_argument("--limit", type=int, default=DEFAULT_EXPLAIN_LIMIT, metavar="N", help="tokens per direction")
     user_option(explain, "explain the score for this user: the shared model with their layer")
+    learned = command(
+        "learned", "is it learning? what spamd learned from a message's moves, or why not", "training.cmd_learned"
+    )
+    learned.add_argument("file", nargs="?", metavar="FILE|-", help="the message (as moved); none: the latest records")
+    learned.add_argument("--message-id", metavar="ID", help="the message by its Message-ID, as written (<...>)")
+    learned.add_argument("--limit", type=int, default=20, metavar="N", help="records at most (1-1000)")
+    user_option(learned, "this user's records (with the model in Redis, a user's records are found only so)")
     command("snapshot", "write a snapshot of the model now", "admin.cmd_snapshot")
     command("reload", "make the running daemon re-read its config", "admin.cmd_reload")
     export = command("export", "write a verified, portable backup of model and ledger", "admin.cmd_export")

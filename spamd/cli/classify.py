@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import closing
 from pathlib import Path
@@ -214,7 +215,8 @@ _WAYS = {
     "none": "no say",
     "junk": "the user's moves file it in Junk",
     "inbox": "the user's moves file it in the inbox",
-    "inbox_claimed": "kept out of Junk by the user, but not authenticated: a bounded push only",
+    "inbox_claimed": "kept out of Junk by the user, but not authenticated: pushed towards ham as far as it resembles"
+    " what the user kept from it",
 }
 
 
@@ -225,6 +227,13 @@ def print_senders(result: dict[str, Any]) -> None:
     for row in result.get("senders", []):
         how = f"authenticated ({row['authenticated']})" if row["authenticated"] else "not authenticated"
         print(f"sender {row['sender']}: {how}; {_WAYS.get(row['way'], row['way'])}")
+        if "resemblance" in row:
+            print(f"  resembles what the user kept from it {100 * row['resemblance']:.0f}%: "
+                  f"{row['kept_push']:.2f} towards ham (spamd/people/kept.py)")  # fmt: skip
+        for move in row.get("moves", []):
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(move["when"]))
+            print(f"  shaped by the user's {move['source']} of {move['message_id'] or move['key']} as {move['label']}"
+                  f" ({when}: {move['what']})")  # fmt: skip
 
 
 def _check_size(name: str, raw: bytes) -> None:

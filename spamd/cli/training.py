@@ -136,3 +136,39 @@ def _progress_bar(total: int, what: str) -> Any:
     from tqdm import tqdm  # only worth importing for a person watching
 
     return tqdm(total=total, desc=what, unit="msg", file=sys.stderr, leave=False)
+
+
+def cmd_learned(config: Config, args: argparse.Namespace) -> int:
+    """The learning records of a message (file or Message-ID), or the latest: what was learned, or why not."""
+    from spamd.cli.inputs import read_message
+
+    request: dict[str, Any] = {"limit": args.limit, **user_request(args)}
+    if args.file is not None:
+        request["raw"] = read_message(args.file)
+    if args.message_id is not None:
+        request["message_id"] = args.message_id
+    with closing(open_backend(config)) as backend:
+        records = backend.request("learned", **request)["records"]
+    if args.json:
+        emit_json({"records": records})
+        return 0
+    if not records:
+        print("no learning record: spamd saw no move or training of it (or it is older than the records kept)")
+        return 1
+    rows = [("when", "user", "message-id", "label", "source", "what", "senders")]
+    for r in records:
+        effect = ("moved" if r["moved"] else "") + (
+            f"{', ' if r['moved'] else ''}kept for {r['kept']}" if r["kept"] else ""
+        )
+        rows.append((_when(r["when"]), r["user"] or "-", r["message_id"] or "-", r["label"] or "-", r["source"],
+                     r["what"], effect or "-"))  # fmt: skip
+    print(table(rows))
+    for what in dict.fromkeys(r["what"] for r in records):
+        print(f"{what}: {records[[r['what'] for r in records].index(what)]['why']}")
+    return 0
+
+
+def _when(seconds: float) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds))

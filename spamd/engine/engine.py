@@ -23,6 +23,8 @@ from spamd.mail.message import parse_message, strip_own_headers
 from spamd.model.bayes import Contribution, Label, Score, Verdict
 from spamd.model.families import EvidenceHistory, evidence_families
 from spamd.people.accuracy import LiveAccuracy, is_person
+from spamd.people.kept import kept_push, kept_sample
+from spamd.people.learned import forged_looking, learning_record, message_id_of
 from spamd.people.senders import (
     SenderCounts,
     SenderReputation,
@@ -182,32 +184,109 @@ class Engine:
         message = parse_message(stripped, self.config.parser)
         auth = self.classifier.authenticate(stripped, message) if self.config.auth.enabled else NOTHING
         rows = []
+        sample = kept_sample(self.classifier.analyze(raw, authenticate=False).features) if user_name else None
         for name in sender_names(message)[:4]:
             how = authenticated_as(name, auth)
             way = Way.NONE
+            row: dict[str, Any] = {"sender": name, "authenticated": how}
             if user_name is not None and self.config.users.score_per_user:
-                way = self.senders.direction(user_name, (sender_key(name),), 1 if how else 0)
-            rows.append({"sender": name, "authenticated": how, "way": way.name.lower()})
+                key = sender_key(name)
+                way = self.senders.direction(user_name, (key,), 1 if how else 0)
+                if way is Way.INBOX_CLAIMED and sample is not None:
+                    similar = self.senders.kept.resemblance(user_name, (key,), sample)
+                    row |= {"resemblance": round(similar, 3), "kept_push": round(kept_push(similar), 3)}
+                if way is not Way.NONE:
+                    row["moves"] = self.shaping_moves(user_name, key)
+            rows.append(row | {"way": way.name.lower()})
         return {"auth": auth.header(), "senders": rows}
 
+    def shaping_moves(self, user_name: str, sender: int, limit: int = 5) -> list[dict[str, Any]]:
+        """The user's latest moves and trainings of mail from `sender` that counted for it (their learning records)."""
+        mine = f"{sender:016x}"
+        records = self.senders.learned.find(user_name, limit=1000)
+        return [
+            {k: r[k] for k in ("when", "message_id", "label", "source", "what", "key")}
+            for r in records
+            if mine in r["senders"] and (r["moved"] or r["kept"])
+        ][:limit]
+
     def train(self, raw: bytes, label: Label, source: str, user: bool = True, user_name: str | None = None) -> Outcome:
-        """Train through the trainer; a person's label is also judged against spamd's remembered verdict."""
+        """Train through the trainer; a person's label is also judged against spamd's remembered verdict.
+
+        spamd's own label (autolearn, settled) of a user's message from a sender that user's moves file
+        the other way is declined: a person's word on a sender outranks spamd's own learning."""
         analyzed = self.classifier.analyze(raw, authenticate=False)
-        outcome = self.trainer.train(analyzed, label, source, user, user_name)
+        person = user and source not in SPAMDS_OWN
+        if not person and self.overruled_by_person(analyzed, label, user_name):
+            outcome = Outcome.DECLINED
+        else:
+            outcome = self.trainer.train(analyzed, label, source, user, user_name)
         self.trainings[(str(label), source, outcome.value)] += 1
         if outcome in (Outcome.LEARNED, Outcome.CORRECTED):
             self.live.trained(label)
             self.live_changes += 1
         if outcome is not Outcome.DECLINED and is_person(source, user) and self.live.judged(analyzed.key, label):
             self.live_changes += 1
-        if outcome is not Outcome.DECLINED:
-            self.record_move(analyzed, label, source, user, user_name)
+        forged = person and label == Label.HAM and forged_looking(raw)
+        moved, kept = False, 0
+        if outcome is not Outcome.DECLINED and not forged:
+            moved, kept = self.record_move(analyzed, label, source, user, user_name)
+        if person or outcome is Outcome.DECLINED:
+            what = OUTCOME_WHAT[outcome]
+            if forged and outcome in (Outcome.LEARNED, Outcome.CORRECTED):
+                what = "forged_sender"
+            self.note(analyzed.key, what, raw, user_name, str(label), source, analyzed.senders, moved, kept)
         return outcome
 
+    def overruled_by_person(self, analyzed: Analyzed, label: Label, user_name: str | None) -> bool:
+        """Whether `user_name`'s moves file one of the message's senders on the other side of `label`."""
+        if user_name is None or not analyzed.senders or not self.senders.moves:
+            return False
+        way = self.senders.direction(user_name, analyzed.senders)
+        return way in (Way.INBOX, Way.INBOX_CLAIMED) if label == Label.SPAM else way is Way.JUNK
+
     def untrain(self, raw: bytes, source: str, user_name: str | None = None) -> Outcome:
-        outcome = self.trainer.untrain(self.classifier.analyze(raw, authenticate=False), source, user_name)
+        analyzed = self.classifier.analyze(raw, authenticate=False)
+        outcome = self.trainer.untrain(analyzed, source, user_name)
         self.trainings[("none", source, outcome.value)] += 1
+        self.note(analyzed.key, OUTCOME_WHAT[outcome], raw, user_name, None, source, analyzed.senders)
         return outcome
+
+    def note(
+        self,
+        key: bytes,
+        what: str,
+        raw: bytes,
+        user_name: str | None,
+        label: str | None,
+        source: str,
+        senders: tuple[int, ...] = (),
+        moved: bool = False,
+        kept: int = 0,
+        folders: tuple[str | None, str | None] | None = None,
+    ) -> None:
+        """Keep the learning record of a message (spamd/people/learned.py): what was learned from it, or why not."""
+        record = learning_record(
+            key, what, user=user_name, message_id=message_id_of(raw), label=label, source=source,
+            senders=senders, moved=moved, kept=kept, folders=folders,
+        )  # fmt: skip
+        self.senders.learned.add(record)
+        self.live_changes += 1
+
+    def note_ignored(
+        self, raw: bytes, user_name: str | None, before: str | None, after: str | None, trash: bool
+    ) -> None:
+        """A move spamd saw and learns nothing from (into Trash, or between folders neither of which is Junk)."""
+        key = self.classifier.analyze(raw, authenticate=False).key
+        what = "trash" if trash else "ignored_move"
+        self.note(key, what, raw, self.layer_user(user_name), None, "maildir", folders=(before, after))
+
+    def learning_records(
+        self, user_name: str | None = None, raw: bytes | None = None, message_id: str | None = None, limit: int = 20
+    ) -> list[dict[str, Any]]:
+        """The latest learning records, of `user_name`'s messages (None: anyone's), for a message file or Message-ID."""
+        key = None if raw is None else self.classifier.analyze(raw, authenticate=False).key
+        return self.senders.learned.find(user_name, key, message_id, limit)
 
     def remember_verdict(
         self,
@@ -226,11 +305,21 @@ class Engine:
             filed_spam = verdict is Verdict.SPAM
             self.senders.delivered(user_name, key, counted_senders(senders, authenticated, filed_spam), filed_spam)
 
-    def record_move(self, analyzed: Analyzed, label: Label, source: str, user: bool, user_name: str | None) -> None:
+    def record_move(
+        self, analyzed: Analyzed, label: Label, source: str, user: bool, user_name: str | None
+    ) -> tuple[bool, int]:
         """A person's label: a move into or out of Junk for the user's senders (spamd/people/senders.py),
-        unless spamd gave it (autolearn, settled mail)."""
-        if user and source not in SPAMDS_OWN and self.senders.moved(analyzed.key, label, user_name, analyzed.senders):
+        and their ham's sample kept for its senders (spamd/people/kept.py), unless spamd gave it (autolearn,
+        settled mail). Whether it counted as a move, and for how many senders the sample was kept."""
+        if not user or source in SPAMDS_OWN:
+            return False, 0
+        moved = self.senders.moved(analyzed.key, label, user_name, analyzed.senders)
+        self.live_changes += moved
+        if label == Label.HAM and user_name is not None and analyzed.senders and self.senders.moves:
+            self.senders.kept.kept(user_name, analyzed.senders, kept_sample(analyzed.features))
             self.live_changes += 1
+            return moved, len(analyzed.senders)
+        return moved, 0
 
     # ------------------------------------------------------------ snapshots
 
@@ -447,7 +536,7 @@ def live_state(config: Config, loaded: LoadedState) -> LiveAccuracy:
     except (KeyError, ValueError, TypeError) as e:  # the model is fine; only the figures restart
         loaded.recovery.problems.append(f"live accuracy figures unreadable, started afresh ({e})")
         live = LiveAccuracy(config.store.ledger_max_entries)
-    for key, label, previous, user, source, when, _, _ in loaded.replayed:
+    for key, label, previous, user, source, when, *_ in loaded.replayed:
         if label is None:
             continue
         if label != previous:
@@ -458,6 +547,16 @@ def live_state(config: Config, loaded: LoadedState) -> LiveAccuracy:
 
 
 SPAMDS_OWN = frozenset({"autolearn", "settled"})  # labels spamd gave itself: no person moved the message
+# A training's outcome as a learning record's `what` (spamd/people/learned.py).
+OUTCOME_WHAT = {
+    Outcome.LEARNED: "learned",
+    Outcome.CORRECTED: "corrected",
+    Outcome.REPEAT: "already_trained",
+    Outcome.DECLINED: "declined",
+    Outcome.CONFIDENT: "confident",
+    Outcome.UNLEARNED: "unlearned",
+    Outcome.NOT_TRAINED: "not_trained",
+}
 
 
 def new_senders(config: Config) -> SenderReputation:
@@ -477,7 +576,16 @@ def senders_state(config: Config, loaded: LoadedState) -> SenderReputation:
     except (KeyError, ValueError, TypeError) as e:  # the model is fine; only where mail went restarts
         loaded.recovery.problems.append(f"senders' state unreadable, started afresh ({e})")
         senders = new_senders(config)
-    for key, label, _, user, source, _, user_name, sent in loaded.replayed:
+    for key, label, previous, user, source, when, user_name, sent, kept in loaded.replayed:
         if label is not None and user and source not in SPAMDS_OWN:
-            senders.moved(key, label, user_name, sent)
+            moved = senders.moved(key, label, user_name, sent)
+            kept_for = 0
+            if kept is not None and user_name is not None and sent and senders.moves:
+                senders.kept.kept(user_name, sent, kept)
+                kept_for = len(sent)
+            what = "already_trained" if label == previous else "learned" if previous is None else "corrected"
+            senders.learned.add(
+                learning_record(key, what, user=user_name, message_id="", label=str(label), source=source,
+                                senders=sent, moved=moved, kept=kept_for, when=when)
+            )  # fmt: skip
     return senders

@@ -169,6 +169,21 @@ def op_users(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
     return {"users": columns, "per_user": True, "expired": users.expired, "authentication": trust}
 
 
+def op_learned(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
+    """The learning records (spamd/people/learned.py) of a message (`raw`) or Message-ID, or the latest; reads only."""
+    raw = args.get("raw")
+    if raw is not None and not isinstance(raw, bytes):
+        raise ControlError("request argument 'raw' must be the message as bytes")
+    message_id = args.get("message_id")
+    if message_id is not None and not isinstance(message_id, str):
+        raise ControlError("request argument 'message_id' must be a string")
+    limit = args.get("limit", 20)
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000:
+        raise ControlError("request argument 'limit' must be an integer from 1 to 1000")
+    records = engine.learning_records(_user(args), raw, message_id, limit)  # type: ignore[attr-defined]
+    return {"records": records}
+
+
 def op_live_days(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
     """Live accuracy per kept day (for `spamctl report`); reads only."""
     return {"days": engine.live.per_day()}  # type: ignore[attr-defined]
@@ -182,6 +197,7 @@ ENGINE_OPERATIONS: dict[str, Callable[[EngineLike, dict[str, Any]], dict[str, An
     "untrain": op_untrain,
     "live_days": op_live_days,
     "users": op_users,
+    "learned": op_learned,
 }
 
 

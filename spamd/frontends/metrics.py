@@ -175,6 +175,15 @@ class SpamdCollector(Collector):
         for (label, source, outcome), n in sorted(engine.trainings.items()):
             trainings.add_metric([label, source, outcome], n)
         yield trainings
+        learned = CounterMetricFamily(
+            "spamd_learning_records",
+            "Learning records kept since start by what they say: learned, already_trained, trash, ignored_move, "
+            "forged_sender... (spamd/people/learned.py)",
+            labels=["what"],
+        )
+        for what, n in sorted(engine.senders.learned.counts.items()):
+            learned.add_metric([what], n)
+        yield learned
 
         judged = CounterMetricFamily(
             "spamd_live_judgements",

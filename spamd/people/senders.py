@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import re
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from enum import IntEnum
 from typing import Any, Protocol
 
@@ -34,10 +34,12 @@ import xxhash
 from spamd.mail.auth.verify import AuthResult
 from spamd.mail.message import ParsedMessage
 from spamd.model.bayes import Features, Label, Score, verdict_of
+from spamd.people.kept import KeptProfiles, KeptSamples, kept_sample, kept_score
+from spamd.people.learned import LearningLog, LearningRecords
 
 # How far a sender's verdict moves a message's score (mean log-odds; the spam cut is
 # 0.315, spamd.model.bayes.PROBABILITY_SLOPE), and how far past the middle it lands at
-# least. Measured online (an in-process replay of scripts/accuracy/multi_user_stream.py) on
+# least. Measured online (an in-process replay of scripts/multi_user_stream.py) on
 # nine disputed lists (spamassassin: freshrpms, ilug, razor-users, spamassassin-talk,
 # exmh-workers; trec07p-dev: r-help, samba-cvs, perl6-internals, beginners.perl) and
 # the agree streams (spamassassin seeds 1-6, trec07p-dev 1-3), errors-only feedback;
@@ -56,7 +58,7 @@ FLOOR = 0.45
 # A sender kept out of Junk whose message is not authenticated (spamd/mail/auth/) may be
 # anyone writing that From or List-Id: its score moves at most this far towards ham and
 # no floor pulls it further. Below 0.63 (the spam cut 0.315 to the ham cut -0.315) mail that
-# content alone files as spam becomes Unsure at most, never ham. scripts/attacks/claimed_push.py
+# content alone files as spam becomes Unsure at most, never ham. scripts/claimed_push.py
 # (docs/users.md), bound 0 / 0.3 / 0.6 / 1.0 / the full rule: the keeper's copies of the nine
 # disputed lists unsigned, errors feedback 100% at every bound; full feedback ilug 93.5 / 95.6
 # / 100 / 100 / 100%, the other eight 100%; the forged-sender attack (3 rescues, then 300
@@ -218,20 +220,24 @@ def moved_by_counts(
     share: float,
     authenticated: int,
     config: Any,
+    similar: Callable[[], float] | None = None,
 ) -> Score:
     """`score` moved (`moved_score`) the way `way_of` the user's counts of the message's senders says."""
-    return moved_score(score, way_of(counts, moves, share, authenticated), config)
+    return moved_score(score, way_of(counts, moves, share, authenticated), config, similar)
 
 
-def moved_score(score: Score, way: int, config: Any) -> Score:
+def moved_score(score: Score, way: int, config: Any, similar: Callable[[], float] | None = None) -> Score:
     """`score` moved by PUSH to the side `way` says, and at least FLOOR past the middle; a claimed
-    sender's by CLAIMED_PUSH towards ham, no further (NONE: as it is)."""
+    sender's towards ham by `kept_score` of its resemblance to what the person kept from it
+    (`similar()`, spamd/people/kept.py), or by CLAIMED_PUSH when no profiles are kept (NONE: as it is)."""
     if way == Way.NONE:
         return score
     if way == Way.JUNK:
         log_odds = max(score.log_odds + PUSH, FLOOR)
     elif way == Way.INBOX:
         log_odds = min(score.log_odds - PUSH, -FLOOR)
+    elif similar is not None:
+        return kept_score(score, similar(), config)
     else:
         log_odds = score.log_odds - CLAIMED_PUSH
     return verdict_of(config, log_odds)
@@ -247,9 +253,21 @@ class SenderCounts(Protocol):
     def delivered(self, user: str, key: bytes, senders: tuple[int, ...], filed_spam: bool) -> None: ...
     def moved(self, key: bytes, label: Label, user: str | None = None, senders: tuple[int, ...] = ()) -> bool: ...
     def direction(self, user: str, senders: tuple[int, ...], authenticated: int | None = None) -> Way: ...
+    @property
+    def kept(self) -> KeptProfiles: ...  # what each person kept from each sender (spamd/people/kept.py)
+    @property
+    def learned(self) -> LearningLog: ...  # what spamd learned from each move (spamd/people/learned.py)
+
     def adjust(
-        self, score: Score, user: str | None, senders: tuple[int, ...], config: Any, authenticated: int = 0
+        self,
+        score: Score,
+        user: str | None,
+        senders: tuple[int, ...],
+        config: Any,
+        authenticated: int = 0,
+        features: Features | None = None,
     ) -> Score: ...
+    def similar(self, user: str, senders: tuple[int, ...], features: Features | None) -> Callable[[], float] | None: ...
     def score_and_counts(
         self, model: Any, features: Features, user: str, senders: tuple[int, ...]
     ) -> tuple[Score, list[tuple[int, int, int, int] | None]]: ...
@@ -267,9 +285,12 @@ class SenderReputation:
         self.max_senders = max_senders
         self.moves = moves  # 0: off
         self.share = share
-        self._placed: OrderedDict[bytes, tuple[str, bool, tuple[int, ...]]] = (
-            OrderedDict()
-        )  # key -> (user, in Junk, senders)
+        # (user, key) -> (user, in Junk, senders): per user, as in Redis (each user's `filed` set). Keyed by the
+        # message alone, the same message delivered to two people (one list's copy in each Maildir, an archive
+        # trained for both) counted one person's move for the other: with each list copy delivered to both,
+        # the keeper first, the keeper's copies went her way 0% (600 of 600 rescued for nothing) and the
+        # leaver's 49.7% (modern-dev, errors feedback; docs/users.md). Now 100% and 100%.
+        self._placed: OrderedDict[tuple[str, bytes], tuple[str, bool, tuple[int, ...]]] = OrderedDict()
         # (user, sender) -> the four counts, most recent last. Tuples, replaced on each change:
         # the garbage collector stops tracking a tuple of ints, not a list (200,000 pairs
         # as lists: 28-90 us a delivery in collections; as tuples: see users.md).
@@ -279,9 +300,13 @@ class SenderReputation:
         self.changes = 0
         # Per user, the senders their moves turned [to Junk, to the inbox], kept as the counts change,
         # for `spamctl users`: a pass over every pair at 100,000 users x 20 senders took seconds
-        # (scripts/scale/users_embedded_scale.py, docs/users.md). Counted for `_turned_by` (moves, share).
+        # (scripts/users_embedded_scale.py, docs/users.md). Counted for `_turned_by` (moves, share).
         self._turned: dict[str, list[int]] = {}
         self._turned_by = (moves, share)
+        # What each person kept from each sender (spamd/people/kept.py), and what spamd learned from each
+        # person's moves (spamd/people/learned.py): in the snapshot beside the counts.
+        self.kept = KeptSamples()
+        self.learned = LearningRecords()
 
     def __len__(self) -> int:
         return len(self._stats)
@@ -291,21 +316,13 @@ class SenderReputation:
         senders = tuple(senders)
         if not senders or not self.moves:
             return
-        slot = self._slot(key, user)
-        self._placed[slot] = (user, filed_spam, senders)
-        self._placed.move_to_end(slot)
+        self._placed[(user, key)] = (user, filed_spam, senders)
+        self._placed.move_to_end((user, key))
         if len(self._placed) > self.max_messages:
             self._placed.popitem(last=False)
         for sender in senders:
             self._add(user, sender, 1, int(filed_spam), 0, 0)
         self.changes += 1
-
-    def _slot(self, key: bytes, user: str) -> bytes:
-        """Where `user`'s copy of `key` is placed: the key itself for the first user it was filed for
-        (a move naming no user is theirs, as before), the key and the user's name for each other one
-        (one message to several users, LMTP's recipients, lies on each one's own side)."""
-        placed = self._placed.get(key)
-        return key if placed is None or placed[0] == user else key + b"\0" + user.encode()
 
     def moved(self, key: bytes, label: Label, user: str | None = None, senders: Iterable[int] = ()) -> bool:
         """The person says `key` is `label`: a move into or out of Junk if it lay on the other side.
@@ -314,20 +331,21 @@ class SenderReputation:
         arriving some other way) counts as delivered to the other side and moved, given
         its `user` and `senders`: the person said where that sender's mail goes.
         """
-        slot = key if user is None else self._slot(key, user)
-        placed = self._placed.get(slot)
+        if user is None:
+            return False  # whose move it is decides whose counts it changes
+        placed = self._placed.get((user, key))
         to_junk = label == Label.SPAM
         if placed is None:
-            if user is None or not tuple(senders):
+            if not tuple(senders):
                 return False
             self.delivered(user, key, senders, not to_junk)
-            placed = self._placed.get(slot)
+            placed = self._placed.get((user, key))
             if placed is None:  # off (sender_moves = 0)
                 return False
         user, in_junk, senders = placed
         if to_junk == in_junk:
             return False
-        self._placed[slot] = (user, to_junk, senders)
+        self._placed[(user, key)] = (user, to_junk, senders)
         for sender in senders:
             self._add(user, sender, 0, 0, int(to_junk), int(not to_junk))
         self.changes += 1
@@ -361,13 +379,28 @@ class SenderReputation:
         return way_of([self._stats.get((user, sender)) for sender in senders], self.moves, self.share, authenticated)
 
     def adjust(
-        self, score: Score, user: str | None, senders: tuple[int, ...], config: Any, authenticated: int = 0
+        self,
+        score: Score,
+        user: str | None,
+        senders: tuple[int, ...],
+        config: Any,
+        authenticated: int = 0,
+        features: Features | None = None,
     ) -> Score:
         """`score` for `user`'s copy, moved to the side the user files this sender's mail on, if any;
-        `authenticated`: a bit per sender whose message is authenticated."""
+        `authenticated`: a bit per sender whose message is authenticated; `features`: the message's, for its
+        resemblance to what the user kept from a claimed sender (None: CLAIMED_PUSH)."""
         if user is None or not senders or not self.moves:
             return score
-        return moved_score(score, self.direction(user, senders, authenticated), config)
+        return moved_score(
+            score, self.direction(user, senders, authenticated), config, self.similar(user, senders, features)
+        )
+
+    def similar(self, user: str, senders: tuple[int, ...], features: Features | None) -> Callable[[], float] | None:
+        """The resemblance of a message (`features`) to what `user` kept from `senders`, asked only when needed."""
+        if features is None:
+            return None
+        return lambda: self.kept.resemblance(user, senders, kept_sample(features))
 
     def score_and_counts(
         self, model: Any, features: Features, user: str, senders: tuple[int, ...]
@@ -404,13 +437,7 @@ class SenderReputation:
         counts = np.array(list(self._stats.values()), dtype=np.uint64).reshape(-1, 4)
         return {
             "placed": [
-                [
-                    slot[: len(slot) - len(user) - 1] if slot.endswith(b"\0" + user.encode()) else slot,
-                    user,
-                    in_junk,
-                    list(senders),
-                ]
-                for slot, (user, in_junk, senders) in self._placed.items()
+                [key, user, in_junk, list(senders)] for (_, key), (user, in_junk, senders) in self._placed.items()
             ],
             "pairs": {
                 "users": list(names),
@@ -418,6 +445,8 @@ class SenderReputation:
                 "sender": senders.tobytes(),
                 "counts": np.minimum(counts, COUNT_MAX).astype(np.uint32).tobytes(),
             },
+            "kept": self.kept.export(),
+            "learned": self.learned.export(),
         }
 
     def restore(self, data: dict[str, Any]) -> None:
@@ -427,12 +456,10 @@ class SenderReputation:
             return
         # One str per user name, not one per pair and message (msgpack makes each anew).
         names: dict[str, str] = {}
-        placed: OrderedDict[bytes, tuple[str, bool, tuple[int, ...]]] = OrderedDict()
+        placed: OrderedDict[tuple[str, bytes], tuple[str, bool, tuple[int, ...]]] = OrderedDict()
         for key, user, in_junk, senders in data["placed"][-self.max_messages :]:
             name = names.setdefault(user, str(user))
-            first = placed.get(bytes(key))
-            slot = bytes(key) if first is None or first[0] == name else bytes(key) + b"\0" + name.encode()
-            placed[slot] = (name, bool(in_junk), tuple(int(s) for s in senders))
+            placed[(name, bytes(key))] = (name, bool(in_junk), tuple(int(s) for s in senders))
         stats: OrderedDict[tuple[str, int], tuple[int, int, int, int]]
         turned = None
         if "pairs" in data:
@@ -445,6 +472,8 @@ class SenderReputation:
                 d, f, i, o = (int(c) for c in counts)
                 stats[(names.setdefault(user, str(user)), int(sender))] = (d, f, i, o)
         self._placed, self._stats = placed, stats
+        self.kept.restore(data.get("kept") or {})
+        self.learned.restore(data.get("learned") or [])
         if turned is None or len(stats) > self.max_senders:
             while len(stats) > self.max_senders:
                 stats.popitem(last=False)
@@ -462,7 +491,7 @@ def _pairs_from_columns(
     """`export`'s columns back into pairs, least recent first, and the per-user counts of turned senders
     (`way_of` over arrays; None if a pair repeats). Built by zip over numpy's lists and counted by numpy,
     no Python call a pair: with a `way_of` call a pair, 100,000 users x 20 senders started in 8.6 s
-    (scripts/scale/users_embedded_scale.py; now: docs/users.md)."""
+    (scripts/users_embedded_scale.py; now: docs/users.md)."""
     users = [names.setdefault(name, str(name)) for name in columns["users"]]
     index = np.frombuffer(columns["user"], dtype=np.uint32)
     senders = np.frombuffer(columns["sender"], dtype=np.uint64)
@@ -494,7 +523,7 @@ def _count_tuples(counts: np.ndarray) -> Iterable[tuple[int, int, int, int]]:
 
     Most pairs share a few count patterns (a rescued sender: 3 delivered, 3 filed, 3 moved out): one
     tuple each (tuples are replaced, never changed) rather than a new one a pair, which cost most of the
-    pairs' restore (scripts/scale/users_embedded_scale.py, docs/users.md). Counts past 16 bits: a tuple a pair.
+    pairs' restore (scripts/users_embedded_scale.py, docs/users.md). Counts past 16 bits: a tuple a pair.
     """
     if not len(counts) or int(counts.max()) >= 1 << 16:
         return zip(*(counts[:, k].astype(np.int64).tolist() for k in range(4)), strict=True)

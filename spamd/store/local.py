@@ -27,12 +27,14 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import numpy as np
 import structlog
 
 from spamd.config import ModelConfig, StoreConfig, UsersConfig
 from spamd.errors import CorruptStateError, StateLockedError, StoreError
 from spamd.model.bayes import Label, MultinomialNB
 from spamd.model.families import EvidenceHistory, evidence_families, evidence_in
+from spamd.people.kept import kept_sample
 from spamd.people.users import UserLayers
 from spamd.store.durable import fsync_directory, remove_stale_temps, write_atomically
 from spamd.store.journal import JOURNAL_MAGIC, JournalScan, frame_record, scan_journal
@@ -67,11 +69,12 @@ class LoadedState:
     counters: dict[str, int] = field(default_factory=dict)
     live: dict[str, Any] = field(default_factory=dict)
     # The records replayed over the snapshot, without their features: (key, label,
-    # previous, user, source, time, user name, senders), so live accuracy and the senders'
-    # state (spamd/people/senders.py) can re-derive what they meant.
-    replayed: list[tuple[bytes, Label | None, Label | None, bool, str, float, str | None, tuple[int, ...]]] = field(
-        default_factory=list
-    )
+    # previous, user, source, time, user name, senders, the kept sample of a user's ham:
+    # spamd/people/kept.py), so live accuracy and the senders' state (spamd/people/senders.py)
+    # can re-derive what they meant.
+    replayed: list[
+        tuple[bytes, Label | None, Label | None, bool, str, float, str | None, tuple[int, ...], np.ndarray | None]
+    ] = field(default_factory=list)
     users: UserLayers = field(default_factory=lambda: UserLayers(UsersConfig()))
     # Since when each mail-evidence family on is learned; `evidence_switched`: the config
     # switched one on or off against what the model was built with (worth a snapshot).
@@ -219,8 +222,9 @@ class Store:
                 check_count_settings(record.counts_built_with, self.model_config, f"{path}: record {record.seq}")
                 evidence.follow(evidence_in(record.counts_built_with), record.seq, record.time)
                 apply_record(snapshot.model, snapshot.ledger, record, snapshot.users)
+                kept = kept_sample(record.features) if record.user_name and record.label == Label.HAM else None
                 replayed.append(
-                    (record.key, record.label, record.previous, record.user, record.source, record.time, record.user_name, record.senders)
+                    (record.key, record.label, record.previous, record.user, record.source, record.time, record.user_name, record.senders, kept)
                 )  # fmt: skip
                 seq = record.seq
                 recovery.replayed += 1

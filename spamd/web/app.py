@@ -1,4 +1,4 @@
-"""The web console's routes: login, the four pages, training, and the headers every answer carries.
+"""The web console's routes: login, the five pages (Learned among them), training, and the headers every answer carries.
 
 Routes (every page but /login needs a session; every POST a CSRF token):
 
@@ -99,6 +99,7 @@ class Console:
         r.add_get("/history", self.history_page)
         r.add_get(r"/history/{id:\d{1,18}}", self.verdict_page)
         r.add_post(r"/history/{id:\d{1,18}}/train", self.train_verdict)
+        r.add_get("/learned", self.learned_page)
         r.add_get("/train", self.train_form)
         r.add_post("/train", self.train)
         r.add_static("/static", HERE / "static", show_index=False, follow_symlinks=False)
@@ -256,6 +257,16 @@ class Console:
             way_in if way_in.isalpha() and len(way_in) <= 20 else "",
         )
         return self._render(request, "history.html", title="History", **context)
+
+    async def learned_page(self, request: web.Request) -> web.Response:
+        """What spamd learned from people's moves, or why not (spamd/people/learned.py): the latest records."""
+        user = request.query.get("user", "")
+        message_id = request.query.get("message_id", "")[:200]
+        records = self.daemon.engine.learning_records(
+            user if is_user_name(user) else None, None, message_id or None, 200
+        )
+        return self._render(request, "learned.html", title="Learned", records=records, user=user,
+                            message_id=message_id, in_redis=not self.daemon.engine.store.keeps_snapshots)  # fmt: skip
 
     def _entry(self, request: web.Request) -> Any:
         entry = self.history.get(int(request.match_info["id"]))

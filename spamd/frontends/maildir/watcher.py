@@ -114,8 +114,11 @@ class MaildirWatcher:
         ledger_label: LedgerLookup,
         on_error: Callable[..., None],
         clock: Callable[[], float] = time.time,
+        ignored: Callable[[bytes, str | None, str | None, str | None, bool], None] | None = None,
     ):
         self.mailboxes = mailboxes
+        # (raw, user, from folder, to folder, into Trash): a move that teaches nothing, for its learning record
+        self.ignored = ignored
         self.config = config
         self.score = score  # classify through the Engine (analyzed beside the loop if it can be), headers added
         self.delivered = delivered  # (scored, raw, started, **context): the message_scored line
@@ -293,6 +296,8 @@ class MaildirWatcher:
             label = mailbox.classify_move(before, loc.folder)
             if label is not None:
                 await self._learn(mailbox, loc, label, how="moved", before=before, context=context)
+            else:
+                await self._ignored(mailbox, loc, before)
             return
 
         raw = await self._read(mailbox, loc)
@@ -311,6 +316,8 @@ class MaildirWatcher:
                 await self._learn(
                     mailbox, loc, label, how="moved_renamed", before=renamed_from, context=context, raw=raw
                 )
+            else:
+                await self._ignored(mailbox, loc, renamed_from, raw)
             return
         known = self.ledger_label(key)
         if loc.folder == mailbox.junk:
@@ -320,6 +327,14 @@ class MaildirWatcher:
                 await self._learn(mailbox, loc, Label.SPAM, how="found_in_junk", before=None, context=context, raw=raw)
         elif loc.folder != mailbox.trash and known is not None and known[0] == Label.SPAM:
             await self._learn(mailbox, loc, Label.HAM, how="found_out_of_junk", before=None, context=context, raw=raw)
+
+    async def _ignored(self, mailbox: Mailbox, loc: Location, before: str, raw: bytes | None = None) -> None:
+        """A move that teaches nothing (into Trash, between folders neither of which is Junk): its learning record."""
+        if self.ignored is None:
+            return
+        raw = raw if raw is not None else await self._read(mailbox, loc)
+        if raw is not None:
+            self.ignored(raw, mailbox.layer_user, before or "INBOX", loc.folder or "INBOX", loc.folder == mailbox.trash)
 
     async def _read(self, mailbox: Mailbox, loc: Location) -> bytes | None:
         return await asyncio.to_thread(mailbox.read_message, loc)

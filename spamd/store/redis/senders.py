@@ -16,6 +16,7 @@ delivered messages, and the three keys expire KEEP_S after the user's last deliv
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -24,8 +25,11 @@ import structlog
 from spamd.config import UsersConfig
 from spamd.errors import StoreUnavailableError
 from spamd.model.bayes import Features, Label, ModelView, Score
+from spamd.people.kept import kept_sample
 from spamd.people.senders import Way, moved_score, way_of
 from spamd.store.redis.connect import Script, sender_keys_of
+from spamd.store.redis.kept import RedisKept
+from spamd.store.redis.learned import RedisLearned
 from spamd.store.redis.listing import summaries
 from spamd.store.redis.sender_fields import counts_from, fields_of, sender_args
 from spamd.store.redis.state import RedisState
@@ -161,6 +165,8 @@ class RedisSenders:
         self.share = config.sender_share
         self.changes = 0
         self._deliver = Script(state.client, DELIVER_LUA)
+        self.kept = RedisKept(state, KEEP_S)  # what each person kept from each sender (spamd/people/kept.py)
+        self.learned = RedisLearned(state)  # what spamd learned from each move (spamd/people/learned.py)
         self._move = Script(state.client, MOVE_LUA)
 
     def _run(self, script: Script, what: str, user: str, key: bytes, side: int, senders: tuple[int, ...]) -> Any:
@@ -221,11 +227,25 @@ class RedisSenders:
         return way_of(self.counts(user, tuple(senders)), self.moves, self.share, authenticated)
 
     def adjust(
-        self, score: Score, user: str | None, senders: tuple[int, ...], config: Any, authenticated: int = 0
+        self,
+        score: Score,
+        user: str | None,
+        senders: tuple[int, ...],
+        config: Any,
+        authenticated: int = 0,
+        features: Features | None = None,
     ) -> Score:
         if user is None or not senders or not self.moves:
             return score
-        return moved_score(score, self.direction(user, senders, authenticated), config)
+        return moved_score(
+            score, self.direction(user, senders, authenticated), config, self.similar(user, senders, features)
+        )
+
+    def similar(self, user: str, senders: tuple[int, ...], features: Features | None) -> Callable[[], float] | None:
+        """The resemblance of a message to what `user` kept from `senders`: one HMGET, only when asked."""
+        if features is None:
+            return None
+        return lambda: self.kept.resemblance(user, senders, kept_sample(features))
 
     def summary(self) -> dict[str, dict[str, int]]:
         """Per user: the senders their moves turned each way (those with any), from the users' summary lines."""

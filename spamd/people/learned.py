@@ -1,0 +1,150 @@
+"""What spamd learned from each person's move, or why it did not: "is it learning?" answered per message.
+
+A person moves a message out of Junk and wonders whether spamd noticed. Each training and
+each move spamd saw but does not learn from leaves a record here: the message (its key and
+Message-ID), whose it was, what it became and why, and what the move did for its senders
+(counted as a move, a sample kept: spamd/people/senders.py, kept.py). `spamctl learned` reads
+them by Message-ID or file, the web console lists the latest, /metrics counts them by `what`.
+
+Bounded: MAX_RECORDS here (the oldest go), the last PER_USER_IN_REDIS of each user in Redis. No
+message content beyond its Message-ID (which the console already shows), cut to 200 characters.
+Pure state with no I/O, persisted with the senders' state in snapshots; the trainings since the
+last snapshot are recorded again from the journal at start, the moves spamd ignored are not.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import Counter, deque
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+from spamd.mail.message import split_head_body
+
+# What a record says happened, for /metrics and the console (one word each).
+WHAT = {
+    "learned": "learned: the model and the person's senders took it",
+    "corrected": "learned: the earlier label unlearned and this one learned",
+    "already_trained": "nothing new: the message was trained with this label already",
+    "declined": "not learned: a person labelled it otherwise, and a person's label wins over spamd's own",
+    "confident": "not learned: the model says so already by the training margin",
+    "unlearned": "unlearned",
+    "not_trained": "nothing to unlearn: the message was never trained",
+    "trash": "not learned: a move into Trash teaches nothing",
+    "ignored_move": "not learned: a move between folders other than Junk teaches nothing",
+    "forged_sender": "learned, but not for its senders: its From failed DMARC when it was delivered",
+}
+MAX_RECORDS = 10_000
+PER_USER_IN_REDIS = 8
+MESSAGE_ID_CHARS = 200
+
+# As the log lines read it (spamd.engine.scoring.message_id), so a Message-ID from a log line finds its record.
+_MESSAGE_ID = re.compile(rb"^message-id:[ \t]*(.*?)[ \t\r]*$", re.IGNORECASE | re.MULTILINE)
+# spamd's own X-Spam-Auth, written at delivery (spamd/mail/auth/verify.py): a From that failed DMARC.
+_DMARC_FAIL = re.compile(rb"^x-spam-auth:[^\n]*\bdmarc=fail\b", re.IGNORECASE | re.MULTILINE)
+
+
+def message_id_of(raw: bytes) -> str:
+    """The message's Message-ID as written (cut to MESSAGE_ID_CHARS), "" if it has none."""
+    found = _MESSAGE_ID.search(split_head_body(raw)[0][:65536])
+    return found.group(1)[:MESSAGE_ID_CHARS].decode("ascii", "replace") if found else ""
+
+
+def forged_looking(raw: bytes) -> bool:
+    """Whether spamd's X-Spam-Auth on the message (as delivered) says its From failed DMARC.
+
+    Someone else could write that header too, but it only ever withholds trust from the message's
+    own senders, so a forger gains nothing by it."""
+    return _DMARC_FAIL.search(split_head_body(raw)[0][:65536]) is not None
+
+
+def learning_record(
+    key: bytes,
+    what: str,
+    *,
+    user: str | None,
+    message_id: str,
+    label: str | None,
+    source: str,
+    senders: Iterable[int] = (),
+    moved: bool = False,
+    kept: int = 0,
+    folders: tuple[str | None, str | None] | None = None,
+    when: float | None = None,
+) -> dict[str, Any]:
+    """One record: plain values only (msgpack, JSON and the console take it as it is)."""
+    record: dict[str, Any] = {
+        "when": round(time.time() if when is None else when, 3),
+        "user": user,
+        "message_id": message_id[:MESSAGE_ID_CHARS],
+        "key": key.hex(),
+        "label": label,
+        "source": source,
+        "what": what,
+        "why": WHAT[what],
+        "senders": [f"{s:016x}" for s in senders],
+        "moved": moved,  # counted as a move into or out of Junk for its senders
+        "kept": kept,  # senders whose profile took the message's sample
+    }
+    if folders is not None:
+        record["from_folder"], record["to_folder"] = folders
+    return record
+
+
+class LearningLog(Protocol):
+    """Where the records go: LearningRecords here, spamd.store.redis.learned.RedisLearned with Redis."""
+
+    counts: Counter[str]
+
+    def add(self, record: dict[str, Any]) -> None: ...
+    def find(
+        self, user: str | None = None, key: bytes | None = None, message_id: str | None = None, limit: int = 20
+    ) -> list[dict[str, Any]]: ...
+
+
+class LearningRecords:
+    """The latest MAX_RECORDS records, oldest first (a message's every move, each a record); `counts`: records by
+    `what` since start."""
+
+    def __init__(self, max_records: int = MAX_RECORDS):
+        self.max_records = max_records
+        self._records: deque[dict[str, Any]] = deque(maxlen=max_records)
+        self.counts: Counter[str] = Counter()
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def add(self, record: dict[str, Any]) -> None:
+        """Keep `record` as the latest; the oldest goes past the bound."""
+        self.counts[record["what"]] += 1
+        self._records.append(record)
+
+    def find(
+        self, user: str | None = None, key: bytes | None = None, message_id: str | None = None, limit: int = 20
+    ) -> list[dict[str, Any]]:
+        """The latest records (newest first) of `user` (None: anyone's), for the message `key` or `message_id`."""
+        found = []
+        for record in reversed(self._records):
+            if user is not None and record["user"] != user:
+                continue
+            if key is not None and record["key"] != key.hex():
+                continue
+            if message_id is not None and record["message_id"] != message_id[:MESSAGE_ID_CHARS]:
+                continue
+            found.append(record)
+            if len(found) >= limit:
+                break
+        return found
+
+    def export(self) -> list[dict[str, Any]]:
+        return list(self._records)
+
+    def restore(self, records: list[dict[str, Any]]) -> None:
+        """Take what `export` made; ValueError/TypeError/KeyError if malformed."""
+        restored: deque[dict[str, Any]] = deque(maxlen=self.max_records)
+        for record in records[-self.max_records :]:
+            if record["what"] not in WHAT or not isinstance(record["key"], str):
+                raise ValueError(f"learning record: unknown kind {record['what']!r} or key")
+            restored.append(dict(record))
+        self._records = restored
