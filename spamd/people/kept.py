@@ -31,7 +31,7 @@ SAMPLE_BITS = 3
 PROFILE_SIZE = 64
 # How far towards ham an unauthenticated rescued sender's message moves: KEPT_PUSH times how far
 # its resemblance lies from RESEMBLANCE_NONE to RESEMBLANCE_FULL (no further past the ends), and
-# no floor pulls it further. Measured with scripts/claimed_push.py (docs/users.md).
+# no floor pulls it further. Measured with scripts/attacks/claimed_push.py (docs/users.md).
 KEPT_PUSH = 0.6
 RESEMBLANCE_NONE = 0.2
 RESEMBLANCE_FULL = 0.4

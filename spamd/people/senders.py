@@ -39,7 +39,7 @@ from spamd.people.learned import LearningLog, LearningRecords
 
 # How far a sender's verdict moves a message's score (mean log-odds; the spam cut is
 # 0.315, spamd.model.bayes.PROBABILITY_SLOPE), and how far past the middle it lands at
-# least. Measured online (an in-process replay of scripts/multi_user_stream.py) on
+# least. Measured online (an in-process replay of scripts/accuracy/multi_user_stream.py) on
 # nine disputed lists (spamassassin: freshrpms, ilug, razor-users, spamassassin-talk,
 # exmh-workers; trec07p-dev: r-help, samba-cvs, perl6-internals, beginners.perl) and
 # the agree streams (spamassassin seeds 1-6, trec07p-dev 1-3), errors-only feedback;
@@ -58,7 +58,7 @@ FLOOR = 0.45
 # A sender kept out of Junk whose message is not authenticated (spamd/mail/auth/) may be
 # anyone writing that From or List-Id: its score moves at most this far towards ham and
 # no floor pulls it further. Below 0.63 (the spam cut 0.315 to the ham cut -0.315) mail that
-# content alone files as spam becomes Unsure at most, never ham. scripts/claimed_push.py
+# content alone files as spam becomes Unsure at most, never ham. scripts/attacks/claimed_push.py
 # (docs/users.md), bound 0 / 0.3 / 0.6 / 1.0 / the full rule: the keeper's copies of the nine
 # disputed lists unsigned, errors feedback 100% at every bound; full feedback ilug 93.5 / 95.6
 # / 100 / 100 / 100%, the other eight 100%; the forged-sender attack (3 rescues, then 300
@@ -300,7 +300,7 @@ class SenderReputation:
         self.changes = 0
         # Per user, the senders their moves turned [to Junk, to the inbox], kept as the counts change,
         # for `spamctl users`: a pass over every pair at 100,000 users x 20 senders took seconds
-        # (scripts/users_embedded_scale.py, docs/users.md). Counted for `_turned_by` (moves, share).
+        # (scripts/scale/users_embedded_scale.py, docs/users.md). Counted for `_turned_by` (moves, share).
         self._turned: dict[str, list[int]] = {}
         self._turned_by = (moves, share)
         # What each person kept from each sender (spamd/people/kept.py), and what spamd learned from each
@@ -491,7 +491,7 @@ def _pairs_from_columns(
     """`export`'s columns back into pairs, least recent first, and the per-user counts of turned senders
     (`way_of` over arrays; None if a pair repeats). Built by zip over numpy's lists and counted by numpy,
     no Python call a pair: with a `way_of` call a pair, 100,000 users x 20 senders started in 8.6 s
-    (scripts/users_embedded_scale.py; now: docs/users.md)."""
+    (scripts/scale/users_embedded_scale.py; now: docs/users.md)."""
     users = [names.setdefault(name, str(name)) for name in columns["users"]]
     index = np.frombuffer(columns["user"], dtype=np.uint32)
     senders = np.frombuffer(columns["sender"], dtype=np.uint64)
@@ -523,7 +523,7 @@ def _count_tuples(counts: np.ndarray) -> Iterable[tuple[int, int, int, int]]:
 
     Most pairs share a few count patterns (a rescued sender: 3 delivered, 3 filed, 3 moved out): one
     tuple each (tuples are replaced, never changed) rather than a new one a pair, which cost most of the
-    pairs' restore (scripts/users_embedded_scale.py, docs/users.md). Counts past 16 bits: a tuple a pair.
+    pairs' restore (scripts/scale/users_embedded_scale.py, docs/users.md). Counts past 16 bits: a tuple a pair.
     """
     if not len(counts) or int(counts.max()) >= 1 << 16:
         return zip(*(counts[:, k].astype(np.int64).tolist() for k in range(4)), strict=True)
