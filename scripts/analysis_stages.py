@@ -1,0 +1,179 @@
+"""Instructions per message of each analysis stage, counted by callgrind, for this tree and another (an old commit's).
+
+    python scripts/analysis_stages.py --tree /work/wt-old --tree . --limit 300
+
+Each tree runs this script with its own interpreter (TREE/.venv/bin/python, which
+imports TREE's spamd) under `valgrind --tool=callgrind`; the script runs every
+stage over the same messages (trec07p-dev's first --limit, in memory) one stage at a
+time over them all, as `spamctl eval` does in its batches, and between stages the
+parent has callgrind dump its counters (callgrind_control), so that each dump holds
+one stage's instructions. The stages a tree does not have (the 2020s scans, the
+evidence families) are left out of its row. Instruction counts, not seconds: the
+machine may be busy, the counts do not move with it (a run's counts repeat within
+about 0.1%).
+
+Parsing is counted several times over, with the [parser] scans switched on one by
+one (normalize, hidden_text, and the word-salad scan, which has no switch: off is
+a tree without it), so that each scan's cost is the difference; the tokenizer's
+families likewise, one function at a time. "analyze" is the whole analysis as the
+classifier runs it (no sender authentication), apart from the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_INDEX = ROOT.parent / "shared" / "corpora" / "trec07p-dev" / "full" / "index"
+
+
+# ---------------------------------------------------------------- the child: one tree's stages
+
+
+def stages(raws: list[bytes]) -> list[tuple[str, Callable[[], Any]]]:
+    """(name, run) of each stage this tree has, in order; later stages read what earlier ones kept."""
+    try:  # packages by layer
+        from spamd.config import ModelConfig, ParserConfig
+        from spamd.learning.classifier import Classifier
+        from spamd.mail import tokenize as tk
+        from spamd.mail.message import parse_message, strip_own_headers, stripped_message_key
+        from spamd.model.bayes import Label, MultinomialNB, featurize
+        from spamd.model.families import with_families
+        from spamd.people.senders import keys_of_senders, sender_names
+
+        def senders(message: Any) -> Any:
+            return keys_of_senders(sender_names(message))
+
+        new = True
+    except ImportError:  # before
+        from spamd import tokenize as tk  # type: ignore[no-redef]
+        from spamd.classifier import Classifier  # type: ignore[no-redef]
+        from spamd.config import ModelConfig, ParserConfig
+        from spamd.families import with_families  # type: ignore[no-redef]
+        from spamd.message import parse_message, strip_own_headers, stripped_message_key  # type: ignore[no-redef]
+        from spamd.model import Label, MultinomialNB, featurize  # type: ignore[no-redef]
+        from spamd.senders import sender_keys as senders  # type: ignore[no-redef]
+
+        new = False
+    parser, model = ParserConfig(), ModelConfig()
+    kept: dict[str, Any] = {}
+    out: list[tuple[str, Callable[[], Any]]] = [("strip", lambda: kept.update(stripped=list(map(strip_own_headers, raws))))]
+
+    def parse(config: Any) -> Callable[[], Any]:
+        return lambda: kept.update(parsed=[parse_message(s, config) for s in kept["stripped"]])
+
+    if new:
+        out += [
+            ("parse: no scans", parse(dataclasses.replace(parser, normalize=False, hidden_text=False))),
+            ("parse: + normalize", parse(dataclasses.replace(parser, hidden_text=False))),
+        ]
+    out.append(("parse", parse(parser)))
+    families = ["header_tokens", "body_tokens", "structure_tokens", "disguise_tokens", "salad_tokens"]
+    for name in families:
+        if hasattr(tk, name):
+            out.append((f"tokens: {name.removesuffix('_tokens')}", lambda f=getattr(tk, name): [f(m) for m in kept["parsed"]]))
+    for name in getattr(tk, "EVIDENCE_FAMILIES", {}):
+        if getattr(model, name):
+            out.append((f"tokens: {name}", lambda f=tk.EVIDENCE_FAMILIES[name]: [f(m) for m in kept["parsed"]]))
+    out.append(("tokenize + families", lambda: kept.update(tokens=[with_families(tk.tokenize(m), m, model) for m in kept["parsed"]])))
+    out.append(("hashing", lambda: kept.update(features=[featurize(t, model.hash_bits, w) for t, w in kept["tokens"]])))
+    out.append(("message key", lambda: [stripped_message_key(s) for s in kept["stripped"]]))
+    out.append(("sender names and keys", lambda: [senders(m) for m in kept["parsed"]]))
+    nb = MultinomialNB(model)
+    labels = [Label.SPAM if n % 3 else Label.HAM for n in range(len(raws))]
+
+    def train_and_score() -> None:
+        for features, label in zip(kept["features"], labels, strict=True):
+            nb.score(features)
+            nb.learn_one(features, label)
+
+    out.append(("score and learn (the model alone)", train_and_score))
+    classifier = Classifier(_config(), None)  # type: ignore[arg-type]
+    analyze = (lambda: classifier.analyze_many(raws, False)) if new else (lambda: classifier.analyze_many(raws))
+    out.append(("analyze (whole)", analyze))
+    return out
+
+
+def _config() -> Any:
+    from spamd.config import Config
+
+    return Config()
+
+
+def child(index: Path, limit: int) -> None:
+    sys.path.remove(str(Path(__file__).resolve().parent))  # the tree's spamd, not a sibling script
+    lines = index.read_text().splitlines()[:limit]
+    raws = [(index.parent / line.split(" ", 1)[1]).read_bytes() for line in lines]
+    plan = stages(raws)
+    plan[0][1]()  # warm: imports and first-use caches out of the first stage's count
+    for name, run in [("start", lambda: None), *plan]:
+        run()
+        print(name, flush=True)
+        sys.stdin.readline()
+
+
+# ---------------------------------------------------------------- the parent
+
+
+def measure(tree: Path, index: Path, limit: int, out_dir: Path) -> dict[str, int]:
+    """Instructions of each stage in `tree`, by name."""
+    python = tree / ".venv" / "bin" / "python"
+    out = out_dir / f"callgrind.{tree.name}"
+    proc = subprocess.Popen(
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}.%p", str(python), __file__, "--child",
+         "--index", str(index), "--limit", str(limit)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=tree,
+    )  # fmt: skip
+    assert proc.stdin is not None and proc.stdout is not None
+    names = []
+    for line in proc.stdout:
+        names.append(line.strip())
+        subprocess.run(["callgrind_control", "-d", f"stage{len(names)}", str(proc.pid)], capture_output=True, check=True)
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+    if proc.wait():
+        raise SystemExit(f"{tree}: the stages' run failed ({proc.returncode})")
+    counts = {}
+    for number, name in enumerate(names, 1):
+        for row in Path(f"{out}.{proc.pid}.{number}").read_text().splitlines():
+            if row.startswith("summary:"):
+                counts[name] = int(row.split()[1])
+    return counts
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tree", type=Path, action="append", help="a checkout with its own .venv (repeatable)")
+    parser.add_argument("--index", type=Path, default=DEFAULT_INDEX)
+    parser.add_argument("--limit", type=int, default=300)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.index, args.limit)
+        return 0
+    trees = [t.resolve() for t in args.tree or [ROOT]]
+    with tempfile.TemporaryDirectory(prefix="stages-") as work:
+        results = {tree: measure(tree, args.index.resolve(), args.limit, Path(work)) for tree in trees}
+    names = list(dict.fromkeys(name for counts in results.values() for name in counts if name != "start"))
+    print(f"instructions per message, trec07p-dev's first {args.limit} messages (callgrind)\n")
+    print("| stage | " + " | ".join(t.name for t in trees) + (" | new / old |" if len(trees) == 2 else " |"))
+    print("|---" * (len(trees) + 1 + (len(trees) == 2)) + "|")
+    for name in names:
+        cells = [results[t].get(name) for t in trees]
+        row = [f"{c / args.limit:,.0f}" if c is not None else "" for c in cells]
+        ratio = f"{cells[1] / cells[0]:.2f}" if len(cells) == 2 and all(cells) else ""  # type: ignore[operator]
+        print(f"| {name} | " + " | ".join(row) + (f" | {ratio} |" if len(trees) == 2 else " |"))
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    sys.exit(main())
