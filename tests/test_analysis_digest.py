@@ -2,9 +2,10 @@
 
 A digest (SHA-256) over each message's tokens in order, their weights and its
 features' ids and counts, taken over a corpus's messages in index order: with the
-default [parser] and [model] settings, with every token family on, and over the
-corpora's spam attacked (spamd.evaluation.attacks "all": look-alike letters,
-invisible characters, split words, hidden text, encoded headers). A change of the
+default [parser] and [model] settings (every message), with every token family on
+(every third), and over the corpora's spam attacked (every fourth message's stream;
+spamd.evaluation.attacks "all": look-alike letters, invisible characters, split
+words, hidden text, encoded headers). A change of the
 code that changes no token keeps every digest; one that changes a token of one
 message changes its corpus's digest, and accuracy with it. Sender authentication's
 outcome tokens are left out (they need DNS; tests/test_auth_outcomes.py has them).
@@ -45,8 +46,10 @@ ALL_FAMILIES = (
     ),
 )  # fmt: skip
 # The attacked streams take every ATTACKED_STEP-th message of a corpus: attacking a spam
-# (the email package's parse and flatten) costs ten times its analysis.
+# (the email package's parse and flatten) costs ten times its analysis. Every family on
+# (character n-grams above all) costs three times the defaults: every FAMILIES_STEP-th.
 ATTACKED_STEP = 4
+FAMILIES_STEP = 3
 
 # Recorded from the code as it is; see the module's docstring.
 EXPECTED = {
@@ -54,10 +57,10 @@ EXPECTED = {
     ("spamassassin", "defaults"): "84db9f334917fb0ccea353eaa47d5d4278557f71281bfd208000ee3d5827a860",
     ("modern-dev", "defaults"): "e606745da6952829398ae0a22e925e3b07e46c6ef881e13214dbfe32c7c489c6",
     ("hard-dev", "defaults"): "0589bb087d1898001cc41104408ff88088580c0339538970cd1f1eac3359614c",
-    ("trec07p-dev", "all-families"): "ffd9dd8114075afb32773673c76d6fe93e2585611ebfd394a6d731a10a9316f1",
-    ("spamassassin", "all-families"): "3e1073609083fd2b85d4b4bd5426612dc84fbcea00e3d15f1fcdc8946ec72c80",
-    ("modern-dev", "all-families"): "b17054a607df2d96e5e097494189fe34c8c172613c03d3d792f6257f60f285eb",
-    ("hard-dev", "all-families"): "5cbaef9fd0d9a2a4906a0161dc2febff6ec9d071df51c0a515f5589b8454be20",
+    ("trec07p-dev", "all-families"): "046ce15be4b674db7701368aeace3ae2b1627e36975b29588a0a30f2a6f6cf9d",
+    ("spamassassin", "all-families"): "2a1207a27f071204f02231c7b9297ead90c25d547d7ad6cf1e22d19496bc9a1c",
+    ("modern-dev", "all-families"): "c6630f7e62b8d65eddfe368f0d57dc895496704bbe764062a5b79557d7b57332",
+    ("hard-dev", "all-families"): "4e4ccda10dd8b2c77af866a72a6f8e341a1eb31066d87baf1cb3dee259d17683",
     ("trec07p-dev", "attacked"): "aad5274e20524d2554122863a774c4131d2d70e73ffc8f351ef9013f521e238a",
     ("spamassassin", "attacked"): "9e9bb2bc85a1abc38c44c2b3f5788c7678a7c78200219d4ef850060fa17b5b12",
     ("modern-dev", "attacked"): "133d9cc7ec9e7fdc27487e89d80fda358951910d7d18b9b403433f06d726b588",
@@ -90,7 +93,7 @@ def digests(corpus: str) -> dict[tuple[str, str], str]:
     sample = rows[::ATTACKED_STEP]
     return {
         (corpus, "defaults"): digest(raws, DEFAULTS),
-        (corpus, "all-families"): digest(raws, ALL_FAMILIES),
+        (corpus, "all-families"): digest(raws[::FAMILIES_STEP], ALL_FAMILIES),
         (corpus, "attacked"): digest((raw for _, raw in attacked(sample, "all")), DEFAULTS),
     }
 
