@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import os
 import subprocess
 import sys
@@ -56,19 +57,27 @@ def stages(raws: list[bytes]) -> list[tuple[str, Callable[[], Any]]]:
             return keys_of_senders(sender_names(message))
 
         new = True
-    except ImportError:  # before
-        from spamd import tokenize as tk  # type: ignore[no-redef]
-        from spamd.classifier import Classifier  # type: ignore[no-redef]
+    except ImportError:  # before: one module a concern at the top (imported by name: this tree has none of them)
         from spamd.config import ModelConfig, ParserConfig
-        from spamd.families import with_families  # type: ignore[no-redef]
-        from spamd.message import parse_message, strip_own_headers, stripped_message_key  # type: ignore[no-redef]
-        from spamd.model import Label, MultinomialNB, featurize  # type: ignore[no-redef]
-        from spamd.senders import sender_keys as senders  # type: ignore[no-redef]
 
+        def old(module: str) -> Any:
+            return importlib.import_module(f"spamd.{module}")
+
+        # The old tree's classes under the new tree's names (the same roles): mypy reads only this tree.
+        tk, with_families = old("tokenize"), old("families").with_families
+        Classifier = old("classifier").Classifier  # type: ignore[misc]
+        message = old("message")
+        parse_message, strip_own_headers = message.parse_message, message.strip_own_headers
+        stripped_message_key = message.stripped_message_key
+        Label, featurize = old("model").Label, old("model").featurize  # type: ignore[misc]
+        MultinomialNB = old("model").MultinomialNB  # type: ignore[misc]
+        senders = old("senders").sender_keys
         new = False
     parser, model = ParserConfig(), ModelConfig()
     kept: dict[str, Any] = {}
-    out: list[tuple[str, Callable[[], Any]]] = [("strip", lambda: kept.update(stripped=list(map(strip_own_headers, raws))))]
+    out: list[tuple[str, Callable[[], Any]]] = [
+        ("strip", lambda: kept.update(stripped=list(map(strip_own_headers, raws))))
+    ]
 
     def parse(config: Any) -> Callable[[], Any]:
         return lambda: kept.update(parsed=[parse_message(s, config) for s in kept["stripped"]])
@@ -79,14 +88,23 @@ def stages(raws: list[bytes]) -> list[tuple[str, Callable[[], Any]]]:
             ("parse: + normalize", parse(dataclasses.replace(parser, hidden_text=False))),
         ]
     out.append(("parse", parse(parser)))
+
+    def over_parsed(function: Callable[[Any], Any]) -> Callable[[], Any]:
+        return lambda: [function(m) for m in kept["parsed"]]
+
     families = ["header_tokens", "body_tokens", "structure_tokens", "disguise_tokens", "salad_tokens"]
     for name in families:
         if hasattr(tk, name):
-            out.append((f"tokens: {name.removesuffix('_tokens')}", lambda f=getattr(tk, name): [f(m) for m in kept["parsed"]]))
+            out.append((f"tokens: {name.removesuffix('_tokens')}", over_parsed(getattr(tk, name))))
     for name in getattr(tk, "EVIDENCE_FAMILIES", {}):
         if getattr(model, name):
-            out.append((f"tokens: {name}", lambda f=tk.EVIDENCE_FAMILIES[name]: [f(m) for m in kept["parsed"]]))
-    out.append(("tokenize + families", lambda: kept.update(tokens=[with_families(tk.tokenize(m), m, model) for m in kept["parsed"]])))
+            out.append((f"tokens: {name}", over_parsed(tk.EVIDENCE_FAMILIES[name])))
+    out.append(
+        (
+            "tokenize + families",
+            lambda: kept.update(tokens=[with_families(tk.tokenize(m), m, model) for m in kept["parsed"]]),
+        )
+    )
     out.append(("hashing", lambda: kept.update(features=[featurize(t, model.hash_bits, w) for t, w in kept["tokens"]])))
     out.append(("message key", lambda: [stripped_message_key(s) for s in kept["stripped"]]))
     out.append(("sender names and keys", lambda: [senders(m) for m in kept["parsed"]]))
@@ -131,7 +149,9 @@ def measure(tree: Path, index: Path, limit: int, out_dir: Path) -> dict[str, int
     """Instructions of each stage in `tree`, by name."""
     python = tree / ".venv" / "bin" / "python"
     env = dict(os.environ)
-    if not python.exists():  # a checkout without a venv of its own (`git worktree add` of a commit): ours, its code first
+    if (
+        not python.exists()
+    ):  # a checkout without a venv of its own (`git worktree add` of a commit): ours, its code first
         python = Path(sys.executable)
         env["PYTHONPATH"] = str(tree)
     out = out_dir / f"callgrind.{tree.name}"
@@ -144,7 +164,9 @@ def measure(tree: Path, index: Path, limit: int, out_dir: Path) -> dict[str, int
     names = []
     for line in proc.stdout:
         names.append(line.strip())
-        subprocess.run(["callgrind_control", "-d", f"stage{len(names)}", str(proc.pid)], capture_output=True, check=True)
+        subprocess.run(
+            ["callgrind_control", "-d", f"stage{len(names)}", str(proc.pid)], capture_output=True, check=True
+        )
         proc.stdin.write("\n")
         proc.stdin.flush()
     if proc.wait():

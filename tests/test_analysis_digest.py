@@ -108,4 +108,3 @@ if __name__ == "__main__":
     for name in INDEXES if len(sys.argv) < 2 else sys.argv[1:]:
         for key, value in digests(name).items():
             print(f'    {key}: "{value}",')
-
