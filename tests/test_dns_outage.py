@@ -19,7 +19,14 @@ import dns.message
 import dns.rcode
 import pytest
 
-from spamd.mail.auth.dns import SERVER_DOWN_AFTER, SERVER_PROBE_S, Budget, CachingResolver, DnsTemporaryError
+from spamd.mail.auth.dns import (
+    SERVER_DOWN_AFTER,
+    SERVER_PROBE_S,
+    Budget,
+    CachingResolver,
+    DnsTemporaryError,
+    DnsWouldWait,
+)
 from tests.auth_helpers import SigningKeys, mail, publish
 from tests.daemon_helpers import DaemonProcess, folder_files, wait_until_sync, write_config
 from tests.dns_helpers import ZoneServer
@@ -198,3 +205,29 @@ def test_nameservers_that_answer_servfail_are_taken_down_and_one_probe_at_a_time
     now[0] += SERVER_PROBE_S
     assert resolver.txt("a.shop.example", Budget(5.0)) == (b"up",)
     assert not resolver.servers_down and changes == [True, False]
+
+
+def test_a_cached_only_budget_answers_from_the_cache_and_says_when_a_look_up_would_wait(
+    zone_server: ZoneServer,
+) -> None:
+    """The analysis process verifies a message first with the cache's answers alone: a miss raises
+    DnsWouldWait (past any `except Exception`), asking nothing; servers taken as down are a
+    temporary error as ever, with no thread to wait in."""
+    now = [1000.0]
+    resolver = CachingResolver((zone_server.address,), clock=lambda: now[0])
+    zone_server.txt("a.shop.example", "up")
+    with pytest.raises(DnsWouldWait):
+        resolver.txt("a.shop.example", Budget(5.0, cached_only=True))
+    assert resolver.queries == 0 and not isinstance(DnsWouldWait("x"), Exception)
+    assert resolver.txt("a.shop.example", Budget(5.0)) == (b"up",)
+    assert resolver.txt("a.shop.example", Budget(5.0, cached_only=True)) == (b"up",)
+    zone_server.silent.add("dead.example")
+    for n in range(SERVER_DOWN_AFTER):
+        with pytest.raises(DnsTemporaryError):
+            resolver.txt(f"s{n}.dead.example", Budget(0.2))
+    with pytest.raises(DnsTemporaryError, match="timed out or failed"):
+        resolver.txt("b.shop.example", Budget(5.0, cached_only=True))
+    now[0] += SERVER_PROBE_S  # the probe's turn: not taken by a look-up that may not wait
+    with pytest.raises(DnsWouldWait):
+        resolver.txt("b.shop.example", Budget(5.0, cached_only=True))
+    assert resolver.txt("b.shop.example", Budget(5.0)) is None and not resolver.servers_down

@@ -60,6 +60,14 @@ class DnsTemporaryError(Exception):
     """No answer in time, or SERVFAIL: nothing can be concluded from this lookup."""
 
 
+class DnsWouldWait(BaseException):
+    """A look-up under a `cached_only` budget that the cache cannot answer: verify the message where it may wait.
+
+    A BaseException, so that no check's `except Exception` (dkimpy's parsers, a hostile
+    ARC chain) takes it for a failure of the message's own.
+    """
+
+
 @dataclass
 class Budget:
     """What is left of one message's time for DNS; every lookup for the message shares it."""
@@ -67,6 +75,9 @@ class Budget:
     seconds: float
     clock: Callable[[], float] = time.monotonic
     started: float | None = None  # on `clock`, when the message arrived (None: now)
+    # Answers from the cache alone: a look-up that would ask a server raises DnsWouldWait (one
+    # that the down nameservers would leave unasked is the temporary error it is anyway).
+    cached_only: bool = False
     deadline: float = field(init=False)
 
     def __post_init__(self) -> None:
@@ -119,6 +130,11 @@ class CachingResolver:
     @property
     def nameservers(self) -> str:
         return " ".join(str(n) for n in self._resolver.nameservers)
+
+    def _servers_down_now(self) -> bool:
+        """Whether a look-up now would be unasked (`_may_ask` False), without taking the probe's turn."""
+        with self._lock:
+            return self._next_probe is not None and (self._probing or self.clock() < self._next_probe)
 
     def _may_ask(self) -> bool:
         """False while the nameservers are down and this is not the probe's turn (True: this look-up is the probe)."""
@@ -175,6 +191,8 @@ class CachingResolver:
         left = budget.remaining()
         if left <= 0:
             raise DnsTemporaryError(f"{name}: no time left for DNS")
+        if budget.cached_only and not self._servers_down_now():
+            raise DnsWouldWait(name)
         if not self._may_ask():
             raise DnsTemporaryError(
                 f"{name}: the nameservers timed out or failed the last {SERVER_DOWN_AFTER} look-ups or more"

@@ -133,10 +133,11 @@ class Authenticator:
         self.config = config
         self.resolver = resolver if resolver is not None else CachingResolver(config.nameservers)
 
-    def budget(self, started: float | None = None) -> Budget:
+    def budget(self, started: float | None = None, cached_only: bool = False) -> Budget:
         """A message's time for DNS from `started` (time.monotonic() when it arrived; None: now), so that
-        no wait of its own or of messages before it holds it up longer (`verify`)."""
-        return Budget(self.config.dns_budget_s, started=started)
+        no wait of its own or of messages before it holds it up longer (`verify`). `cached_only`: the
+        cache's answers alone, DnsWouldWait for a look-up that would ask a server."""
+        return Budget(self.config.dns_budget_s, started=started, cached_only=cached_only)
 
     def verify(
         self,
