@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import dns.message
@@ -112,7 +113,7 @@ def received_until_closed(sock: socket.socket) -> bytes:
 async def test_a_batch_is_answered_as_one_message_at_a_time_and_a_bad_frame_fails_alone() -> None:
     """What one read brings is analyzed a stage at a time over the batch: the same answers as
     message by message; a frame that cannot be read is answered with an error, the rest as ever."""
-    from spamd.engine.analyzers import _answer_all, _Answers, encode_work
+    from spamd.engine.analyzers import _answer_all, _Sender, encode_work
 
     classifier = Classifier(CONFIG, None)  # type: ignore[arg-type]
     raws = messages()[:40]
@@ -122,9 +123,10 @@ async def test_a_batch_is_answered_as_one_message_at_a_time_and_a_bad_frame_fail
     ):
         ours, theirs = socket.socketpair()
         with ours, theirs:
-            answers = _Answers(theirs)
-            _answer_all(classifier, work, answers)
-            answers.send()
+            sender = _Sender(theirs)
+            with ThreadPoolExecutor(4) as verifying:  # left when every verification is answered
+                _answer_all(classifier, work, sender, verifying)
+            sender.send()
             theirs.shutdown(socket.SHUT_WR)
             reply = answered(received_until_closed(ours))
         assert sorted(reply) == sorted(ident for ident, _ in work)
@@ -143,8 +145,8 @@ async def test_each_answer_leaves_before_the_next_message_s_senders_are_verified
 
 def answers_leave_as_each_message_is_verified(test_keys: SigningKeys) -> None:
     """A helper that verifies senders answers for each message as soon as it is verified, so that the
-    loop scores and delivers it meanwhile: here the answer for an unsigned message is already
-    on its way when the next one's key look-up reaches the nameserver, which holds it unanswered."""
+    loop scores and delivers it meanwhile: here the answer for an unsigned message comes while the
+    next one's key look-up waits at the nameserver, which holds it unanswered."""
     from spamd.engine.analyzers import encode_work
     from spamd.runtime.helper_processes import frame
 
@@ -166,8 +168,8 @@ def answers_leave_as_each_message_is_verified(test_keys: SigningKeys) -> None:
         ours.sendall(frame(b"W", 1, encode_work(unsigned, None)) + frame(b"W", 2, encode_work(signed, None)))
         query, client = nameserver.recvfrom(4096)  # the signed message's key, asked for
         assert dns.message.from_wire(query).question[0].name.to_text() == "sel1._domainkey.shop.example."
-        readable, _, _ = select.select([ours], [], [], 0)
-        assert readable, "no answer yet for the message verified first"
+        readable, _, _ = select.select([ours], [], [], 30)
+        assert readable, "no answer for the unsigned message while the signed one's look-up waits"
         first = answered(ours.recv(1 << 20))
         assert list(first) == [1] and first[1][0] == b"A"
         while True:  # no such name, for the key and what is asked after it (DMARC)

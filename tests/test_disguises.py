@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spamd.config import ParserConfig
-from spamd.mail.hidden import cut_hidden, cut_word_salad, hiding_kind
+from spamd.mail.hidden import cut_hidden, cut_word_salad, hiding_kind, split_word_salad
 from spamd.mail.message import parse_message
-from spamd.mail.normalize import normalize
+from spamd.mail.normalize import normalize, normalize_any
 from spamd.mail.tokenize import MAX_HIDDEN_WORDS, tokenize
 
 ON = ParserConfig(word_salad=True)  # every defence, word salad too (off by default)
@@ -142,3 +142,30 @@ def test_a_long_run_of_latin_letters_beside_a_cyrillic_one_is_normalized_in_one_
     text = "a" * 200_000 + " \u0436 " + "b\u0430" * 50_000
     folded, tricks = normalize(text)
     assert folded == "a" * 200_000 + " \u0436 " + "ba" * 50_000 and tricks == ["mixed-script"]
+
+
+# Latin-1 letters and marks that matter to the normaliser (the compatibility letters, the soft
+# hyphen, NFKC's changes), among ASCII letters, spaces and punctuation.
+LATIN1 = st.text(
+    st.sampled_from(list("aAbz \n.,-'") + ["\xad", "\xa0", "\xaa", "\xb5", "\xba", "\xbc", "\xe9", "\xff"])
+)
+
+
+@settings(max_examples=400)
+@given(LATIN1 | st.text(st.characters(max_codepoint=255)))
+def test_latin1_text_normalizes_as_any_text_does(text: str) -> None:
+    assert normalize(text) == normalize_any(text)
+
+
+SALAD = st.text(
+    st.sampled_from(
+        list("abcxyz") + [" "] * 3 + ["\n", "\t", "\x1c", "\x0b", "\x85", "\xa0", "\u2003", "A", ".", "\xe9", "\0"]
+    ),
+    min_size=100,
+)
+
+
+@settings(max_examples=300)
+@given(st.lists(SALAD | st.just("lorem ipsum dolor " * 15), min_size=1, max_size=4).map("".join))
+def test_latin1_text_is_searched_for_word_salad_as_any_text(text: str) -> None:
+    assert split_word_salad(text) == split_word_salad(text, quick=False)

@@ -75,8 +75,29 @@ class SpamdCollector(Collector):
         yield from self._analyzers(self.daemon.analyzers)
         yield from self._delivery_processes(self.daemon.writers)
         engine = self.daemon.engine
+        yield from self._nameservers(self.daemon.analyzers, engine)
         if engine is not None:
             yield from self._engine(engine)
+
+    def _nameservers(self, analyzers: AnalysisProcesses | None, engine: Engine | None) -> Iterator[Metric]:
+        own = engine is not None and engine.classifier.nameservers_down
+        down = (0 if analyzers is None else analyzers.nameservers_down_now()) + own
+        yield GaugeMetricFamily(
+            "spamd_auth_nameservers_down",
+            "Processes (analysis processes, and the daemon's own) that take [auth] nameservers as down now: after "
+            "look-ups in a row that timed out or failed, sender authentication is a temporary error at once "
+            "while one look-up at a time tries them.",
+            value=down,
+        )
+        times = (0 if analyzers is None else analyzers.nameservers_down_total) + (
+            0 if engine is None else engine.classifier.nameservers_times_down
+        )
+        taken = CounterMetricFamily(
+            "spamd_auth_nameservers_taken_down",
+            "How often a process took [auth] nameservers as down (restarts at zero with spamd).",
+        )
+        taken.add_metric([], times)
+        yield taken
 
     def _frontends(self, metrics: Metrics) -> Iterator[Metric]:
         ways = sorted(set(WAYS_IN) | set(metrics.sessions_total) | set(metrics.sessions_refused))

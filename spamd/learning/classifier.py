@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from spamd.config import Config, UsersConfig
+from spamd.mail.auth.dns import Budget
 from spamd.mail.auth.outcomes import outcome_tokens
 from spamd.mail.auth.spf import SmtpSession
 from spamd.mail.auth.verify import NOTHING, Authenticator, AuthResult
@@ -51,6 +52,17 @@ class Analyzed:
     auth_report: str = ""  # the X-Spam-Auth value ("": nothing was checked)
 
 
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A message parsed and tokenized, before its senders are verified (`Classifier.prepared`)."""
+
+    stripped: bytes
+    message: ParsedMessage
+    tokens: list[str]
+    weights: np.ndarray | None
+    kinds: np.ndarray | None = None  # with [model] evidence_weight (spamd.model.families.with_families_and_kinds)
+
+
 class Classifier:
     def __init__(
         self,
@@ -71,11 +83,25 @@ class Classifier:
             self._authenticator = Authenticator(self.config.auth)
         return self._authenticator
 
-    def authenticate(self, stripped: bytes, message: ParsedMessage, session: SmtpSession | None = None) -> AuthResult:
+    @property
+    def nameservers_down(self) -> bool:
+        """Whether this process's resolver takes `[auth] nameservers` as down (spamd.mail.auth.dns)."""
+        return self._authenticator is not None and self._authenticator.resolver.servers_down
+
+    @property
+    def nameservers_times_down(self) -> int:
+        """How often this process's resolver took `[auth] nameservers` as down."""
+        return 0 if self._authenticator is None else self._authenticator.resolver.times_down
+
+    def authenticate(
+        self, stripped: bytes, message: ParsedMessage, session: SmtpSession | None = None, budget: Budget | None = None
+    ) -> AuthResult:
         """Who sent the message (`[auth]`; SPF with the SMTP `session` when `[auth] spf`): DNS within the
-        budget, so call it off the event loop."""
+        `budget` (None: `[auth] dns_budget_s` from now), so call it off the event loop."""
         session = session if self.config.auth.spf else None
-        return self.authenticator.verify(stripped, message.headers, from_address(message.header("from")), session)
+        return self.authenticator.verify(
+            stripped, message.headers, from_address(message.header("from")), session, budget
+        )
 
     def tokens(self, raw: bytes) -> list[str]:
         """The message's tokens, the families' ([model] char_ngrams, osb) after the tokenizer's."""
@@ -121,20 +147,32 @@ class Classifier:
         whole list, but the last, verifying the senders, which runs message by message, so that the
         analysis helper can answer for the first message while it verifies the next (its answers all
         waited for the whole list's verification: see spamd.engine.analyzers)."""
+        authenticate = self.verifies(authenticate)
+        sessions = sessions if sessions is not None else [None] * len(raws)
+        for prepared, session in zip(self.prepared(raws), sessions, strict=True):
+            auth = self.authenticate(prepared.stripped, prepared.message, session) if authenticate else NOTHING
+            yield self.finished(prepared, authenticate, auth)
+
+    def verifies(self, authenticate: bool) -> bool:
+        """Whether an analysis asked to `authenticate` (or not) verifies the senders: [model] auth_outcomes
+        makes the outcomes tokens, so that a training verifies the message too; [auth] off, none does."""
+        return (authenticate or self.config.model.auth_outcomes) and self.config.auth.enabled
+
+    def prepared(self, raws: list[bytes]) -> list[Prepared]:
+        """Every stage of `analyze_many` but the senders' verification and the hashing, a stage at a time over all."""
         stripped = [strip_own_headers(raw) for raw in raws]  # once: for the key and for the tokens
         parsed = [parse_message(message, self.config.parser) for message in stripped]
         model = self.config.model
         token_lists = [with_families_and_kinds(tokenize(message), message, model) for message in parsed]
-        # [model] auth_outcomes: the outcomes are tokens, so a training verifies the message too.
-        authenticate = (authenticate or model.auth_outcomes) and self.config.auth.enabled
-        sessions = sessions if sessions is not None else [None] * len(raws)
-        for message, parsed_message, weighed, session in zip(stripped, parsed, token_lists, sessions, strict=True):
-            auth = self.authenticate(message, parsed_message, session) if authenticate else NOTHING
-            yield self._analyzed(message, parsed_message, weighed, authenticate, auth)
+        return [
+            Prepared(s, message, tokens, weights, kinds)
+            for s, message, (tokens, weights, kinds) in zip(stripped, parsed, token_lists, strict=True)
+        ]
 
-    def _analyzed(
-        self, stripped: bytes, message: ParsedMessage, weighed: Weighed, authenticate: bool, auth: AuthResult
-    ) -> Analyzed:
+    def finished(self, prepared: Prepared, authenticate: bool, auth: AuthResult) -> Analyzed:
+        """A `prepared` message's analysis with its senders' verification `auth` (NOTHING where `authenticate` is off)."""
+        stripped, message = prepared.stripped, prepared.message
+        weighed: Weighed = (prepared.tokens, prepared.weights, prepared.kinds)
         names = sender_names(message)
         key, senders = stripped_message_key(stripped), keys_of_senders(names)
         model = self.config.model
@@ -171,12 +209,10 @@ class Classifier:
             score = verdict_of(self.config.model, max(score.log_odds, DMARC_REJECT_LOG_ODDS))
         if not by_senders:
             return score
-        assert senders is not None and user_name is not None
-        model, features = self.config.model, analyzed.features
+        assert senders is not None
         if counts is None:
-            return senders.adjust(score, user_name, analyzed.senders, model, analyzed.authenticated, features)
-        similar = senders.similar(user_name, analyzed.senders, features)  # what the user kept from them
-        return moved_by_counts(score, counts, senders.moves, senders.share, analyzed.authenticated, model, similar)
+            return senders.adjust(score, user_name, analyzed.senders, self.config.model, analyzed.authenticated)
+        return moved_by_counts(score, counts, senders.moves, senders.share, analyzed.authenticated, self.config.model)
 
 
 def scoring_layers(users: LayerScorer | None, users_config: UsersConfig, user_name: str | None) -> LayerScorer | None:

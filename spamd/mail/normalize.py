@@ -56,6 +56,11 @@ def normalize(text: str) -> tuple[str, list[str]]:
     """
     if text.isascii():
         return text, []
+    return _normalize_latin1(text) if _is_latin1(text) else normalize_any(text)
+
+
+def normalize_any(text: str) -> tuple[str, list[str]]:
+    """`normalize` of any text, by the set of its characters (tests compare the Latin-1 path with it)."""
     # The set of the text's characters answers each question below without another pass
     # over the text (most non-ASCII mail is so for a no-break space or an accent only).
     chars = set(text)
@@ -71,6 +76,51 @@ def normalize(text: str) -> tuple[str, list[str]]:
         text = unicodedata.normalize("NFKC", text)
         chars = set(text)
     if any("\u0370" <= c <= "\u052f" for c in chars):
+        latin = sum(map(len, _LATIN_RUN_RE.findall(text)))
+        other = sum(map(len, _OTHER_SCRIPT_RUN_RE.findall(text)))
+        text, mapped = _map_lookalikes(text, latin > other)
+        if mapped:
+            tricks.append("mixed-script")
+    return text, tricks
+
+
+# The letters below U+0100 that NFKC changes (ª, µ, º): the compatibility forms text of
+# Latin-1 alone can hold. Of them only the soft hyphen is INVISIBLE.
+_LATIN1_COMPATIBILITY = "".join(
+    c for c in map(chr, range(128, 256)) if c.isalpha() and unicodedata.normalize("NFKC", c) != c
+)
+_LATIN1_INVISIBLE = "".join(c for c in INVISIBLE if c < "\u0100")
+
+
+def _is_latin1(text: str) -> bool:
+    try:
+        text.encode("latin-1")  # a copy of the bytes where it is (CPython keeps such text one byte a character)
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _normalize_latin1(text: str) -> tuple[str, list[str]]:
+    """`normalize` of text whose characters are all below U+0100, asked of the few that can matter there.
+
+    The same answers as the set of the text's characters gives: building that set was most of
+    `normalize`'s time (the non-ASCII texts of trec07p-dev's first 3,000 messages, 57% of them
+    Latin-1: 118 -> 69 ms).
+    """
+    tricks: list[str] = []
+    if any(c in text for c in _LATIN1_INVISIBLE):
+        if _INVISIBLE_IN_WORD_RE.search(text):
+            tricks.append("invisible")
+        text = _INVISIBLE_RE.sub("", text)
+    if unicodedata.is_normalized("NFKC", text):
+        return text, tricks  # Latin-1 still: no Cyrillic or Greek letter
+    if any(c in text for c in _LATIN1_COMPATIBILITY):
+        tricks.append("compatibility")
+    text = unicodedata.normalize("NFKC", text)
+    if _is_latin1(text):
+        return text, tricks
+    # NFKC made letters of other scripts (µ, the micro sign, is a Greek mu): as `normalize` goes on.
+    if any("\u0370" <= c <= "\u052f" for c in set(text)):
         latin = sum(map(len, _LATIN_RUN_RE.findall(text)))
         other = sum(map(len, _OTHER_SCRIPT_RUN_RE.findall(text)))
         text, mapped = _map_lookalikes(text, latin > other)

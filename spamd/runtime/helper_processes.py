@@ -15,7 +15,8 @@ daemon included.
 Frames, both ways: kind (1 byte) + request id + payload length (4 bytes each) + payload.
 Daemon -> helper: b"C" the configuration (first, and on reload), then b"W" work.
 Helper -> daemon: b"R" once configured, then one answer per b"W", carrying its id,
-in any order; the kinds and payloads of answers are the helper kind's own.
+in any order; the kinds and payloads of answers are the helper kind's own. b"N" (id 0)
+is a notice of the helper's, at any time, for the kind's `notice`.
 """
 
 from __future__ import annotations
@@ -95,6 +96,9 @@ class HelperProcesses(Generic[T]):
     def decode(self, kind: bytes, payload: bytes) -> T | BaseException:
         """An answer frame's result, or the exception its request fails with; raises if the frame is malformed."""
         raise NotImplementedError
+
+    def notice(self, helper: Helper, payload: bytes) -> None:
+        """A b"N" frame's payload: something the helper tells of its own state, not an answer."""
 
     # ------------------------------------------------------------ requests
 
@@ -186,6 +190,9 @@ class HelperProcesses(Generic[T]):
                         log.info(f"{self.kind}_process_ready", pid=helper.process.pid)
                     helper.ready = True
                     self._failed_starts = 0
+                    continue
+                if kind == b"N":
+                    self.notice(helper, payload)
                     continue
                 answer, _ = helper.pending[ident]
                 result = self.decode(kind, payload)  # a malformed answer: lost, and `answer` is handed back

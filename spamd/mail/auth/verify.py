@@ -133,20 +133,28 @@ class Authenticator:
         self.config = config
         self.resolver = resolver if resolver is not None else CachingResolver(config.nameservers)
 
+    def budget(self, started: float | None = None, cached_only: bool = False) -> Budget:
+        """A message's time for DNS from `started` (time.monotonic() when it arrived; None: now), so that
+        no wait of its own or of messages before it holds it up longer (`verify`). `cached_only`: the
+        cache's answers alone, DnsWouldWait for a look-up that would ask a server."""
+        return Budget(self.config.dns_budget_s, started=started, cached_only=cached_only)
+
     def verify(
         self,
         raw: bytes,
         headers: Sequence[tuple[str, str]],
         from_address: str | None,
         session: SmtpSession | None = None,
+        budget: Budget | None = None,
     ) -> AuthResult:
         """`raw` as received (spamd's own headers stripped), its parsed `headers`, its From address, and the
-        SMTP session where spamd saw one (for SPF)."""
+        SMTP session where spamd saw one (for SPF). `budget`: the message's time for DNS, counted from its
+        arrival (None: `[auth] dns_budget_s` from now)."""
         if not self.config.enabled:
             return NOTHING
         from_domain = from_domain_of(from_address)
         trusted = trusted_results(headers, self.config.trusted_authserv_ids, self.config.trusted_hops)
-        budget = Budget(self.config.dns_budget_s)
+        budget = budget if budget is not None else self.budget()
         if trusted:
             result = from_trusted_headers(trusted, from_domain, length_limited_beyond(raw))
             # An MTA's arc= names no sealer (RFC 8617 defines no property for it), so trusted sealers
