@@ -4,7 +4,7 @@ A digest (SHA-256) over each message's tokens in order, their weights and its
 features' ids and counts, taken over a corpus's messages in index order: with the
 default [parser] and [model] settings (every message), with every token family on
 (every third), and over the corpora's spam attacked (every fourth message's stream;
-spamd.evaluation.attacks "all": look-alike letters, invisible characters, split
+spamd_lab.attacks "all": look-alike letters, invisible characters, split
 words, hidden text, encoded headers). A change of the
 code that changes no token keeps every digest; one that changes a token of one
 message changes its corpus's digest, and accuracy with it. Sender authentication's
@@ -24,11 +24,11 @@ from collections.abc import Iterable
 import pytest
 
 from spamd.config import ModelConfig, ParserConfig
-from spamd.evaluation.attacks import attacked
 from spamd.mail.message import parse_message, strip_own_headers
 from spamd.mail.tokenize import tokenize
 from spamd.model.bayes import featurize
 from spamd.model.families import with_families
+from spamd_lab.attacks import attacked
 from tests.core_helpers import CORPORA, read_index, requires_corpus
 
 INDEXES = {

@@ -9,8 +9,8 @@ until a SIGKILL at a random moment. Some rounds also leave a torn journal record
 or a torn newest snapshot. Ends with every reported training checked against the
 ledger. Prints a JSON summary; exit status 1 on the first failed check.
 
-    /work/venv/bin/python scripts/robustness/crash_rounds.py --rounds 200
-    /work/venv/bin/python scripts/robustness/crash_rounds.py --rounds 50 --relay
+    .venv/bin/python scripts/robustness/crash_rounds.py --rounds 200
+    .venv/bin/python scripts/robustness/crash_rounds.py --rounds 50 --relay
 """
 
 from __future__ import annotations

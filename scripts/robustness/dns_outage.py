@@ -1,10 +1,10 @@
 """Throughput while the DNS server is down against while it answers: spamd over SMTP, our own DNS server switched.
 
-    python scripts/dns_outage.py                       # never answers (UDP and TCP) for 40 s
-    python scripts/dns_outage.py --state servfail      # SERVFAIL for every name for 40 s
-    python scripts/dns_outage.py --before 20 --outage 40 --after 40 --clients 16 --budget 2
+    python scripts/robustness/dns_outage.py                       # never answers (UDP and TCP) for 40 s
+    python scripts/robustness/dns_outage.py --state servfail      # SERVFAIL for every name for 40 s
+    python scripts/robustness/dns_outage.py --before 20 --outage 40 --after 40 --clients 16 --budget 2
 
-Our loopback DNS server (spamd.evaluation.loopback_dns), in a process of its own,
+Our loopback DNS server (spamd_lab.loopback_dns), in a process of its own,
 publishes a test key for bench.example and its DMARC policy. The messages are
 trec07p-dev's, half signed with that key (From bench.example), half unsigned under
 a From domain of their own (sN.bench.example); each comes from a MAIL FROM domain
@@ -32,7 +32,7 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_INDEX = ROOT.parent / "shared" / "corpora" / "trec07p-dev" / "full" / "index"
 STATES = {"answering": 0, "silent": 1, "servfail": 2}
 WINDOW_S = 5.0
@@ -44,7 +44,7 @@ def serve_switched(records: dict[str, str], state: object, reply: object) -> Non
     import dns.message
     import dns.rcode
 
-    from spamd.evaluation.loopback_dns import ZoneServer
+    from spamd_lab.loopback_dns import ZoneServer
 
     class Switched(ZoneServer):
         def answer(self, wire: bytes) -> bytes | None:
@@ -68,8 +68,8 @@ def serve_switched(records: dict[str, str], state: object, reply: object) -> Non
 def messages(index: Path, work: Path, limit: int) -> list[tuple[bytes, bool]]:
     """Corpus messages without their From: the even ones signed for bench.example with its From, the odd
     ones to be sent with a From of their own (`sending`)."""
-    from spamd.evaluation.signing_keys import rsa_key
     from spamd.evaluation.trec import index_messages, read_index
+    from spamd_lab.signing_keys import rsa_key
 
     key = rsa_key(work, "bench.example", "bench", 2048)
     (work / "key").write_text(key.dns_value)

@@ -1,6 +1,6 @@
 """Instructions per message of each analysis stage, counted by callgrind, for this tree and another (an old commit's).
 
-    python scripts/analysis_stages.py --tree /work/wt-old --tree . --limit 300
+    python scripts/speed/analysis_stages.py --tree /tmp/before --tree . --limit 300
 
 Each tree runs this script with its own interpreter (TREE/.venv/bin/python, which
 imports TREE's spamd; without one, this interpreter with TREE first on PYTHONPATH) under `valgrind --tool=callgrind`; the script runs every
@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_INDEX = ROOT.parent / "shared" / "corpora" / "trec07p-dev" / "full" / "index"
 # Every stage runs over this many messages first, uncounted: what a process loads once (the
 # Public Suffix List, 0.07 s) would otherwise land in the first stage that needs it.
