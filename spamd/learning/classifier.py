@@ -209,10 +209,12 @@ class Classifier:
             score = verdict_of(self.config.model, max(score.log_odds, DMARC_REJECT_LOG_ODDS))
         if not by_senders:
             return score
-        assert senders is not None
+        assert senders is not None and user_name is not None
+        model, features = self.config.model, analyzed.features
         if counts is None:
-            return senders.adjust(score, user_name, analyzed.senders, self.config.model, analyzed.authenticated)
-        return moved_by_counts(score, counts, senders.moves, senders.share, analyzed.authenticated, self.config.model)
+            return senders.adjust(score, user_name, analyzed.senders, model, analyzed.authenticated, features)
+        similar = senders.similar(user_name, analyzed.senders, features)  # what the user kept from them
+        return moved_by_counts(score, counts, senders.moves, senders.share, analyzed.authenticated, model, similar)
 
 
 def scoring_layers(users: LayerScorer | None, users_config: UsersConfig, user_name: str | None) -> LayerScorer | None:

@@ -124,18 +124,8 @@ class LearningRecords:
         self, user: str | None = None, key: bytes | None = None, message_id: str | None = None, limit: int = 20
     ) -> list[dict[str, Any]]:
         """The latest records (newest first) of `user` (None: anyone's), for the message `key` or `message_id`."""
-        found = []
-        for record in reversed(self._records):
-            if user is not None and record["user"] != user:
-                continue
-            if key is not None and record["key"] != key.hex():
-                continue
-            if message_id is not None and record["message_id"] != message_id[:MESSAGE_ID_CHARS]:
-                continue
-            found.append(record)
-            if len(found) >= limit:
-                break
-        return found
+        mine = (record for record in reversed(self._records) if user is None or record["user"] == user)
+        return matching(mine, key, message_id, limit)
 
     def export(self) -> list[dict[str, Any]]:
         return list(self._records)
@@ -148,3 +138,19 @@ class LearningRecords:
                 raise ValueError(f"learning record: unknown kind {record['what']!r} or key")
             restored.append(dict(record))
         self._records = restored
+
+
+def matching(
+    records: Iterable[dict[str, Any]], key: bytes | None, message_id: str | None, limit: int
+) -> list[dict[str, Any]]:
+    """The first `limit` of `records` about the message `key` or `message_id` (None: any): both stores' find."""
+    found = []
+    for record in records:
+        if key is not None and record["key"] != key.hex():
+            continue
+        if message_id is not None and record["message_id"] != message_id[:MESSAGE_ID_CHARS]:
+            continue
+        found.append(record)
+        if len(found) >= limit:
+            break
+    return found

@@ -16,7 +16,7 @@ from typing import Any
 import structlog
 
 from spamd.errors import StoreUnavailableError
-from spamd.people.learned import MESSAGE_ID_CHARS, PER_USER_IN_REDIS, WHAT
+from spamd.people.learned import PER_USER_IN_REDIS, WHAT, matching
 from spamd.store.redis.connect import user_hash_tag
 from spamd.store.redis.state import RedisState
 
@@ -62,15 +62,10 @@ class RedisLearned:
         raw = self.state.call(
             "reading learning records", lambda: self.state.client.lrange(where, 0, -1), where=self.state.node_of(where)
         )
-        found = []
-        for item in raw:
-            record = json.loads(item)
-            record["why"] = WHAT.get(record["what"], "")  # not stored: it follows from `what`
-            if key is not None and record["key"] != key.hex():
-                continue
-            if message_id is not None and record["message_id"] != message_id[:MESSAGE_ID_CHARS]:
-                continue
-            found.append(record)
-            if len(found) >= limit:
-                break
-        return found
+        return matching((explained(json.loads(item)) for item in raw), key, message_id, limit)
+
+
+def explained(record: dict[str, Any]) -> dict[str, Any]:
+    """A stored record with its `why`, which is not stored: it follows from `what`."""
+    record["why"] = WHAT.get(record["what"], "")
+    return record
