@@ -473,7 +473,7 @@ class SenderReputation:
                 stats[(names.setdefault(user, str(user)), int(sender))] = (d, f, i, o)
         self._placed, self._stats = placed, stats
         self.kept.restore(data.get("kept") or {})
-        self.learned.restore(data.get("learned") or [])
+        self.learned.restore(data.get("learned") or {})
         if turned is None or len(stats) > self.max_senders:
             while len(stats) > self.max_senders:
                 stats.popitem(last=False)
