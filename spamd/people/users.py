@@ -39,7 +39,6 @@ from spamd.model.bayes import (
     features_of,
     mean_log_odds,
     score_counts,
-    split_evidence,
     token_log_odds,
     verdict_of,
 )
@@ -518,7 +517,7 @@ def score_counts_for_user(
     overrides = _overrides(shared, layer, table, features.ids, shared.counts, log_odds)
     if features.weights is not None:  # a family's overrides weigh as its log-odds do
         log_odds, overrides = log_odds * features.weights, overrides * features.weights
-    if split_evidence(config, log_odds, features.weights, features.kinds)[2]:  # [model] evidence_weight
+    if features.kinds is not None and config.evidence_weight:  # the evidence scored apart, as score_counts does
         joined = combined_log_odds(config, log_odds + overrides, features.weights, features.kinds, shared.doc_totals)
         return verdict_of(config, joined)
     if decisive(config, log_odds) is not None:  # [model] decisive_tokens: the user's log-odds choose them
