@@ -95,6 +95,17 @@ async def run_spamctl_async(*args: str | Path, input: bytes | None = None, timeo
     return Result(process.returncode, stdout.decode(), stderr.decode())
 
 
+def train_examples(tmp_path: Path, config: Path, data: Path) -> None:
+    """Train SPAM and HAM with `spamctl train` into `data` under `config`, each message a file of its own."""
+    for label, messages in (("spam", SPAM), ("ham", HAM)):
+        files = []
+        for i, raw in enumerate(messages):
+            files.append(tmp_path / f"{label}{i}.eml")
+            files[-1].write_bytes(raw)
+        done = run_spamctl("--config", config, "--data-dir", data, "train", f"--{label}", *files)
+        assert done.returncode == 0, done.stderr
+
+
 def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.02) -> None:
     """Poll `predicate` until true; AssertionError after `timeout` seconds."""
     deadline = time.monotonic() + timeout * DEADLINE_SLACK

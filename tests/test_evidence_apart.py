@@ -15,7 +15,7 @@ from spamd.config import Config, ModelConfig
 from spamd.learning.classifier import Classifier
 from spamd.model.bayes import Label, MultinomialNB, featurize
 from spamd.model.families import BODY, CLAIM, EVIDENCE, evidence_kind, kinds_of
-from tests.cli_helpers import HAM, SPAM, run_spamctl
+from tests.cli_helpers import run_spamctl, train_examples
 
 BITS = 16
 APART = ModelConfig(hash_bits=BITS, evidence_weight=1.0, evidence_neutral=2.0)
@@ -128,13 +128,7 @@ def test_spamctl_explain_shows_the_evidence_apart_with_its_kind(tmp_path):
     config.write_text(
         "[model]\nhash_bits = 16\nevidence_weight = 1.0\nlink_targets = true\nbulk_marks = true\n[auth]\nenabled = false\n"
     )
-    for label, messages in (("spam", SPAM), ("ham", HAM)):
-        files = []
-        for i, raw in enumerate(messages):
-            files.append(tmp_path / f"{label}{i}.eml")
-            files[-1].write_bytes(raw)
-        done = run_spamctl("--config", config, "--data-dir", data, "train", f"--{label}", *files)
-        assert done.returncode == 0, done.stderr
+    train_examples(tmp_path, config, data)
     probe = b"From: Lottery Office <winner@lottery.example>\nSubject: prize\n\nclaim at https://bit.ly/x\n"
     args = ("--config", config, "--data-dir", data, "explain", "-", "--limit", "1000")
     done = run_spamctl(*args, "--json", input=probe)

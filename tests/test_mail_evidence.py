@@ -20,7 +20,7 @@ from spamd.mail.message import ParsedMessage, parse_message
 from spamd.mail.senders_claimed import claimed_sender_tokens, split_address
 from spamd.mail.tokenize import EVIDENCE_FAMILIES, evidence_tokens
 from spamd.model.families import UNRECORDED_COUNT_SETTINGS, count_settings, evidence_families, with_families
-from tests.cli_helpers import HAM, SPAM, run_spamctl
+from tests.cli_helpers import run_spamctl, train_examples
 
 LIMITS = ParserConfig()
 ALL_EVIDENCE = ModelConfig(sender_claims=True, link_targets=True, attachment_kinds=True, bulk_marks=True)
@@ -290,13 +290,7 @@ def test_the_switched_families_are_part_of_what_the_counts_mean():
 def test_spamctl_explain_names_the_evidence_tokens(tmp_path):
     data, config = tmp_path / "data", tmp_path / "spamd.toml"
     config.write_text("[model]\nhash_bits = 16\nsender_claims = true\nlink_targets = true\nbulk_marks = true\n")
-    for label, messages in (("spam", SPAM), ("ham", HAM)):
-        files = []
-        for i, raw in enumerate(messages):
-            files.append(tmp_path / f"{label}{i}.eml")
-            files[-1].write_bytes(raw)
-        done = run_spamctl("--config", config, "--data-dir", data, "train", f"--{label}", *files)
-        assert done.returncode == 0, done.stderr
+    train_examples(tmp_path, config, data)
     probe = b"From: Lottery Office <winner@lottery.example>\nSubject: prize\n\nclaim at https://bit.ly/x\n"
     done = run_spamctl(
         "--config",
