@@ -144,3 +144,36 @@ def test_spamctl_explain_shows_the_evidence_apart_with_its_kind(tmp_path):
     assert math.isclose(sum(r["weight"] for r in rows.values()), result["score"], abs_tol=1e-6)
     text = run_spamctl(*args, input=probe)
     assert text.returncode == 0 and "kind" in text.stdout and "claim" in text.stdout
+
+
+def test_a_mark_every_message_carries_says_nothing_however_long_each_class_is():
+    # Every message has "return-path:same-org"; spam is a third as long as ham (2007's mail).
+    # Per token the mark leaned spam-ward (spam's tokens are fewer); per message it is 0.
+    mark = ["return-path:same-org"]
+    examples = []
+    for i in range(30):
+        examples.append((body(10, f"s{i}-") + mark, kinds_of(10, mark), Label.SPAM))
+        examples.append((body(30, f"h{i}-") + mark, kinds_of(30, mark), Label.HAM))
+    model = trained(APART, examples)
+    message = featurize(body(5, "new") + mark, BITS, None, kinds_of(5, mark))
+    assert abs(model.score(message).log_odds) < 1e-9  # unseen words and the mark: nothing either way
+    per_token = trained(dataclasses.replace(APART, evidence_weight=0.0), examples)
+    leaned = per_token.explain(body(5, "new") + mark)[1]
+    assert [row.weight > 0.01 for row in leaned if row.token == mark[0]] == [True]  # what it was among the words
+
+
+def test_evidence_is_rated_per_message_alike_embedded_and_fetched():
+    # The same counts scored by the pure function (as the Redis store does) and by the model.
+    from spamd.model.bayes import score_counts
+
+    mark, sender = ["bulk:esp"], ["auth:aligned:shop.example"]
+    examples = [(body(8, f"s{i}") + mark, kinds_of(8, mark), Label.SPAM) for i in range(6)]
+    examples += [(body(20, f"h{i}") + mark + sender, kinds_of(20, mark + sender), Label.HAM) for i in range(6)]
+    model = trained(APART, examples)
+    message = featurize(body(3, "s1") + mark + sender, BITS, None, kinds_of(3, mark + sender))
+    fetched = score_counts(
+        APART, model.counts.take(message.ids, axis=1), model.token_totals, model.distinct, None,
+        model.doc_totals, None, message.kinds,
+    )  # fmt: skip
+    assert fetched == model.score(message)
+    assert model.score(message).log_odds < 0  # the aligned sender, only ever ham, outweighs three spam words

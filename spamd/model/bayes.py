@@ -332,8 +332,9 @@ class ModelView(Protocol):
 
 
 def token_log_odds(
-    config: ModelConfig, counts: np.ndarray, token_totals: np.ndarray, distinct: int, masses: np.ndarray | None = None
-) -> np.ndarray:
+    config: ModelConfig, counts: np.ndarray, token_totals: np.ndarray, distinct: int, masses: np.ndarray | None = None,
+    kinds: np.ndarray | None = None, doc_totals: np.ndarray | None = None,
+) -> np.ndarray:  # fmt: skip
     """log P(t|spam) - log P(t|ham) per bucket, additively smoothed, shrunk towards 0 by thin evidence.
 
     The shrinkage n / (n + evidence_prior) (n: the bucket's count in both classes)
@@ -344,7 +345,8 @@ def token_log_odds(
     classes the complement of spam is ham, so CNB's log P(t|not ham) - log P(t|not spam)
     is this very difference (docs/accuracy.md). With weight_normalization, each class's
     log P(t|c) is divided by its L1 norm first (spamd.model.estimation; `masses` the model's
-    class_log_masses, required then).
+    class_log_masses, required then). With `kinds` and `doc_totals` while the evidence is scored
+    apart, the evidence buckets are estimated per message (per_message_offset).
     """
     alpha = config.alpha
     vocabulary = max(distinct, 1)
@@ -358,11 +360,27 @@ def token_log_odds(
     else:
         log_odds = np.log(smoothed[Label.SPAM] / smoothed[Label.HAM])
         log_odds += math.log(ham_total / spam_total)
+    if kinds is not None and doc_totals is not None and config.evidence_weight and doc_totals[0] and doc_totals[1]:
+        log_odds += np.where(kinds != BODY, per_message_offset(ham_total, spam_total, doc_totals), 0.0)
     prior = config.evidence_prior
     if prior > 0:
         evidence = smoothed[Label.SPAM] + smoothed[Label.HAM] - 2 * alpha  # n, as float64
         log_odds *= evidence / (evidence + prior)
     return log_odds
+
+
+def per_message_offset(ham_total: float, spam_total: float, doc_totals: np.ndarray) -> float:
+    """What turns an evidence bucket's per-token log-odds into per-message ones: log(spam's mass a message / ham's).
+
+    A structural token is there once in a message or not at all, so the chance that a spam
+    carries it is its count over the spam messages, not over the spam tokens. Per token, a
+    token every message carries leans toward the class whose messages are shorter (2007
+    spam: a third of ham's length): undiluted among the evidence that lean filed ham in
+    Junk wherever few messages are learned. Per message it is 0 for such a token, whatever
+    the lengths and the class balance of what was learned. See docs/accuracy.md, "Evidence
+    apart from the words", for its before -> after.
+    """
+    return math.log(spam_total / float(doc_totals[Label.SPAM])) - math.log(ham_total / float(doc_totals[Label.HAM]))
 
 
 def denominator(config: ModelConfig, n_features: int, weights: np.ndarray | None = None) -> float:
@@ -401,7 +419,7 @@ def score_counts(
     `doc_totals` and `masses` are needed only with class_prior and weight_normalization.
     """
     # The sum over the count rather than ndarray.mean(): the same number, without mean's overhead.
-    log_odds = weighted(token_log_odds(config, counts, token_totals, distinct, masses), weights)
+    log_odds = weighted(token_log_odds(config, counts, token_totals, distinct, masses, kinds, doc_totals), weights)
     return verdict_of(config, combined_log_odds(config, log_odds, weights, kinds, doc_totals))
 
 
@@ -478,7 +496,7 @@ def explain_counts(
     """MultinomialNB.explain over counts fetched for `features.ids`."""
     if len(features) == 0 or not (doc_totals[0] and doc_totals[1]):
         return verdict_of(config, 0.0), []
-    log_odds = token_log_odds(config, counts, token_totals, distinct, masses)
+    log_odds = token_log_odds(config, counts, token_totals, distinct, masses, features.kinds, doc_totals)
     return explain_log_odds(config, tokens, features, log_odds, limit, doc_totals)
 
 

@@ -513,7 +513,9 @@ def score_counts_for_user(
             shared.masses,
             features.kinds,
         )
-    log_odds = token_log_odds(config, shared.counts, shared.token_totals, shared.distinct, shared.masses)
+    log_odds = token_log_odds(
+        config, shared.counts, shared.token_totals, shared.distinct, shared.masses, features.kinds, shared.doc_totals
+    )
     overrides = _overrides(shared, layer, table, features.ids, shared.counts, log_odds)
     if features.weights is not None:  # a family's overrides weigh as its log-odds do
         log_odds, overrides = log_odds * features.weights, overrides * features.weights
@@ -560,6 +562,8 @@ def explain_counts_for_user(
             limit,
             shared.masses,
         )
-    log_odds = token_log_odds(config, shared.counts, shared.token_totals, shared.distinct, shared.masses)
+    log_odds = token_log_odds(
+        config, shared.counts, shared.token_totals, shared.distinct, shared.masses, features.kinds, shared.doc_totals
+    )
     log_odds = log_odds + _overrides(shared, layer, table, features.ids, shared.counts, log_odds)
     return explain_log_odds(config, tokens, features, log_odds, limit, shared.doc_totals)

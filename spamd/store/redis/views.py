@@ -60,7 +60,9 @@ class RedisModel:
         counts, token_totals, doc_totals, distinct = fetched
         if not (doc_totals[0] and doc_totals[1]):
             return verdict_of(self.config, 0.0)
-        return score_counts(self.config, counts, token_totals, distinct, features.weights, kinds=features.kinds)
+        return score_counts(
+            self.config, counts, token_totals, distinct, features.weights, doc_totals, kinds=features.kinds
+        )
 
     def explain(
         self, tokens: list[str], limit: int = 20, weights: np.ndarray | None = None, kinds: np.ndarray | None = None
