@@ -169,11 +169,25 @@ def test_evidence_is_rated_per_message_alike_embedded_and_fetched():
     mark, sender = ["bulk:esp"], ["auth:aligned:shop.example"]
     examples = [(body(8, f"s{i}") + mark, kinds_of(8, mark), Label.SPAM) for i in range(6)]
     examples += [(body(20, f"h{i}") + mark + sender, kinds_of(20, mark + sender), Label.HAM) for i in range(6)]
-    model = trained(APART, examples)
+    config = dataclasses.replace(APART, evidence_apart_prior=3.0)  # six messages speak at once
+    model = trained(config, examples)
     message = featurize(body(3, "s1") + mark + sender, BITS, None, kinds_of(3, mark + sender))
     fetched = score_counts(
-        APART, model.counts.take(message.ids, axis=1), model.token_totals, model.distinct, None,
+        config, model.counts.take(message.ids, axis=1), model.token_totals, model.distinct, None,
         model.doc_totals, None, message.kinds,
     )  # fmt: skip
     assert fetched == model.score(message)
     assert model.score(message).log_odds < 0  # the aligned sender, only ever ham, outweighs three spam words
+
+
+def test_a_sender_seen_in_a_few_messages_cannot_decide_alone():
+    # One spam from a sender, a few words both classes share: with the default evidence_apart_prior
+    # the sender's evidence stays small; at the words' own prior (3, one message) it filed spam.
+    sender = ["from-name-not-in-domain:bank"]
+    examples = [(body(20, "w") + sender, kinds_of(20, sender), Label.SPAM), (body(20, "w"), None, Label.HAM)]
+    message = featurize(body(20, "w") + sender, BITS, None, kinds_of(20, sender))
+    at_three = trained(dataclasses.replace(APART, evidence_apart_prior=3.0), examples).score(message)
+    shipped = trained(APART, examples).score(message)
+    assert at_three.verdict.value == "spam"
+    assert shipped.verdict.value == "unsure"
+    assert 0 < shipped.log_odds < at_three.log_odds / 5

@@ -78,6 +78,8 @@ def _validate(config: Config, source: str) -> None:
         problems.append(f"model.evidence_weight must be 0 (off) or a weight up to 100, got {m.evidence_weight}")
     if not (math.isfinite(m.evidence_neutral) and m.evidence_neutral >= 0):
         problems.append(f"model.evidence_neutral must be a number of tokens >= 0, got {m.evidence_neutral}")
+    if not (math.isfinite(m.evidence_apart_prior) and m.evidence_apart_prior >= 0):
+        problems.append(f"model.evidence_apart_prior must be a count >= 0, got {m.evidence_apart_prior}")
     if not 0 <= m.decisive_tokens <= 100_000:
         problems.append("model.decisive_tokens must be 0 (every token) or a number of tokens up to 100000")
     if not (math.isfinite(m.salad_tokens) and 0 <= m.salad_tokens <= 100_000):

@@ -360,10 +360,14 @@ def token_log_odds(
     else:
         log_odds = np.log(smoothed[Label.SPAM] / smoothed[Label.HAM])
         log_odds += math.log(ham_total / spam_total)
+    apart = None
     if kinds is not None and doc_totals is not None and config.evidence_weight and doc_totals[0] and doc_totals[1]:
-        log_odds += np.where(kinds != BODY, per_message_offset(ham_total, spam_total, doc_totals), 0.0)
+        apart = kinds != BODY
+        log_odds += np.where(apart, per_message_offset(ham_total, spam_total, doc_totals), 0.0)
     prior = config.evidence_prior
-    if prior > 0:
+    if apart is not None and config.evidence_apart_prior != prior:
+        prior = np.where(apart, config.evidence_apart_prior, prior)
+    if config.evidence_prior > 0 or apart is not None:
         evidence = smoothed[Label.SPAM] + smoothed[Label.HAM] - 2 * alpha  # n, as float64
         log_odds *= evidence / (evidence + prior)
     return log_odds
