@@ -63,6 +63,7 @@ from spamd.mail.auth.verify import Authenticator
 from spamd.mail.message import parse_message, strip_own_headers
 from spamd.mail.tokenize import EVIDENCE_FAMILIES, evidence_tokens, salad_tokens, tokenize
 from spamd.model.bayes import (
+    PROBABILITY_SLOPE,
     Features,
     Label,
     MultinomialNB,
@@ -71,6 +72,7 @@ from spamd.model.bayes import (
     featurize,
     split_evidence,
     token_log_odds,
+    verdict_of,
 )
 from spamd.model.families import (
     CLAIM,
@@ -110,6 +112,10 @@ class Candidate:
     weight_rate: float = 0.0
     # The claims (kind CLAIM) among the words instead of apart: a prototype.
     claims_as_words: bool = False
+    # Online Platt scaling of the score at this rate (0: off), fitted on the labels the feedback gives: a prototype.
+    calibrate: float = 0.0
+    # Platt scaling refitted by Newton's method over the last this many labels (0: off): a prototype.
+    calibrate_window: int = 0
 
 
 CANDIDATES = [
@@ -207,6 +213,19 @@ CANDIDATES = [
         },
         claims_as_words=True,
     ),  # fmt: skip
+    *(Candidate(f"platt{rate}", calibrate=rate) for rate in (0.002, 0.01)),
+    *(Candidate(f"plattw{n}", calibrate_window=n) for n in (200, 1000)),
+    *(Candidate(f"apart0.25-plattw{n}", {"evidence_weight": 0.25}, calibrate_window=n) for n in (200, 1000)),
+    *(Candidate(f"apart0.25-platt{rate}", {"evidence_weight": 0.25}, calibrate=rate) for rate in (0.002, 0.01)),
+    *(
+        Candidate(f"apart{w}-p{p}", {"evidence_weight": w, "evidence_apart_prior": p})
+        for w in (0.25, 0.5)
+        for p in (15, 30, 60)
+    ),
+    *(
+        Candidate(f"apart0.5-auth-p{p}", {"evidence_weight": 0.5, "evidence_apart_prior": p, "auth_outcomes": True})
+        for p in (15, 30, 60)
+    ),
     Candidate("apart0.5-auth-n8", {"evidence_weight": 0.5, "evidence_neutral": 8.0, "auth_outcomes": True}),
     Candidate("apart1.0-auth-n8", {"evidence_weight": 1.0, "evidence_neutral": 8.0, "auth_outcomes": True}),
 ]
@@ -327,10 +346,27 @@ def run(
     feedback = Feedback(feedback_protocol(protocol))
     waiting: dict[int, Features] = {}
     weight = config.evidence_weight
+    platt = [1.0, 0.0]  # a, b: the calibrated slope-scaled log-odds are a * z + b
+    delivered: dict[int, float] = {}
+    window: list[tuple[float, int]] = []
+
+    def calibrated(log_odds: float) -> float:
+        return (platt[0] * PROBABILITY_SLOPE * log_odds + platt[1]) / PROBABILITY_SLOPE
 
     def learn(event: Event) -> None:
         nonlocal trained
         message = waiting[event.message]
+        if candidate.calibrate and event.message in delivered:
+            z = PROBABILITY_SLOPE * delivered.pop(event.message)
+            p = 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, platt[0] * z + platt[1]))))
+            step = candidate.calibrate * (int(event.label) - p)
+            platt[0] = max(0.1, platt[0] + step * z)
+            platt[1] += step
+        if candidate.calibrate_window and event.message in delivered:
+            window.append((PROBABILITY_SLOPE * delivered.pop(event.message), int(event.label)))
+            del window[: -candidate.calibrate_window]
+            if len(window) % 10 == 0:
+                platt[:] = platt_fit(window)
         if not feedback.waits_for(event.message):
             del waiting[event.message]
         label = Label(int(event.label))
@@ -351,6 +387,9 @@ def run(
             learn(event)
         message = featurized(item)
         score = model.score(message)
+        if candidate.calibrate or candidate.calibrate_window:
+            delivered[number] = score.log_odds
+            score = verdict_of(config, calibrated(score.log_odds))
         scores[number], labels[number] = score.log_odds, is_spam
         unsure += score.verdict is Verdict.UNSURE
         ham_unsure += score.verdict is Verdict.UNSURE and not is_spam
@@ -369,10 +408,33 @@ def run(
     )  # fmt: skip
 
 
+def platt_fit(window: list[tuple[float, int]], prior: float = 20.0) -> list[float]:
+    """Platt's a, b over (slope-scaled score, label) pairs by Newton's method, pulled toward (1, 0) by `prior`."""
+    z = np.array([w[0] for w in window])
+    y = np.array([w[1] for w in window], dtype=float)
+    # Platt's targets: not 0 and 1 but (n+ + 1) / (n+ + 2) and 1 / (n- + 2), so that few labels do not overfit.
+    positives = float(y.sum())
+    t = np.where(y > 0, (positives + 1) / (positives + 2), 1 / (len(y) - positives + 2))
+    a, b = 1.0, 0.0
+    for _ in range(20):
+        p = 1 / (1 + np.exp(-np.clip(a * z + b, -50, 50)))
+        g = np.array([np.dot(p - t, z) + prior * (a - 1), np.sum(p - t) + prior * b])
+        w = p * (1 - p)
+        h = np.array([[np.dot(w, z * z) + prior, np.dot(w, z)], [np.dot(w, z), np.sum(w) + prior]])
+        step = np.linalg.solve(h, g)
+        a, b = a - step[0], b - step[1]
+        if abs(step).max() < 1e-6:
+            break
+    return [max(0.1, float(a)), float(b)]
+
+
 def score_parts(model: MultinomialNB, message: Features) -> tuple[float, float]:
     """The words' score and the evidence's mean (at weight 1) of a message under `model`."""
     config = replace(model.config, evidence_weight=1.0)
-    log_odds = token_log_odds(config, model.counts.take(message.ids, axis=1), model.token_totals, model.distinct)
+    log_odds = token_log_odds(
+        config, model.counts.take(message.ids, axis=1), model.token_totals, model.distinct, None, message.kinds,
+        model.doc_totals,
+    )  # fmt: skip
     if message.weights is not None:
         log_odds = log_odds * message.weights
     words, weights, evidence = split_evidence(config, log_odds, message.weights, message.kinds)
