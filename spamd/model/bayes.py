@@ -364,9 +364,9 @@ def token_log_odds(
     if kinds is not None and doc_totals is not None and config.evidence_weight and doc_totals[0] and doc_totals[1]:
         apart = kinds != BODY
         log_odds += np.where(apart, per_message_offset(ham_total, spam_total, doc_totals), 0.0)
-    prior = config.evidence_prior
-    if apart is not None and config.evidence_apart_prior != prior:
-        prior = np.where(apart, config.evidence_apart_prior, prior)
+    prior: float | np.ndarray = config.evidence_prior
+    if apart is not None and config.evidence_apart_prior != config.evidence_prior:
+        prior = np.where(apart, config.evidence_apart_prior, config.evidence_prior)
     if config.evidence_prior > 0 or apart is not None:
         evidence = smoothed[Label.SPAM] + smoothed[Label.HAM] - 2 * alpha  # n, as float64
         log_odds *= evidence / (evidence + prior)
