@@ -19,6 +19,7 @@ from pathlib import Path
 
 import dns.message
 import dns.rcode
+import numpy as np
 import pytest
 
 from spamd.config import AuthConfig, Config, ModelConfig, ParserConfig
@@ -58,7 +59,12 @@ def same(a: Analyzed, b: Analyzed) -> bool:
     return (
         a.key == b.key and a.senders == b.senders
         and a.features.ids.tolist() == b.features.ids.tolist() and a.features.counts.tolist() == b.features.counts.tolist()
+        and same_array(a.features.kinds, b.features.kinds)
     )  # fmt: skip
+
+
+def same_array(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    return (a is None and b is None) or (a is not None and b is not None and a.tolist() == b.tolist())
 
 
 async def ready(processes: AnalysisProcesses, count: int = 1) -> None:
@@ -67,9 +73,11 @@ async def ready(processes: AnalysisProcesses, count: int = 1) -> None:
 
 # Weighted families ([model]): the helpers make the same family tokens, and the weights cross the socket.
 FAMILIES = dataclasses.replace(CONFIG, model=ModelConfig(char_ngrams=4, ngram_weight=0.3, osb=True, osb_weight=0.5))
+# The evidence among the words: no kinds cross the socket.
+WORDS_ONLY = dataclasses.replace(CONFIG, model=ModelConfig(evidence_weight=0.0))
 
 
-@pytest.mark.parametrize("config", [CONFIG, FAMILIES], ids=["default", "families"])
+@pytest.mark.parametrize("config", [CONFIG, FAMILIES, WORDS_ONLY], ids=["default", "families", "words-only"])
 async def test_a_helper_finds_the_features_the_loop_finds(config: Config) -> None:
     helpers = AnalysisProcesses(config, 2)
     await helpers.start()
@@ -83,11 +91,10 @@ async def test_a_helper_finds_the_features_the_loop_finds(config: Config) -> Non
             (a.features.weights, loop_side.analyze(raw).features.weights) for a, raw in zip(answers, raws, strict=True)
         ]
         # The default config weighs only word salad (the messages' 40-word bodies): the same weights both sides.
-        assert all(
-            (h is None and o is None) or (h is not None and o is not None and h.tolist() == o.tolist())
-            for h, o in weights
-        )
-        assert config is CONFIG or all(h is not None for h, _ in weights)
+        assert all(same_array(h, o) for h, o in weights)
+        assert config is not FAMILIES or all(h is not None for h, _ in weights)
+        # The evidence scored apart by default ([model] evidence_weight): each bucket's kind crosses too.
+        assert all((a.features.kinds is None) == (config is WORDS_ONLY) for a in answers)
         assert {len(h.pending) for h in helpers.helpers} == {0}
     finally:
         await helpers.close()
@@ -171,7 +178,7 @@ def answers_leave_as_each_message_is_verified(test_keys: SigningKeys) -> None:
         readable, _, _ = select.select([ours], [], [], 30)
         assert readable, "no answer for the unsigned message while the signed one's look-up waits"
         first = answered(ours.recv(1 << 20))
-        assert list(first) == [1] and first[1][0] == b"A"
+        assert list(first) == [1] and first[1][0] == b"K"  # kinds: the evidence scored apart by default
         while True:  # no such name, for the key and what is asked after it (DMARC)
             refused = dns.message.make_response(dns.message.from_wire(query))
             refused.set_rcode(dns.rcode.NXDOMAIN)

@@ -33,7 +33,8 @@ SETTINGS = [
     ModelConfig(hash_bits=10, stored_counts=stored, char_ngrams=n, osb=osb, ngram_weight=0.3, osb_weight=0.5)
     for stored, n, osb in itertools.product(("log", "binary", "log2"), (0, 3, 4, 5), (False, True))
 ]
-WEIGHTED = ModelConfig(hash_bits=14, char_ngrams=4, ngram_weight=0.3, osb=True, osb_weight=0.3)
+# The evidence among the words: the weighted families' own arithmetic, as the tests below spell it out.
+WEIGHTED = ModelConfig(hash_bits=14, char_ngrams=4, ngram_weight=0.3, osb=True, osb_weight=0.3, evidence_weight=0.0)
 
 text = st.text(alphabet="abc de\nfé€$", max_size=120)
 labelled = st.tuples(st.lists(st.sampled_from(["tok", "subject:x", "url:y.example", "w"]), max_size=8), text, text,
@@ -166,17 +167,28 @@ def test_a_users_overrides_weigh_as_their_familys_log_odds():
     assert score_for_user(model, layer, table, unweighted).log_odds != pytest.approx(expected, rel=1e-6)
 
 
-def test_weights_cross_the_analysis_helpers_socket_unchanged():
-    classifier, _ = trained(WEIGHTED)
-    analyzed = classifier.analyze(SPAM[1])
+@pytest.mark.parametrize(
+    "model, frame, fields",
+    [
+        (WEIGHTED, b"W", ("weights",)),
+        (dataclasses.replace(WEIGHTED, evidence_weight=0.25), b"B", ("weights", "kinds")),
+        (ModelConfig(), b"K", ("kinds",)),
+        (ModelConfig(evidence_weight=0.0), b"A", ()),
+    ],
+    ids=["weights", "both", "kinds", "neither"],
+)
+def test_weights_and_kinds_cross_the_analysis_helpers_socket_unchanged(
+    model: ModelConfig, frame: bytes, fields: tuple[str, ...]
+) -> None:
+    analyzed = Classifier(Config(model=model), None).analyze(SPAM[1])  # type: ignore[arg-type]
     kind, _, payload = _encode_answer(7, analyzed)
-    back = _decode_analyzed(payload, weighted=kind == b"W")
-    assert kind == b"W" and back.key == analyzed.key
-    for field in ("ids", "counts", "weights"):
+    back = _decode_analyzed(payload, weighted="weights" in fields, kinded="kinds" in fields)
+    assert kind == frame and back.key == analyzed.key
+    for field in ("ids", "counts", *fields):
         assert np.array_equal(getattr(back.features, field), getattr(analyzed.features, field))
-    plain = Classifier(Config(), None).analyze(SPAM[1])  # type: ignore[arg-type]
-    kind, _, payload = _encode_answer(7, plain)
-    assert kind == b"A" and _decode_analyzed(payload).features.weights is None
+    assert all(getattr(back.features, field) is None for field in {"weights", "kinds"} - set(fields))
+    with pytest.raises(ValueError, match="wrong length"):
+        _decode_analyzed(payload + b"\0", weighted="weights" in fields, kinded="kinds" in fields)
 
 
 # ---------------------------------------------------------------- config

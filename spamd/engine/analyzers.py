@@ -16,7 +16,8 @@ its socket closes, SIGKILL of the daemon included.
 The frames are spamd.runtime.helper_processes'. The configuration is pickle((ParserConfig,
 ModelConfig, AuthConfig)); work is the SMTP session (`encode_work`) and the message's bytes; an answer is b"A" + key length (2 bytes) +
 key + the senders and their authentication + ids + counts (uint32 each), b"W" the same + the ids' family weights (float64,
-when a [model] family weighs other than 1), or b"E" + the error's text. A notice (b"N") says that the
+when a [model] family weighs other than 1), b"K" and b"B" as b"A" and b"W" + the ids' kinds (int8, while [model]
+evidence_weight scores the evidence apart), or b"E" + the error's text. A notice (b"N") says that the
 helper's resolver took `[auth] nameservers` as down (b"1") or that they answered again (b"0").
 """
 
@@ -124,8 +125,8 @@ class AnalysisProcesses(HelperProcesses[Analyzed]):
         return await self.request(encode_work(raw, session))
 
     def decode(self, kind: bytes, payload: bytes) -> Analyzed | BaseException:
-        if kind in (b"A", b"W"):
-            return _decode_analyzed(payload, weighted=kind == b"W")
+        if kind in _ANSWER_KINDS:
+            return _decode_analyzed(payload, *_ANSWER_KINDS[kind])
         return AnalysisUnavailable(payload.decode("utf-8", "replace"))
 
 
@@ -145,8 +146,13 @@ def decode_work(payload: bytes) -> tuple[bytes, SmtpSession | None, float]:
     return payload[_SESSION.size + length :], session, sent
 
 
+# An answer's frame kind: (with weights, with kinds).
+_ANSWER_KINDS = {b"A": (False, False), b"W": (True, False), b"K": (False, True), b"B": (True, True)}
+_KIND_OF_ANSWER = {shape: kind for kind, shape in _ANSWER_KINDS.items()}
+
+
 def _encode_answer(ident: int, analyzed: Analyzed) -> tuple[bytes, int, bytes]:
-    """The answer's frame: kind (b"A", or b"W" with weights), id and payload."""
+    """The answer's frame: kind (_ANSWER_KINDS: whether weights and kinds follow), id and payload."""
     features = analyzed.features
     report = analyzed.auth_report.encode("utf-8", "replace")[:65535]
     parts = [
@@ -159,13 +165,16 @@ def _encode_answer(ident: int, analyzed: Analyzed) -> tuple[bytes, int, bytes]:
         features.ids.astype(np.uint32, copy=False).tobytes(),
         features.counts.astype(np.uint32, copy=False).tobytes(),
     ]
-    if features.weights is None:
-        return b"A", ident, b"".join(parts)
-    # float64, as the loop's own analysis holds them: the same score either way, to the bit.
-    return b"W", ident, b"".join([*parts, features.weights.astype(np.float64, copy=False).tobytes()])
+    if features.weights is not None:
+        # float64, as the loop's own analysis holds them: the same score either way, to the bit.
+        parts.append(features.weights.astype(np.float64, copy=False).tobytes())
+    if features.kinds is not None:
+        parts.append(features.kinds.astype(np.int8, copy=False).tobytes())
+    kind = _KIND_OF_ANSWER[features.weights is not None, features.kinds is not None]
+    return kind, ident, b"".join(parts)
 
 
-def _decode_analyzed(payload: bytes, weighted: bool = False) -> Analyzed:
+def _decode_analyzed(payload: bytes, weighted: bool = False, kinded: bool = False) -> Analyzed:
     (key_length,) = _KEY_LENGTH.unpack_from(payload)
     start = _KEY_LENGTH.size + key_length
     key = payload[_KEY_LENGTH.size : start]
@@ -177,13 +186,18 @@ def _decode_analyzed(payload: bytes, weighted: bool = False) -> Analyzed:
     start += _AUTH.size
     report = payload[start : start + report_length].decode("utf-8", "replace")
     start += report_length
-    arrays = np.frombuffer(payload, dtype=np.uint32, offset=start)
-    words = 4 if weighted else 2  # uint32 words per id: id, count (and a float64 weight)
-    if len(arrays) % words:
+    per_id = 8 + (8 if weighted else 0) + (1 if kinded else 0)  # bytes: id, count (a float64 weight, an int8 kind)
+    if (len(payload) - start) % per_id:
         raise ValueError("an analysis answer of the wrong length")
-    n = len(arrays) // words
-    weights = np.frombuffer(payload, dtype=np.float64, offset=start + 8 * n) if weighted else None
-    features = Features(arrays[:n], arrays[n : 2 * n], weights)
+    n = (len(payload) - start) // per_id
+    arrays = np.frombuffer(payload, dtype=np.uint32, count=2 * n, offset=start)
+    start += 8 * n
+    weights = None
+    if weighted:
+        weights = np.frombuffer(payload, dtype=np.float64, count=n, offset=start)
+        start += 8 * n
+    kinds = np.frombuffer(payload, dtype=np.int8, count=n, offset=start) if kinded else None
+    features = Features(arrays[:n], arrays[n : 2 * n], weights, kinds)
     return Analyzed(key, features, senders, authenticated, bool(dmarc_reject), report)
 
 

@@ -272,11 +272,12 @@ def run_online(
 # weights end to end (None while every weight is 1: [model] families). Three arrays pickle in
 # three headers, where a list of Analyzed pickled two arrays a message: the main
 # process unpickled a batch in 14.3 us a message, 1.4 us this way (trec07p-dev).
-# keys, senders, feature ids, counts, lengths, unreadable, weights, and each message's
-# authentication (authenticated senders, DMARC p=reject failure, X-Spam-Auth value).
+# keys, senders, feature ids, counts, lengths, unreadable, weights, each message's
+# authentication (authenticated senders, DMARC p=reject failure, X-Spam-Auth value), and the
+# features' kinds end to end (None unless [model] evidence_weight scores the evidence apart).
 AnalyzedChunk = tuple[
     list[bytes], list[tuple[int, ...]], np.ndarray, np.ndarray, np.ndarray, dict[int, str], np.ndarray | None,
-    list[tuple[int, bool, str]],
+    list[tuple[int, bool, str]], np.ndarray | None,
 ]  # fmt: skip
 
 
@@ -301,6 +302,7 @@ def _read_and_analyze(classifier: Classifier, paths: list[str]) -> AnalyzedChunk
         failed,
         _chunk_weights(features),
         [(a.authenticated, a.dmarc_reject, a.auth_report) for a in analyzed],
+        _chunk_kinds(features),
     )
 
 
@@ -311,17 +313,29 @@ def _chunk_weights(features: list[Features]) -> np.ndarray | None:
     return np.concatenate([np.ones(len(f.ids)) if f.weights is None else f.weights for f in features])
 
 
+def _chunk_kinds(features: list[Features]) -> np.ndarray | None:
+    """The features' kinds end to end (words for a message without), or None when no message has any."""
+    if not any(f.kinds is not None for f in features):
+        return None
+    return np.concatenate([np.zeros(len(f.ids), np.int8) if f.kinds is None else f.kinds for f in features])
+
+
 def _unpacked(entries: list[IndexEntry], chunk: AnalyzedChunk) -> Batch:
     """A worker's answer as the Batch `read_batches` would have made of the same entries."""
     from spamd.learning.classifier import Analyzed
 
-    keys, senders, ids, counts, lengths, failed, weights, auth = chunk
+    keys, senders, ids, counts, lengths, failed, weights, auth, kinds = chunk
     ends = np.cumsum(lengths).tolist()
     analyzed = iter(
         [
             Analyzed(
                 key,
-                Features(ids[start:end], counts[start:end], None if weights is None else weights[start:end]),
+                Features(
+                    ids[start:end],
+                    counts[start:end],
+                    None if weights is None else weights[start:end],
+                    None if kinds is None else kinds[start:end],
+                ),
                 sent,
                 *who,
             )
