@@ -73,7 +73,7 @@ def test_a_claim_never_earns_ham_ward_weight():
 
 def test_off_scores_to_the_bit_as_before():
     examples = [(body(5, "a") + ["bulk:esp"], None, Label.SPAM), (body(5, "b") + ["bulk:esp"], None, Label.HAM)]
-    off = ModelConfig(hash_bits=BITS)
+    off = ModelConfig(hash_bits=BITS, evidence_weight=0.0)
     model = trained(off, examples)
     tokens = body(5, "a") + ["bulk:esp"]
     kinds = kinds_of(5, ["bulk:esp"])
