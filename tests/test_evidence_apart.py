@@ -13,7 +13,15 @@ from hypothesis import strategies as st
 
 from spamd.config import Config, ModelConfig
 from spamd.learning.classifier import Classifier
-from spamd.model.bayes import Label, MultinomialNB, featurize
+from spamd.model.bayes import (
+    Label,
+    MultinomialNB,
+    combined_log_odds,
+    denominator,
+    featurize,
+    mean_log_odds,
+    split_evidence,
+)
 from spamd.model.families import BODY, CLAIM, EVIDENCE, evidence_kind, kinds_of
 from tests.cli_helpers import run_spamctl, train_examples
 
@@ -191,3 +199,23 @@ def test_a_sender_seen_in_a_few_messages_cannot_decide_alone():
     assert at_three.verdict.value == "spam"
     assert shipped.verdict.value == "unsure"
     assert 0 < shipped.log_odds < at_three.log_odds / 5
+
+
+@given(
+    values=st.lists(
+        st.tuples(st.floats(-8, 8, allow_nan=False), st.sampled_from([BODY, EVIDENCE, CLAIM]), st.floats(0.05, 2.0)),
+        min_size=1,
+        max_size=40,
+    ),
+    weighted=st.booleans(),
+)
+def test_the_score_s_two_means_are_the_words_and_the_evidence_taken_apart(values, weighted):
+    # combined_log_odds sums every bucket and takes the evidence away (few numpy calls); split_evidence
+    # takes the buckets apart first: the same score.
+    config = ModelConfig(evidence_weight=0.25)
+    log_odds = np.array([v for v, _, _ in values])
+    kinds = np.array([k for _, k, _ in values], dtype=np.int8)
+    weights = np.array([w for _, _, w in values]) if weighted else None
+    words, word_weights, evidence = split_evidence(config, log_odds, weights, kinds)
+    expected = mean_log_odds(config, float(words.sum()), denominator(config, len(words), word_weights)) + evidence
+    assert math.isclose(combined_log_odds(config, log_odds, weights, kinds), expected, rel_tol=1e-9, abs_tol=1e-9)

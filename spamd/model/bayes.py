@@ -129,14 +129,19 @@ def _featurize_kinds(tokens: list[str], hash_bits: int, weights: np.ndarray | No
     if len(plain) == 0:
         return Features(plain.ids, plain.counts, plain.weights, np.zeros(0, dtype=np.int8))
     mask = np.uint64((1 << hash_bits) - 1)
+    kinds = np.asarray(kinds, dtype=np.int8)
+    if len(kinds) != len(tokens):
+        raise ValueError(f"{len(kinds)} kinds for {len(tokens)} tokens")
+    apart = np.flatnonzero(kinds)  # only the evidence's few tokens are hashed again, not every word
     hashes = np.fromiter(
-        (xxhash.xxh3_64_intdigest(t.encode("utf-8", "surrogatepass")) for t, k in zip(tokens, kinds, strict=True) if k),
+        (xxhash.xxh3_64_intdigest(tokens[i].encode("utf-8", "surrogatepass")) for i in apart.tolist()),
         np.uint64,
+        len(apart),
     )
     bucket_kinds = np.zeros(len(plain), dtype=np.int8)
     if len(hashes):
         places = np.searchsorted(plain.ids, (hashes & mask).astype(np.uint32))
-        np.maximum.at(bucket_kinds, places, np.asarray(kinds, dtype=np.int8)[np.asarray(kinds) != 0])
+        np.maximum.at(bucket_kinds, places, kinds[apart])
     return Features(plain.ids, plain.counts, plain.weights, bucket_kinds)
 
 
@@ -360,16 +365,18 @@ def token_log_odds(
     else:
         log_odds = np.log(smoothed[Label.SPAM] / smoothed[Label.HAM])
         log_odds += math.log(ham_total / spam_total)
+    # Masked ufuncs (where=), few calls: a message's arrays are short, so each numpy call's overhead is
+    # its cost; the evidence apart cost 0.12 M instructions a message in the score as index arithmetic.
     apart = None
     if kinds is not None and doc_totals is not None and config.evidence_weight and doc_totals[0] and doc_totals[1]:
         apart = kinds != BODY
-        log_odds += np.where(apart, per_message_offset(ham_total, spam_total, doc_totals), 0.0)
-    prior: float | np.ndarray = config.evidence_prior
-    if apart is not None and config.evidence_apart_prior != config.evidence_prior:
-        prior = np.where(apart, config.evidence_apart_prior, config.evidence_prior)
+        np.add(log_odds, per_message_offset(ham_total, spam_total, doc_totals), out=log_odds, where=apart)
     if config.evidence_prior > 0 or apart is not None:
         evidence = smoothed[Label.SPAM] + smoothed[Label.HAM] - 2 * alpha  # n, as float64
-        log_odds *= evidence / (evidence + prior)
+        shrunk = evidence + config.evidence_prior
+        if apart is not None and config.evidence_apart_prior != config.evidence_prior:
+            np.add(shrunk, config.evidence_apart_prior - config.evidence_prior, out=shrunk, where=apart)
+        log_odds *= evidence / shrunk
     return log_odds
 
 
@@ -432,12 +439,26 @@ def combined_log_odds(
     doc_totals: np.ndarray | None = None,
 ) -> float:  # fmt: skip
     """The message's score from its buckets' (weighted) log-odds: the words' mean, and the evidence's own term."""
-    log_odds, weights, evidence = split_evidence(config, log_odds, weights, kinds)
-    if config.decisive_tokens and len(log_odds) > config.decisive_tokens:
-        summed, total = decisive_sum(config, log_odds, weights)
-        return mean_log_odds(config, summed, total, doc_totals) + evidence
-    summed = float(np.add.reduce(log_odds))
-    return mean_log_odds(config, summed, denominator(config, len(log_odds), weights), doc_totals) + evidence
+    if config.decisive_tokens or kinds is None or not config.evidence_weight:
+        log_odds, weights, evidence = split_evidence(config, log_odds, weights, kinds)
+        if config.decisive_tokens and len(log_odds) > config.decisive_tokens:
+            summed, total = decisive_sum(config, log_odds, weights)
+            return mean_log_odds(config, summed, total, doc_totals) + evidence
+        summed = float(np.add.reduce(log_odds))
+        return mean_log_odds(config, summed, denominator(config, len(log_odds), weights), doc_totals) + evidence
+    # split_evidence's two means from every bucket's sum and the evidence's, in few numpy calls (above).
+    apart = kinds != BODY
+    found = int(np.count_nonzero(apart))
+    evidence = float(np.add.reduce(log_odds, where=apart))
+    summed = float(np.add.reduce(log_odds)) - evidence
+    if weights is None:
+        total = denominator(config, len(log_odds) - found)
+    else:
+        total = float(np.add.reduce(weights)) - float(np.add.reduce(weights, where=apart)) + config.neutral_tokens
+    if found and kinds.max() == CLAIM:  # a claim counts toward spam only
+        evidence -= float(np.add.reduce(np.minimum(log_odds, 0.0), where=kinds == CLAIM))
+    term = config.evidence_weight * evidence / (found + config.evidence_neutral) if found else 0.0
+    return mean_log_odds(config, summed, total, doc_totals) + term
 
 
 def split_evidence(
@@ -453,13 +474,25 @@ def split_evidence(
     """
     if kinds is None or not config.evidence_weight:
         return log_odds, weights, 0.0
-    body = kinds == BODY
-    found = log_odds[~body]
-    if len(found) == 0:
+    apart = np.flatnonzero(kinds)
+    if len(apart) == 0:
         return log_odds, weights, 0.0
-    found = np.where(kinds[~body] == CLAIM, np.maximum(found, 0.0), found)
-    evidence = config.evidence_weight * float(np.add.reduce(found)) / (len(found) + config.evidence_neutral)
-    return log_odds[body], None if weights is None else weights[body], evidence
+    body = kinds == BODY
+    return (
+        log_odds[body],
+        None if weights is None else weights[body],
+        evidence_term(config, log_odds[apart], kinds[apart]),
+    )
+
+
+def evidence_term(config: ModelConfig, found: np.ndarray, found_kinds: np.ndarray) -> float:
+    """evidence_weight times the mean of the evidence buckets' log-odds (and evidence_neutral zeros), claims spam-ward only."""
+    if len(found) == 0:
+        return 0.0
+    claims = found_kinds == CLAIM
+    if claims.any():
+        found = np.where(claims, np.maximum(found, 0.0), found)
+    return config.evidence_weight * float(np.add.reduce(found)) / (len(found) + config.evidence_neutral)
 
 
 def evidence_shares(config: ModelConfig, log_odds: np.ndarray, kinds: np.ndarray | None) -> np.ndarray | None:

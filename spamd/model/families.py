@@ -62,7 +62,10 @@ def evidence_kind(token: str) -> int:
 
 def kinds_of(words: int, evidence: list[str], more_words: int = 0) -> np.ndarray:
     """Per-token kinds of `words` words, then the `evidence` tokens, then `more_words` words (the n-gram families)."""
-    return np.array([BODY] * words + [evidence_kind(t) for t in evidence] + [BODY] * more_words, dtype=np.int8)
+    kinds = np.zeros(words + len(evidence) + more_words, dtype=np.int8)  # BODY is 0
+    if evidence:
+        kinds[words : words + len(evidence)] = [evidence_kind(t) for t in evidence]
+    return kinds
 
 
 def count_settings(config: ModelConfig) -> dict[str, object]:
