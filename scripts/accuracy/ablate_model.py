@@ -192,6 +192,8 @@ CANDIDATES = [
         ]
     ],
     Candidate("all", {"auth_outcomes": True, "link_targets": True, "attachment_kinds": True, "bulk_marks": True}),
+    # The evidence among the words, as before it was scored apart by default.
+    Candidate("words-only", {"evidence_weight": 0.0}),
     # The evidence's mean over more tokens that count 0: a message with little evidence says less.
     *[
         Candidate(f"learned{rate}-auth", {"evidence_weight": 0.25, "auth_outcomes": True}, weight_rate=rate)
@@ -213,8 +215,8 @@ CANDIDATES = [
         },
         claims_as_words=True,
     ),  # fmt: skip
-    *(Candidate(f"platt{rate}", calibrate=rate) for rate in (0.002, 0.01)),
-    *(Candidate(f"plattw{n}", calibrate_window=n) for n in (200, 1000)),
+    *(Candidate(f"platt{rate}", {"evidence_weight": 0.0}, calibrate=rate) for rate in (0.002, 0.01)),
+    *(Candidate(f"plattw{n}", {"evidence_weight": 0.0}, calibrate_window=n) for n in (200, 1000)),
     *(Candidate(f"apart0.25-plattw{n}", {"evidence_weight": 0.25}, calibrate_window=n) for n in (200, 1000)),
     *(Candidate(f"apart0.25-platt{rate}", {"evidence_weight": 0.25}, calibrate=rate) for rate in (0.002, 0.01)),
     *(
