@@ -31,7 +31,13 @@ _HIDING_ALTERNATIVES = (
     *(rf"{side}\s*:\s*-\d{{3,}}" for side in ("left", "top", "text-indent", "margin-left")),
 )
 _HIDING_RE = re.compile("|".join(_HIDING_ALTERNATIVES))
-_HIDING_SEARCHES = tuple(re.compile(alternative).search for alternative in _HIDING_ALTERNATIVES)
+# Each with the word it starts with, looked for first by str.find (a memchr-based scan): the
+# pattern is searched only in markup that holds its word (most HTML mail holds none but "left"
+# or "top"). Parsing trec07p-dev's first 300 messages: 1,113 -> 1,085 k instructions a message
+# (callgrind).
+_HIDING_SEARCHES = tuple(
+    (alternative.partition("\\")[0], re.compile(alternative).search) for alternative in _HIDING_ALTERNATIVES
+)
 _COLOUR_RE = re.compile(r"(?:^|[;\s\"'])color\s*:\s*([#a-z0-9]+)")
 _BACKGROUND_RE = re.compile(r"background(?:-color)?\s*:\s*([#a-z0-9]+)")
 _VOID = frozenset(("img", "br", "hr", "input", "meta", "link", "area", "base", "col", "wbr", "source", "embed"))
@@ -87,7 +93,8 @@ def cut_hidden(markup: str, lower: str) -> tuple[str, str, list[str], list[str]]
     # One pass for the hiding styles but the colour (most HTML mail has none): then the
     # styled tags only if one is there, or if a colour may be its background's.
     if "style" not in lower or not (
-        any(search(lower) for search in _HIDING_SEARCHES) or ("background" in lower and "color" in lower)
+        any(word in lower and search(lower) for word, search in _HIDING_SEARCHES)
+        or ("background" in lower and "color" in lower)
     ):
         return markup, lower, [], []
     keep, keep_lower, hidden, kinds = [], [], [], []
