@@ -14,6 +14,7 @@ and never raises: odd markup leaves an element visible.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 _STYLED_TAG_RE = re.compile(r"""<([a-z][a-z0-9]{0,15})\b[^<>]*?\bstyle\s*=\s*("[^"<>]*"|'[^'<>]*'|[^\s<>]+)[^<>]*>""")
 # Each way of hiding alone; `_HIDING_RE` is the same alternatives as one pattern, for a
@@ -85,6 +86,28 @@ def _element_end(lower: str, name: str, start: int) -> int:
     return len(lower)
 
 
+def _styled_tags(lower: str) -> Iterator[re.Match[str]]:
+    """`_STYLED_TAG_RE.finditer(lower)`, tried only at the "<" before each "style".
+
+    A match holds no "<" but its first and ends at the first ">" after it: so it starts
+    at the last "<" before a "style" it holds, and the next one after its end. finditer
+    tried the pattern at every "<" of the markup (parsing trec07p-dev's first 300
+    messages, 1,085 -> 1,042 k instructions a message under callgrind).
+    """
+    end = 0  # no match starts before it: each "<" is tried once, each stretch searched back once
+    at = lower.find("style")
+    while at != -1:
+        start = lower.rfind("<", end, at)
+        if start == -1:
+            end = at
+        elif m := _STYLED_TAG_RE.match(lower, start):
+            yield m
+            end = m.end()
+        else:
+            end = start + 1
+        at = lower.find("style", max(at + 5, end))
+
+
 def cut_hidden(markup: str, lower: str) -> tuple[str, str, list[str], list[str]]:
     """(markup, lower) with hidden elements replaced by a space, their markup, and how each was hidden.
 
@@ -99,7 +122,7 @@ def cut_hidden(markup: str, lower: str) -> tuple[str, str, list[str], list[str]]
         return markup, lower, [], []
     keep, keep_lower, hidden, kinds = [], [], [], []
     pos = 0
-    for m in _STYLED_TAG_RE.finditer(lower):
+    for m in _styled_tags(lower):
         if m.start() < pos:
             continue  # inside an element already cut
         kind = hiding_kind(m.group(2).strip("\"'"))
