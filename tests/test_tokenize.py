@@ -146,3 +146,20 @@ def test_possessive_word_patterns_find_what_backtracking_ones_did(text):
     for name, backtracking in _BACKTRACKING_WORD_PATTERNS.items():
         for sample in (text, text.lower()):
             assert getattr(tokenize_module, name).findall(sample) == re.findall(backtracking, sample), name
+
+
+# Header-like values: runs of hex, digits and letters between the separators a shape keeps.
+_SHAPE_TEXT = st.lists(
+    st.sampled_from(
+        ["3fa9b2c1", "20070412", "mx7", "example", "ab", "9", "_", " ", "  ", ".", "@", "<", ">", "é", "-"]
+    ),
+    max_size=120,
+).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_SHAPE_TEXT)
+def test_shape_from_the_head_of_a_long_value_is_the_whole_values(value):
+    from spamd.mail.tokenize import shape, whole_shape
+
+    assert shape(value) == whole_shape(value)

@@ -183,11 +183,31 @@ _LETTER_RUN_RE = re.compile(rb"aa+")
 _DIGIT_RUN_RE = re.compile(rb"99+")
 
 
+# A long ASCII value is shaped first up to a space before its SHAPE_HEAD-th character: the
+# runs end at the space, so that head's shape begins the whole value's, and when it is 40
+# characters long it is the answer (a Received header's, 150-250 characters, usually is).
+# Header tokens over trec07p-dev's first 300 messages: 664 -> 613 k instructions a message
+# (callgrind); the same shapes for every header value of the first 3,000 (and
+# tests/test_tokenize.py's).
+SHAPE_HEAD = 120
+
+
 def shape(value: str) -> str:
     """A header value with hex runs, digit runs and (ASCII) word runs masked: how a mailer writes it, not what.
 
     "<3fa9b2c1.20070412@mx7.example.com>" -> "<a.9@a9.a.a>" (a hex run is masked as a word).
     """
+    if len(value) > SHAPE_HEAD and value.isascii():
+        space = value.rfind(" ", 0, SHAPE_HEAD)
+        if space > 0:
+            head = whole_shape(value[: space + 1])
+            if len(head) == 40:
+                return head
+    return whole_shape(value)
+
+
+def whole_shape(value: str) -> str:
+    """`shape` of the whole value at once (tests compare the two)."""
     if value.isascii():
         masked = _HEX_RUN_BYTES_RE.sub(b"a", value.encode("ascii")).translate(_ASCII_MASK)
         return _DIGIT_RUN_RE.sub(b"9", _LETTER_RUN_RE.sub(b"a", masked))[:40].decode("ascii")
