@@ -58,7 +58,7 @@ def normalize(text: str) -> tuple[str, list[str]]:
     """
     if text.isascii():
         return text, []
-    return _normalize_latin1(text) if _is_latin1(text) else normalize_any(text)
+    return _normalize_latin1(text) if is_latin1(text) else normalize_any(text)
 
 
 # Each code point's kind, as bits: invisible (INVISIBLE), Cyrillic or Greek (U+0370-U+052F).
@@ -111,7 +111,8 @@ _LATIN1_COMPATIBILITY = "".join(
 _LATIN1_INVISIBLE = "".join(c for c in INVISIBLE if c < "\u0100")
 
 
-def _is_latin1(text: str) -> bool:
+def is_latin1(text: str) -> bool:
+    """Whether every character of `text` is below U+0100."""
     try:
         text.encode("latin-1")  # a copy of the bytes where it is (CPython keeps such text one byte a character)
     except UnicodeEncodeError:
@@ -136,7 +137,7 @@ def _normalize_latin1(text: str) -> tuple[str, list[str]]:
     if any(c in text for c in _LATIN1_COMPATIBILITY):
         tricks.append("compatibility")
     text = unicodedata.normalize("NFKC", text)
-    if _is_latin1(text):
+    if is_latin1(text):
         return text, tricks
     # NFKC made letters of other scripts (µ, the micro sign, is a Greek mu): as `normalize` goes on.
     if any("\u0370" <= c <= "\u052f" for c in set(text)):
