@@ -68,6 +68,8 @@ def hiding_kind(style: str) -> str | None:
         if found.startswith("opacity"):
             return "opacity-0"
         return "off-screen"
+    if "background" not in style:  # a colour is compared with its background's only
+        return None
     colour = _COLOUR_RE.search(style)
     if colour:
         background = _BACKGROUND_RE.search(style)
