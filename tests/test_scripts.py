@@ -127,6 +127,27 @@ def test_compare_speed_per_user_times_each_users_layer_and_refuses_an_index_with
     assert refused.returncode == 2 and "names users" in refused.stderr
 
 
+def test_compare_speed_times_each_tree_and_a_maildir_of_the_messages(index_with_junk: Path, tmp_path: Path) -> None:
+    needs_bogofilter()
+    if not (REPO / ".venv" / "bin" / "spamctl").exists():
+        pytest.skip("--tree needs the checkout's own .venv/bin/spamctl")
+    run = run_script(
+        "speed/compare_speed.py", str(index_with_junk), "--tree", str(REPO), "--tree", str(REPO), "--maildir",
+        "--rounds", "1", "--json", cwd=tmp_path,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(run.stdout.strip().splitlines()[-1])
+    assert [t["tree"] for t in summary["trees"]] == [str(REPO), str(REPO)]
+    for tree in summary["trees"]:
+        assert tree["messages"] == 24
+        for key in ("spamd_bulk_classify_msgs_per_s", "spamd_maildir_classify_msgs_per_s"):
+            assert tree[key] > 0, tree
+    assert summary["bogofilter_maildir_classify_msgs_per_s"] > 0
+    assert summary["new_over_old"]["spamd_maildir_classify_msgs_per_s"] > 0
+    missing = run_script("speed/compare_speed.py", str(index_with_junk), "--tree", str(tmp_path), cwd=tmp_path)
+    assert missing.returncode != 0 and "own venv" in missing.stderr
+
+
 def test_compare_bogofilter_skips_and_names_files_that_are_no_mail_message(
     index_with_junk: Path, tmp_path: Path
 ) -> None:

@@ -146,3 +146,36 @@ def test_possessive_word_patterns_find_what_backtracking_ones_did(text):
     for name, backtracking in _BACKTRACKING_WORD_PATTERNS.items():
         for sample in (text, text.lower()):
             assert getattr(tokenize_module, name).findall(sample) == re.findall(backtracking, sample), name
+
+
+# Header-like values: runs of hex, digits and letters between the separators a shape keeps.
+_SHAPE_TEXT = st.lists(
+    st.sampled_from(
+        ["3fa9b2c1", "20070412", "mx7", "example", "ab", "9", "_", " ", "  ", ".", "@", "<", ">", "é", "-"]
+    ),
+    max_size=120,
+).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_SHAPE_TEXT)
+def test_shape_from_the_head_of_a_long_value_is_the_whole_values(value):
+    from spamd.mail.tokenize import shape, whole_shape
+
+    assert shape(value) == whole_shape(value)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(["ab", "é", "ß", "x9", "µ", "ª", "²", "½", "×", "÷", "_", "'", "-", ".,", "$", "£", "%!", " "]),
+        max_size=60,
+    ).map("".join)
+)
+def test_latin1_word_patterns_find_what_unicode_ones_do(text):
+    import spamd.mail.tokenize as tokenize_module
+
+    for latin1, unicode in (("_LATIN1_WORD_RE", "_WORD_RE"), ("_LATIN1_PLAIN_WORD_RE", "_PLAIN_WORD_RE")):
+        for sample in (text, text.lower()):
+            found = getattr(tokenize_module, latin1).findall(sample)
+            assert found == getattr(tokenize_module, unicode).findall(sample), latin1

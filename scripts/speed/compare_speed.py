@@ -19,12 +19,19 @@ each user with their layer joined (`spamctl classify --user`, `[users]
 score_per_user = true`) against the same messages scored by the shared model alone,
 in the same rounds: the cost of per-user scoring as a ratio.
 
+With --tree DIR (repeatable, the old tree first), each checkout runs its own
+DIR/.venv/bin/spamctl with its own trained state directory, every tree in each
+round and bogofilter after them in the same round: ratios of trees measured side
+by side. With --maildir, the index's messages are copied into a Maildir's new/,
+and `spamctl classify MAILDIR` is timed against `bogofilter -b` of the same files.
+
 The old absolute target, 1,500 msgs/s for `spamctl eval` on trec07p-dev, was set on a
 machine where bogofilter classified 2,911 msgs/s in bulk (shared/MEASUREMENTS.md):
 a ratio of 0.515, printed beside the measured one.
 
     python scripts/speed/compare_speed.py ../shared/corpora/trec07p-dev/full/index --rounds 3
     python scripts/speed/compare_speed.py /tmp/multi-user/agree.index --per-user --rounds 3
+    python scripts/speed/compare_speed.py INDEX --tree /tmp/before --tree . --maildir --rounds 3
 
 bogofilter comes from Debian (`apt-get install bogofilter`); this script installs nothing.
 """
@@ -33,12 +40,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from spamd.errors import SpamdError
 from spamd.evaluation.trec import IndexEntry, mail_entries, read_index
@@ -53,12 +62,20 @@ TARGET_MSGS_PER_S = 1500
 REFERENCE_BOGOFILTER_MSGS_PER_S = 2911  # bulk classify on the machine the target was set on
 
 
-def spamctl_command() -> list[str]:
+def spamctl_command(tree: Path | None = None) -> list[str]:
+    """This interpreter's spamctl, or with `tree` that checkout's own (TREE/.venv/bin/spamctl)."""
+    if tree is not None:
+        spamctl = tree / ".venv" / "bin" / "spamctl"
+        if not spamctl.exists():
+            raise SystemExit(f"{tree}: no .venv/bin/spamctl (each --tree needs its own venv)")
+        return [str(spamctl)]
     spamctl = Path(sys.executable).with_name("spamctl")
     return [str(spamctl)] if spamctl.exists() else [sys.executable, "-c", "from spamd.cli import main; main()"]
 
 
-def spamd_eval_rate(index: Path, jobs: int | None = None, config: Path | None = None) -> float:
+def spamd_eval_rate(
+    index: Path, jobs: int | None = None, config: Path | None = None, spamctl: list[str] | None = None
+) -> float:
     """msgs/s reported by one `spamctl eval --json` run (a fresh model in a temp dir).
 
     eval skips what is no mail message itself (as `read_mail` does here), saying so on
@@ -67,7 +84,9 @@ def spamd_eval_rate(index: Path, jobs: int | None = None, config: Path | None = 
     extra = [] if jobs is None else ["--jobs", str(jobs)]
     configured = ["--config", str(config)] if config else []
     done = subprocess.run(
-        [*spamctl_command(), *configured, "eval", str(index), "--json", *extra], capture_output=True, text=True
+        [*(spamctl or spamctl_command()), *configured, "eval", str(index), "--json", *extra],
+        capture_output=True,
+        text=True,
     )
     if done.returncode != 0:
         raise SystemExit(f"spamctl eval failed: {done.stderr.strip()[-500:]}")
@@ -75,7 +94,11 @@ def spamd_eval_rate(index: Path, jobs: int | None = None, config: Path | None = 
 
 
 def trained_data_dir(
-    entries: list[IndexEntry], where: Path, per_user: bool = False, config: Path | None = None
+    entries: list[IndexEntry],
+    where: Path,
+    per_user: bool = False,
+    config: Path | None = None,
+    spamctl: list[str] | None = None,
 ) -> Path:
     """A spamd state directory trained on the index's messages (untimed), for bulk classification.
 
@@ -87,6 +110,7 @@ def trained_data_dir(
     socket, gone meanwhile) is reported as skipped, and the rest is trained.
     """
     data = where / "data"
+    spamctl = spamctl or spamctl_command()
     groups = sorted({(e.label, e.user if per_user else None) for e in entries}, key=lambda g: (g[0], g[1] or ""))
     for label, user in groups:
         paths = [str(e.path) for e in entries if e.label == label and (e.user if per_user else None) == user]
@@ -94,7 +118,7 @@ def trained_data_dir(
         as_user = [] if user is None else ["--user", user]
         done = subprocess.run(
             [
-                *spamctl_command(),
+                *spamctl,
                 *(["--config", str(config)] if config else []),
                 "--data-dir",
                 str(data),
@@ -121,7 +145,7 @@ def trained_data_dir(
     # A snapshot, so that each classifying process loads the model (as bogofilter opens
     # its word list) rather than replaying every training from the journal.
     done = subprocess.run(
-        [*spamctl_command(), *(["--config", str(config)] if config else []), "--data-dir", str(data), "snapshot"],
+        [*spamctl, *(["--config", str(config)] if config else []), "--data-dir", str(data), "snapshot"],
         capture_output=True,
         text=True,
     )
@@ -131,7 +155,11 @@ def trained_data_dir(
 
 
 def spamd_bulk_classify_rate(
-    entries: list[IndexEntry], data: Path, config: Path | None = None, per_user: bool = False
+    entries: list[IndexEntry],
+    data: Path,
+    config: Path | None = None,
+    per_user: bool = False,
+    spamctl: list[str] | None = None,
 ) -> float:
     """msgs/s of `spamctl classify FILE...` over the index's messages, process start included (as bogofilter's).
 
@@ -144,7 +172,7 @@ def spamd_bulk_classify_rate(
     for user in users:
         paths = [str(e.path) for e in entries if (e.user or "") == user]
         command = [
-            *spamctl_command(),
+            *(spamctl or spamctl_command()),
             "--data-dir",
             str(data),
             *(["--config", str(config)] if config else []),
@@ -160,8 +188,35 @@ def spamd_bulk_classify_rate(
     return len(entries) / seconds
 
 
-def bogofilter_bulk_rate(entries: list[IndexEntry]) -> tuple[float, float]:
-    """(train msgs/s, classify msgs/s) of bogofilter in bulk mode on a fresh word list, over the same messages."""
+def build_maildir(entries: list[IndexEntry], where: Path) -> Path:
+    """A Maildir (where/Maildir) whose new/ holds a copy of each message, named in index order."""
+    maildir = where / "Maildir"
+    for sub in ("cur", "new", "tmp"):
+        (maildir / sub).mkdir(parents=True)
+    for number, entry in enumerate(entries):
+        shutil.copyfile(entry.path, maildir / "new" / f"{number:07d}.speed:2,")
+    return maildir
+
+
+def maildir_files(maildir: Path) -> list[Path]:
+    return sorted((maildir / "new").iterdir())
+
+
+def spamd_maildir_classify_rate(maildir: Path, data: Path, config: Path | None, spamctl: list[str]) -> float:
+    """msgs/s of `spamctl classify MAILDIR` (one argument: spamctl lists the folder), process start included."""
+    count = len(maildir_files(maildir))
+    command = [*spamctl, "--data-dir", str(data), *(["--config", str(config)] if config else []), "classify"]
+    started = time.perf_counter()
+    done = subprocess.run([*command, str(maildir)], capture_output=True, text=True)
+    seconds = time.perf_counter() - started
+    if done.returncode != 0 or done.stdout.count("\n") != count:
+        raise SystemExit(f"spamctl classify of a Maildir failed: {done.stderr.strip()[:500]}")
+    return count / seconds
+
+
+def bogofilter_bulk_rate(entries: list[IndexEntry], maildir: Path | None = None) -> tuple[float, float, float | None]:
+    """(train msgs/s, classify msgs/s, classify msgs/s of the Maildir's files or None) of bogofilter in bulk mode
+    on a fresh word list, over the same messages."""
     names = {label: "".join(f"{e.path}\n" for e in entries if e.label == label) for label in Label}
     everything = "".join(f"{e.path}\n" for e in entries)
     with tempfile.TemporaryDirectory(prefix="bogo-speed-") as wordlist:
@@ -177,7 +232,18 @@ def bogofilter_bulk_rate(entries: list[IndexEntry]) -> tuple[float, float]:
         classified = time.perf_counter() - started
         if done.returncode == 3:
             raise SystemExit(f"bogofilter failed: {done.stderr.strip()}")
-    return len(entries) / trained, len(entries) / classified
+        maildir_rate = None
+        if maildir is not None:
+            files = maildir_files(maildir)
+            started = time.perf_counter()
+            done = subprocess.run(
+                ["bogofilter", "-d", wordlist, "-b", "-v"], input="".join(f"{f}\n" for f in files), text=True,
+                capture_output=True,
+            )  # fmt: skip
+            maildir_rate = len(files) / (time.perf_counter() - started)
+            if done.returncode == 3:
+                raise SystemExit(f"bogofilter failed: {done.stderr.strip()}")
+    return len(entries) / trained, len(entries) / classified, maildir_rate
 
 
 def main() -> int:
@@ -192,6 +258,14 @@ def main() -> int:
     parser.add_argument(
         "--config", type=Path, help="spamd's config for every spamctl run (e.g. [model] families switched on)"
     )
+    parser.add_argument(
+        "--tree", type=Path, action="append",
+        help="a checkout with its own .venv, its spamctl timed (repeatable, the old tree first; default: this one)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--maildir", action="store_true",
+        help="also time `spamctl classify` of a Maildir of the messages against bogofilter -b of its files",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.config and args.per_user:
         parser.error("--config and --per-user: put [users] score_per_user = true in the config instead")
@@ -206,62 +280,118 @@ def main() -> int:
     if args.per_user and not any(e.user for e in entries):
         print(f"{args.index}: --per-user needs an index that names users (third field)", file=sys.stderr)
         return 2
-    spamd_rates, one_process_rates, classify_rates, bogo_train_rates, bogo_classify_rates = [], [], [], [], []
-    user_rates: list[float] = []
+    trees: list[Path | None] = [t.resolve() for t in args.tree] if args.tree else [None]
+    commands = [spamctl_command(tree) for tree in trees]
+    rates: list[dict[str, list[float]]] = [{} for _ in trees]
+    bogo: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="spamd-speed-") as tmp:
         config = args.config
-        data = trained_data_dir(entries, Path(tmp), args.per_user, config)
+        datas = [
+            trained_data_dir(entries, Path(tmp) / str(n), args.per_user, config, spamctl)
+            for n, spamctl in enumerate(commands)
+        ]
         if args.per_user:
             config = Path(tmp) / "per-user.toml"
             config.write_text("[users]\nscore_per_user = true\n")
+        maildir = build_maildir(entries, Path(tmp)) if args.maildir else None
         for round_number in range(1, args.rounds + 1):
-            spamd_rates.append(spamd_eval_rate(args.index, config=config))
-            one_process_rates.append(spamd_eval_rate(args.index, jobs=1, config=config))
-            classify_rates.append(spamd_bulk_classify_rate(entries, data, config))
-            if args.per_user:
-                user_rates.append(spamd_bulk_classify_rate(entries, data, config, per_user=True))
+            for tree, spamctl, data, own in zip(trees, commands, datas, rates, strict=True):
+                measured = {
+                    "eval": spamd_eval_rate(args.index, config=config, spamctl=spamctl),
+                    "eval_one_process": spamd_eval_rate(args.index, jobs=1, config=config, spamctl=spamctl),
+                    "classify": spamd_bulk_classify_rate(entries, data, config, spamctl=spamctl),
+                }
+                if args.per_user:
+                    measured["classify_per_user"] = spamd_bulk_classify_rate(entries, data, config, True, spamctl)
+                if maildir is not None:
+                    measured["classify_maildir"] = spamd_maildir_classify_rate(maildir, data, config, spamctl)
+                for key, rate in measured.items():
+                    own.setdefault(key, []).append(rate)
                 print(
-                    f"round {round_number}: spamctl classify, each user with their layer {user_rates[-1]:,.0f} msgs/s, "
-                    f"shared model alone {classify_rates[-1]:,.0f} msgs/s: cost {classify_rates[-1] / user_rates[-1]:.3f}x",
+                    f"round {round_number}{f' {tree}' if tree else ''}: "
+                    + ", ".join(
+                        f"spamctl {key.replace('_', ' ')} {rate:,.0f} msgs/s" for key, rate in measured.items()
+                    ),
                     file=sys.stderr,
                 )
-            train_rate, classify_rate = bogofilter_bulk_rate(entries)
-            bogo_train_rates.append(train_rate)
-            bogo_classify_rates.append(classify_rate)
+            train_rate, classify_rate, maildir_rate = bogofilter_bulk_rate(entries, maildir)
+            bogo.setdefault("train", []).append(train_rate)
+            bogo.setdefault("classify", []).append(classify_rate)
+            if maildir_rate is not None:
+                bogo.setdefault("classify_maildir", []).append(maildir_rate)
             print(
-                f"round {round_number}: spamctl eval {spamd_rates[-1]:,.0f} msgs/s (--jobs 1: {one_process_rates[-1]:,.0f}), "
-                f"spamctl classify {classify_rates[-1]:,.0f}, bogofilter bulk classify {classify_rate:,.0f} msgs/s, "
-                f"eval ratio {spamd_rates[-1] / classify_rate:.3f}, classify ratio {classify_rates[-1] / classify_rate:.3f}",
+                f"round {round_number}: bogofilter bulk classify {classify_rate:,.0f} msgs/s"
+                + (f", of the Maildir's files {maildir_rate:,.0f}" if maildir_rate is not None else "")
+                + "; ratios "
+                + "; ".join(
+                    f"{tree or 'spamd'} eval {own['eval'][-1] / classify_rate:.3f}, "
+                    f"classify {own['classify'][-1] / classify_rate:.3f}"
+                    + (f", Maildir {own['classify_maildir'][-1] / maildir_rate:.3f}" if maildir_rate else "")
+                    for tree, own in zip(trees, rates, strict=True)
+                ),
                 file=sys.stderr,
             )
-    ratios = [s / b for s, b in zip(spamd_rates, bogo_classify_rates, strict=True)]
-    summary = {
-        "index": str(args.index),
-        "messages": len(entries),
-        "rounds": args.rounds,
-        "spamd_eval_msgs_per_s": statistics.median(spamd_rates),
-        "spamd_eval_one_process_msgs_per_s": statistics.median(one_process_rates),
-        "spamd_bulk_classify_msgs_per_s": statistics.median(classify_rates),
-        "ratio_spamd_classify_over_bogofilter_classify": statistics.median(
-            [s / b for s, b in zip(classify_rates, bogo_classify_rates, strict=True)]
-        ),
-        "bogofilter_bulk_train_msgs_per_s": statistics.median(bogo_train_rates),
-        "bogofilter_bulk_classify_msgs_per_s": statistics.median(bogo_classify_rates),
-        "ratio_spamd_eval_over_bogofilter_classify": statistics.median(ratios),
-        "target_ratio": TARGET_MSGS_PER_S / REFERENCE_BOGOFILTER_MSGS_PER_S,
-    }
-    if args.per_user:
-        summary["spamd_bulk_classify_per_user_msgs_per_s"] = statistics.median(user_rates)
-        summary["per_user_scoring_cost"] = statistics.median(
-            [s / u for s, u in zip(classify_rates, user_rates, strict=True)]
-        )
-    summary["spamd_eval_msgs_per_s_on_reference_machine"] = (
-        summary["ratio_spamd_eval_over_bogofilter_classify"] * REFERENCE_BOGOFILTER_MSGS_PER_S
-    )
+    summaries = [summarize(args, len(entries), own, bogo) for own in rates]
+    summary = dict(summaries[-1])  # the last tree's (the new one's) at the top, as without --tree
+    if args.tree:
+        summary["trees"] = [{"tree": str(tree), **one} for tree, one in zip(trees, summaries, strict=True)]
+        summary["new_over_old"] = {
+            key: summaries[-1][key] / summaries[0][key]
+            for key in summaries[0]
+            if key.startswith("spamd_") and key.endswith("_msgs_per_s") and summaries[0][key]
+        }
     if args.json:
         print(json.dumps(summary))
         return 0
     print(f"index: {args.index} ({len(entries):,} messages), median of {args.rounds} interleaved rounds")
+    for tree, one in zip(trees, summaries, strict=True):
+        if tree:
+            print(f"\n{tree}")
+        print_summary(args, one)
+    if args.tree:
+        print("\nnew / old (the last tree over the first), msgs/s medians:")
+        for key, ratio in summary["new_over_old"].items():
+            print(f"  {key.removeprefix('spamd_').removesuffix('_msgs_per_s'):<40} {ratio:8.3f}")
+    return 0
+
+
+def summarize(
+    args: argparse.Namespace, messages: int, rates: dict[str, list[float]], bogo: dict[str, list[float]]
+) -> dict[str, Any]:
+    """One tree's medians and its ratios to bogofilter in the same rounds."""
+
+    def ratio(ours: str, theirs: str) -> float:
+        return statistics.median([s / b for s, b in zip(rates[ours], bogo[theirs], strict=True)])
+
+    summary: dict[str, Any] = {
+        "index": str(args.index),
+        "messages": messages,
+        "rounds": args.rounds,
+        "spamd_eval_msgs_per_s": statistics.median(rates["eval"]),
+        "spamd_eval_one_process_msgs_per_s": statistics.median(rates["eval_one_process"]),
+        "spamd_bulk_classify_msgs_per_s": statistics.median(rates["classify"]),
+        "ratio_spamd_classify_over_bogofilter_classify": ratio("classify", "classify"),
+        "bogofilter_bulk_train_msgs_per_s": statistics.median(bogo["train"]),
+        "bogofilter_bulk_classify_msgs_per_s": statistics.median(bogo["classify"]),
+        "ratio_spamd_eval_over_bogofilter_classify": ratio("eval", "classify"),
+        "target_ratio": TARGET_MSGS_PER_S / REFERENCE_BOGOFILTER_MSGS_PER_S,
+    }
+    if args.per_user:
+        summary["spamd_bulk_classify_per_user_msgs_per_s"] = statistics.median(rates["classify_per_user"])
+        summary["per_user_scoring_cost"] = statistics.median(
+            [s / u for s, u in zip(rates["classify"], rates["classify_per_user"], strict=True)]
+        )
+    if args.maildir:
+        summary["spamd_maildir_classify_msgs_per_s"] = statistics.median(rates["classify_maildir"])
+        summary["bogofilter_maildir_classify_msgs_per_s"] = statistics.median(bogo["classify_maildir"])
+        summary["ratio_spamd_maildir_classify_over_bogofilter"] = ratio("classify_maildir", "classify_maildir")
+    summary["spamd_eval_msgs_per_s_on_reference_machine"] = (
+        summary["ratio_spamd_eval_over_bogofilter_classify"] * REFERENCE_BOGOFILTER_MSGS_PER_S
+    )
+    return summary
+
+
+def print_summary(args: argparse.Namespace, summary: dict[str, Any]) -> None:
     print(f"spamctl eval (score + journaled training)   {summary['spamd_eval_msgs_per_s']:>8,.0f} msgs/s")
     print(f"spamctl eval --jobs 1 (one process)         {summary['spamd_eval_one_process_msgs_per_s']:>8,.0f} msgs/s")
     print(f"spamctl classify FILE... (bulk)             {summary['spamd_bulk_classify_msgs_per_s']:>8,.0f} msgs/s")
@@ -276,6 +406,16 @@ def main() -> int:
     print(
         f"ratio spamd classify / bogofilter classify   {summary['ratio_spamd_classify_over_bogofilter_classify']:>8.3f}"
     )
+    if args.maildir:
+        print(
+            f"spamctl classify MAILDIR                    {summary['spamd_maildir_classify_msgs_per_s']:>8,.0f} msgs/s"
+        )
+        print(
+            f"bogofilter -b of the Maildir's files         {summary['bogofilter_maildir_classify_msgs_per_s']:>8,.0f} msgs/s"
+        )
+        print(
+            f"ratio spamd Maildir / bogofilter             {summary['ratio_spamd_maildir_classify_over_bogofilter']:>8.3f}"
+        )
     if args.per_user:
         print(
             f"spamctl classify --user, layers joined      {summary['spamd_bulk_classify_per_user_msgs_per_s']:>8,.0f} msgs/s"
@@ -287,7 +427,6 @@ def main() -> int:
         f"spamctl eval scaled to the reference machine {summary['spamd_eval_msgs_per_s_on_reference_machine']:>7,.0f} msgs/s"
         f"   (target {TARGET_MSGS_PER_S:,})"
     )
-    return 0
 
 
 if __name__ == "__main__":

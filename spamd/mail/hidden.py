@@ -14,6 +14,7 @@ and never raises: odd markup leaves an element visible.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 _STYLED_TAG_RE = re.compile(r"""<([a-z][a-z0-9]{0,15})\b[^<>]*?\bstyle\s*=\s*("[^"<>]*"|'[^'<>]*'|[^\s<>]+)[^<>]*>""")
 # Each way of hiding alone; `_HIDING_RE` is the same alternatives as one pattern, for a
@@ -31,7 +32,13 @@ _HIDING_ALTERNATIVES = (
     *(rf"{side}\s*:\s*-\d{{3,}}" for side in ("left", "top", "text-indent", "margin-left")),
 )
 _HIDING_RE = re.compile("|".join(_HIDING_ALTERNATIVES))
-_HIDING_SEARCHES = tuple(re.compile(alternative).search for alternative in _HIDING_ALTERNATIVES)
+# Each with the word it starts with, looked for first by str.find (a memchr-based scan): the
+# pattern is searched only in markup that holds its word (most HTML mail holds none but "left"
+# or "top"). Parsing trec07p-dev's first 300 messages: 1,113 -> 1,085 k instructions a message
+# (callgrind).
+_HIDING_SEARCHES = tuple(
+    (alternative.partition("\\")[0], re.compile(alternative).search) for alternative in _HIDING_ALTERNATIVES
+)
 _COLOUR_RE = re.compile(r"(?:^|[;\s\"'])color\s*:\s*([#a-z0-9]+)")
 _BACKGROUND_RE = re.compile(r"background(?:-color)?\s*:\s*([#a-z0-9]+)")
 _VOID = frozenset(("img", "br", "hr", "input", "meta", "link", "area", "base", "col", "wbr", "source", "embed"))
@@ -61,6 +68,8 @@ def hiding_kind(style: str) -> str | None:
         if found.startswith("opacity"):
             return "opacity-0"
         return "off-screen"
+    if "background" not in style:  # a colour is compared with its background's only
+        return None
     colour = _COLOUR_RE.search(style)
     if colour:
         background = _BACKGROUND_RE.search(style)
@@ -79,6 +88,28 @@ def _element_end(lower: str, name: str, start: int) -> int:
     return len(lower)
 
 
+def _styled_tags(lower: str) -> Iterator[re.Match[str]]:
+    """`_STYLED_TAG_RE.finditer(lower)`, tried only at the "<" before each "style".
+
+    A match holds no "<" but its first and ends at the first ">" after it: so it starts
+    at the last "<" before a "style" it holds, and the next one after its end. finditer
+    tried the pattern at every "<" of the markup (parsing trec07p-dev's first 300
+    messages, 1,085 -> 1,042 k instructions a message under callgrind).
+    """
+    end = 0  # no match starts before it: each "<" is tried once, each stretch searched back once
+    at = lower.find("style")
+    while at != -1:
+        start = lower.rfind("<", end, at)
+        if start == -1:
+            end = at
+        elif m := _STYLED_TAG_RE.match(lower, start):
+            yield m
+            end = m.end()
+        else:
+            end = start + 1
+        at = lower.find("style", max(at + 5, end))
+
+
 def cut_hidden(markup: str, lower: str) -> tuple[str, str, list[str], list[str]]:
     """(markup, lower) with hidden elements replaced by a space, their markup, and how each was hidden.
 
@@ -87,12 +118,13 @@ def cut_hidden(markup: str, lower: str) -> tuple[str, str, list[str], list[str]]
     # One pass for the hiding styles but the colour (most HTML mail has none): then the
     # styled tags only if one is there, or if a colour may be its background's.
     if "style" not in lower or not (
-        any(search(lower) for search in _HIDING_SEARCHES) or ("background" in lower and "color" in lower)
+        any(word in lower and search(lower) for word, search in _HIDING_SEARCHES)
+        or ("background" in lower and "color" in lower)
     ):
         return markup, lower, [], []
     keep, keep_lower, hidden, kinds = [], [], [], []
     pos = 0
-    for m in _STYLED_TAG_RE.finditer(lower):
+    for m in _styled_tags(lower):
         if m.start() < pos:
             continue  # inside an element already cut
         kind = hiding_kind(m.group(2).strip("\"'"))
