@@ -20,7 +20,10 @@ from spamd.model.bayes import (
     denominator,
     featurize,
     mean_log_odds,
+    score_counts,
     split_evidence,
+    token_log_odds,
+    verdict_of,
 )
 from spamd.model.families import BODY, CLAIM, EVIDENCE, evidence_kind, kinds_of
 from tests.cli_helpers import run_spamctl, train_examples
@@ -219,3 +222,34 @@ def test_the_score_s_two_means_are_the_words_and_the_evidence_taken_apart(values
     words, word_weights, evidence = split_evidence(config, log_odds, weights, kinds)
     expected = mean_log_odds(config, float(words.sum()), denominator(config, len(words), word_weights)) + evidence
     assert math.isclose(combined_log_odds(config, log_odds, weights, kinds), expected, rel_tol=1e-9, abs_tol=1e-9)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    buckets=st.lists(
+        st.tuples(
+            st.integers(0, 40), st.integers(0, 40), st.sampled_from([BODY, BODY, EVIDENCE, CLAIM]), st.floats(0.05, 2.0)
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+    weighted=st.booleans(),
+    priors=st.sampled_from([(0.0, 30.0), (1.0, 30.0), (1.0, 1.0), (3.0, 0.0)]),
+    totals=st.tuples(st.integers(1, 5_000), st.integers(1, 5_000), st.integers(1, 300), st.integers(1, 300)),
+)
+def test_the_score_s_quick_evidence_path_is_the_general_one(buckets, weighted, priors, totals):
+    # score_counts takes every bucket as a word, then the few evidence buckets out in Python floats;
+    # token_log_odds with the kinds, then combined_log_odds, estimate them in place: the same score.
+    config = ModelConfig(evidence_weight=0.25, evidence_prior=priors[0], evidence_apart_prior=priors[1])
+    counts = np.array([[h for h, _, _, _ in buckets], [s for _, s, _, _ in buckets]], dtype=np.uint32)
+    kinds = np.array([k for _, _, k, _ in buckets], dtype=np.int8)
+    weights = np.array([w for _, _, _, w in buckets]) if weighted else None
+    token_totals = np.array([totals[0] + int(counts[0].sum()), totals[1] + int(counts[1].sum())], dtype=np.int64)
+    doc_totals = np.array(totals[2:], dtype=np.int64)
+    distinct = len(buckets) + 100
+    log_odds = token_log_odds(config, counts, token_totals, distinct, None, kinds, doc_totals)
+    if weights is not None:
+        log_odds = log_odds * weights
+    expected = verdict_of(config, combined_log_odds(config, log_odds, weights, kinds, doc_totals))
+    quick = score_counts(config, counts, token_totals, distinct, weights, doc_totals, None, kinds)
+    assert math.isclose(quick.log_odds, expected.log_odds, rel_tol=1e-9, abs_tol=1e-9)

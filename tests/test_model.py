@@ -289,3 +289,28 @@ def test_decisive_tokens_keep_a_block_of_unknown_words_from_diluting_the_score()
     assert score == decisive.score(featurize(block, 16))
     assert sum(r.weight for r in rows) == pytest.approx(score.log_odds)
     assert {r.token for r in rows if r.weight} == set(spam)
+
+
+def test_a_message_scored_again_is_scored_by_the_counts_and_config_of_now():
+    # score() answers the same Features again from its last score only while nothing changed.
+    config = ModelConfig(hash_bits=12)
+    model = MultinomialNB(config)
+    model.learn_one(featurize(["cheap", "pills"], 12), Label.SPAM)
+    model.learn_one(featurize(["meeting", "notes"], 12), Label.HAM)
+    message = featurize(["cheap", "pills", "offer"], 12)
+    first = model.score(message)
+    assert model.score(message) is first
+    model.learn_one(featurize(["cheap", "offer"], 12), Label.SPAM)
+    learned = model.score(message)
+    assert learned.log_odds > first.log_odds
+    model.unlearn_one(featurize(["cheap", "offer"], 12), Label.SPAM)
+    assert model.score(message) == first
+    fresh = MultinomialNB(config)
+    fresh.learn_one(featurize(["cheap", "pills"], 12), Label.HAM)
+    fresh.learn_one(featurize(["meeting", "notes"], 12), Label.SPAM)
+    model.counts[:] = fresh.counts  # overwritten in place, as an import does
+    model.forget_log_masses()
+    assert model.score(message) == fresh.score(message) != first
+    assert fresh.score(message).verdict != Verdict.SPAM
+    model.config = dataclasses.replace(config, spam_threshold=0.01, ham_threshold=0.01)  # a reload
+    assert model.score(message).verdict == Verdict.SPAM
