@@ -22,6 +22,7 @@ from spamd.model.bayes import (
     mean_log_odds,
     score_counts,
     split_evidence,
+    token_id,
     token_log_odds,
     verdict_of,
 )
@@ -253,3 +254,27 @@ def test_the_score_s_quick_evidence_path_is_the_general_one(buckets, weighted, p
     expected = verdict_of(config, combined_log_odds(config, log_odds, weights, kinds, doc_totals))
     quick = score_counts(config, counts, token_totals, distinct, weights, doc_totals, None, kinds)
     assert math.isclose(quick.log_odds, expected.log_odds, rel_tol=1e-9, abs_tol=1e-9)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    tokens=st.lists(
+        st.tuples(st.text(alphabet="abcdef", min_size=1, max_size=3), st.sampled_from([BODY, BODY, EVIDENCE, CLAIM])),
+        max_size=60,
+    ),
+    weighted=st.booleans(),
+)
+def test_a_bucket_is_of_the_highest_kind_among_its_tokens(tokens, weighted):
+    # featurize hashes each token once and takes the evidence's ids before sorting; counted here token by token.
+    bits = 6  # few buckets: tokens collide
+    words = [t for t, _ in tokens]
+    kinds = np.array([k for _, k in tokens], dtype=np.int8)
+    weights = np.linspace(0.5, 1.5, len(words)) if weighted else None
+    features = featurize(words, bits, weights, kinds)
+    expected: dict[int, int] = {}
+    for word, kind in tokens:
+        bucket = token_id(word, (1 << bits) - 1)
+        expected[bucket] = max(expected.get(bucket, BODY), kind)
+    assert features.kinds is not None
+    assert dict(zip(features.ids.tolist(), features.kinds.tolist(), strict=True)) == expected
+    assert features.ids.tolist() == featurize(words, bits, weights).ids.tolist()
