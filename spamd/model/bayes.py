@@ -273,16 +273,16 @@ class MultinomialNB:
         little: scripts/accuracy/ablate_model.py, 20 streams, geometric mean of (1-ROCA)% ratios
         full 0.999, errors 0.987, people 1.023 (worst stream 1.60), so it is off.
         """
-        last = self._last_scored
-        if last is not None and last[0] is features and last[1] == self._changes and last[2] is self.config:
+        last, changes, config = self._last_scored, self._changes, self.config  # as of the counts read below
+        if last is not None and last[0] is features and last[1] == changes and last[2] is config:
             return last[3]
         if len(features) == 0 or not (self.doc_totals[0] and self.doc_totals[1]):
-            return verdict_of(self.config, 0.0)
+            return verdict_of(config, 0.0)
         score = score_counts(
-            self.config, self.counts.take(features.ids, axis=1), self.token_totals, self.distinct, features.weights,
+            config, self.counts.take(features.ids, axis=1), self.token_totals, self.distinct, features.weights,
             self.doc_totals, self.class_log_masses(), features.kinds,
         )  # fmt: skip
-        self._last_scored = (features, self._changes, self.config, score)
+        self._last_scored = (features, changes, config, score)
         return score
 
     def explain(
