@@ -14,11 +14,16 @@ from enum import Enum, IntEnum
 from typing import Protocol
 
 import numpy as np
-import xxhash
 
 from spamd.config import ModelConfig
 from spamd.model.estimation import log_mass, log_masses, normalized_log_odds, prior_log_odds
-from spamd.model.families import BODY, CLAIM, EVIDENCE, token_weights
+from spamd.model.families import BODY, CLAIM, EVIDENCE
+
+# Re-exported: callers import the features with the model that scores them.
+from spamd.model.features import Features as Features
+from spamd.model.features import features_of as features_of
+from spamd.model.features import featurize as featurize
+from spamd.model.features import token_id as token_id
 
 
 class Label(IntEnum):
@@ -37,22 +42,6 @@ class Verdict(str, Enum):  # noqa: UP042  StrEnum would change what str() and fo
     HAM = "ham"
     UNSURE = "unsure"
     SPAM = "spam"
-
-
-@dataclass(frozen=True, slots=True)
-class Features:
-    """A message as unique bucket ids (sorted) with their token counts, and their family weights if any is not 1."""
-
-    ids: np.ndarray  # uint32, sorted, unique
-    counts: np.ndarray  # uint32, >= 1
-    # float64 per id (spamd/model/families.py); None: every id weighs 1, the default and the fast path.
-    weights: np.ndarray | None = None
-    # int8 per id: what kind of evidence the bucket holds (spamd.model.families.BODY, EVIDENCE, CLAIM),
-    # scored apart from the words with [model] evidence_weight; None: all words, as before.
-    kinds: np.ndarray | None = None
-
-    def __len__(self) -> int:
-        return len(self.ids)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,72 +64,6 @@ class Contribution:
 
 
 KIND_NAMES = {BODY: "word", EVIDENCE: "evidence", CLAIM: "claim"}
-
-
-def token_id(token: str, mask: int) -> int:
-    return xxhash.xxh3_64_intdigest(token.encode("utf-8", "surrogatepass")) & mask
-
-
-def featurize(
-    tokens: list[str], hash_bits: int, weights: np.ndarray | None = None, kinds: np.ndarray | None = None
-) -> Features:
-    """Token strings -> unique bucket ids with counts (colliding tokens merge).
-
-    With per-token `weights`, a bucket weighs as its heaviest token: a tokenizer token
-    that shares a bucket with an n-gram keeps its weight of 1 (unmeasured: with the
-    n-grams and pairs on, about one pair of a message's ~2,400 tokens shares a bucket
-    of 2**22). With per-token `kinds` (spamd.model.families.token_kinds), a bucket is of
-    the highest kind among its tokens.
-    """
-    try:
-        # map() keeps the per-token loop in C; hashing every token and counting the
-        # sorted ids beats counting strings first (57 -> 52 us/msg).
-        hashes = np.fromiter(map(xxhash.xxh3_64_intdigest, map(str.encode, tokens)), np.uint64, len(tokens))
-    except UnicodeEncodeError:  # a lone surrogate; cannot come from decoded mail, but be total
-        hashes = np.array([xxhash.xxh3_64_intdigest(t.encode("utf-8", "surrogatepass")) for t in tokens], np.uint64)
-    hashes &= np.uint64((1 << hash_bits) - 1)
-    ids = hashes.astype(np.uint32)
-    apart = None
-    if kinds is not None:
-        kinds = np.asarray(kinds, dtype=np.int8)
-        if len(kinds) != len(tokens):
-            raise ValueError(f"{len(kinds)} kinds for {len(tokens)} tokens")
-        # The evidence tokens' ids and kinds, taken before the ids are sorted: each token is hashed
-        # once: featurize 457 -> 420 k instructions a message over trec07p-dev's first 300 (callgrind).
-        places = np.flatnonzero(kinds)
-        apart = (ids.take(places), kinds.take(places))
-    if weights is not None:
-        order = np.argsort(ids, kind="stable")
-        ids, weights = ids[order], np.asarray(weights, dtype=np.float64)[order]
-    else:
-        ids.sort()
-    if len(ids) == 0:
-        no_kinds = None if kinds is None else np.zeros(0, dtype=np.int8)
-        return Features(ids, np.zeros(0, dtype=np.uint32), None if weights is None else np.zeros(0), no_kinds)
-    # What np.unique(return_counts=True) computes, without its Python-level
-    # overhead: featurize 94 -> 78 us/msg on trec07p-dev (same features).
-    starts = np.empty(len(ids), dtype=bool)
-    starts[0] = True
-    np.not_equal(ids[1:], ids[:-1], out=starts[1:])
-    first = np.flatnonzero(starts)
-    counts = np.empty(len(first), dtype=np.uint32)
-    np.subtract(first[1:], first[:-1], out=counts[:-1], casting="unsafe")
-    counts[-1] = len(ids) - first[-1]
-    unique = ids[first]
-    bucket_weights = None if weights is None else np.maximum.reduceat(weights, first)
-    if apart is None:
-        return Features(unique, counts, bucket_weights)
-    bucket_kinds = np.zeros(len(unique), dtype=np.int8)
-    if len(apart[0]):
-        np.maximum.at(bucket_kinds, np.searchsorted(unique, apart[0]), apart[1])
-    return Features(unique, counts, bucket_weights, bucket_kinds)
-
-
-def features_of(
-    tokens: list[str], config: ModelConfig, weights: np.ndarray | None = None, kinds: np.ndarray | None = None
-) -> Features:
-    """`featurize` with the tokens' `weights`, or (None) the family weights the tokens' prefixes tell."""
-    return featurize(tokens, config.hash_bits, token_weights(tokens, config) if weights is None else weights, kinds)
 
 
 # What a message adds for tf occurrences (ModelConfig.stored_counts), for tf up to
