@@ -19,7 +19,14 @@ from spamd.mail.links import link_tokens, split_url
 from spamd.mail.message import ParsedMessage, parse_message
 from spamd.mail.senders_claimed import claimed_sender_tokens, split_address
 from spamd.mail.tokenize import EVIDENCE_FAMILIES, evidence_tokens
-from spamd.model.families import UNRECORDED_COUNT_SETTINGS, count_settings, evidence_families, with_families
+from spamd.model.families import (
+    CLAIM,
+    UNRECORDED_COUNT_SETTINGS,
+    count_settings,
+    evidence_families,
+    evidence_kind,
+    with_families,
+)
 from tests.cli_helpers import run_spamctl, train_examples
 
 LIMITS = ParserConfig()
@@ -63,6 +70,7 @@ def test_a_brand_display_name_on_a_foreign_domain():
     )
     assert claimed_sender_tokens(msg) == [
         "from-org:sinhil.com",
+        "from-suffix:com",
         "from-name-not-in-domain:walmart",
         "from-name-not-in-domain:notices",
         "from-name-not-in-domain:center",
@@ -81,6 +89,7 @@ def test_the_brands_own_domain():
     )
     assert claimed_sender_tokens(msg) == [
         "from-org:torrid.com",
+        "from-suffix:com",
         "from-name-in-domain:torrid",
         "from-name-not-in-domain:semi",
         "from-name-not-in-domain:annual",
@@ -93,8 +102,20 @@ def test_the_brands_own_domain():
 
 def test_a_name_that_spells_out_the_domain_matches_it_word_by_word():
     tokens = claimed_sender_tokens(parsed(b"From: Bank of America <alerts@bankofamerica.com>\n\nx\n"))
-    assert tokens == ["from-org:bankofamerica.com", "from-name-in-domain:bank", "from-name-in-domain:america",
+    assert tokens == ["from-org:bankofamerica.com", "from-suffix:com", "from-name-in-domain:bank", "from-name-in-domain:america",
                       "from-name-domain:match"]  # fmt: skip
+
+
+def test_the_suffix_a_sender_registered_under_is_a_claim_of_its_own():
+    # A throwaway domain is new to every site; where such domains are registered is not.
+    assert "from-suffix:shop" in claimed_sender_tokens(
+        parsed(b'From: "simple hack" <simple_hack@cellucaare.shop>\n\nx\n')
+    )
+    assert "from-suffix:com.br" in claimed_sender_tokens(parsed(b"From: <vss@mail.suspicious.com.br>\n\nx\n"))
+    for bare in (b"From: <root@[192.0.2.7]>\n\nx\n", b"From: <root@localhost>\n\nx\n", b"Subject: no from\n\nx\n"):
+        assert not [t for t in claimed_sender_tokens(parsed(bare)) if t.startswith("from-suffix:")]
+    # Written in a From, it is what the message says: toward spam only when scored apart.
+    assert evidence_kind("from-suffix:shop") == CLAIM
 
 
 def test_an_address_in_the_display_name_that_is_not_the_real_one():

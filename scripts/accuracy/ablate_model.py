@@ -97,7 +97,7 @@ from spamd_lab.variants import VARIANTS, write_variant  # noqa: E402
 # of its tokens (the last) are word salad's ([model] salad_tokens).
 Analyzed = tuple[list[str], str, str, dict[str, list[str]], int]
 # Part of the cache key: a cache written by another version of the analysis is not read.
-_ANALYSIS_VERSION = b"evidence-3+salad-2+signers-1"
+_ANALYSIS_VERSION = b"evidence-3+salad-2+signers-1+suffix-1"
 # Sender authentication as the analysis runs it offline (no DNS: a corpus's keys are long
 # gone; each look-up is a temporary error), trusting the Authentication-Results of these
 # authserv-ids below any number of Received headers when --trusted-authserv-ids names them.

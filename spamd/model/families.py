@@ -45,6 +45,7 @@ Family = tuple[list[str], float]
 BODY, EVIDENCE, CLAIM = 0, 1, 2
 CLAIM_PREFIXES = (
     "from-org:",
+    "from-suffix:",
     "from-name-in-domain:",
     "from-name-claims:",
     "reply-to-org:",
