@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -169,3 +170,24 @@ SALAD = st.text(
 @given(st.lists(SALAD | st.just("lorem ipsum dolor " * 15), min_size=1, max_size=4).map("".join))
 def test_latin1_text_is_searched_for_word_salad_as_any_text(text: str) -> None:
     assert split_word_salad(text) == split_word_salad(text, quick=False)
+
+
+WIDE_SALAD = st.text(
+    st.sampled_from(
+        list("abcxyz") + [" "] * 3 + ["\n", "\x85", "\xa0", "\u2003", "\u3000", "\u2028", "\u2019", "\u0436", "\u4e00"]
+        + ["\U0001f600", "\ud800", "\u3001", "A", "."]
+    ),
+    min_size=100,
+)  # fmt: skip
+
+
+@settings(max_examples=300)
+@given(st.lists(WIDE_SALAD | st.just("lorem ipsum dolor " * 15), min_size=1, max_size=4).map("".join))
+def test_text_beyond_latin1_is_searched_for_word_salad_as_the_pattern_does(text: str) -> None:
+    # Found in a byte a character, Unicode's spaces (U+2003, U+3000) counted as \s counts them.
+    assert split_word_salad(text) == split_word_salad(text, quick=False)
+
+
+def test_no_character_past_the_salad_tables_reach_is_white_space() -> None:
+    every = "".join(map(chr, range(0x3001, 0x110000)))
+    assert re.search(r"\s", every) is None
