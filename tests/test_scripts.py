@@ -218,6 +218,32 @@ def trec_head_index(tmp_path: Path, messages: int = 600) -> Path:
     return index
 
 
+def test_compare_trees_shows_every_run_before_and_after_and_the_same_tree_moves_nothing(
+    index_with_junk: Path, tmp_path: Path
+) -> None:
+    index = str(index_with_junk)
+    run = run_script(
+        "accuracy/compare_trees.py", "--before", str(REPO), "--after", str(REPO), "--dev", index,
+        "--first-contact", f"{index}:{index}", "--later", f"{index}:{index}", "--alone", index, "--feedback",
+        "full,errors", "--attack-names", "zero-width", "--work", str(tmp_path / "w"), cwd=tmp_path, timeout=600,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    out = run.stdout
+    for heading in ("development streams", "mail after mail (first contact)", "mail's later half after mail and its first half",
+                    "mail alone", "Attacked spam at first contact (spamd)"):  # fmt: skip
+        assert f"### {heading}\n" in out, out
+    # The derived streams' ratios per feedback (1.000 where a stream is not ranked perfectly, else "-"), and each
+    # stream's figures before and after: the same tree, the same figures.
+    ratio_rows = [line for line in out.splitlines() if line.startswith(("| full | ", "| errors | "))]
+    assert len(ratio_rows) == 2 and all(row.split(" | ")[1] in ("1.000", "-") for row in ratio_rows), out
+    rows = [line.split(" | ") for line in out.splitlines() if line.startswith("| ") and "%, " in line]
+    assert len(rows) >= 2 * 4 and all(row[2] == row[3].rstrip(" |") for row in rows), out
+    attacked = [line for line in out.splitlines() if line.startswith("| mail | zero-width |")]
+    assert len(attacked) == 1, out
+    before, after = attacked[0].split(" | ")[2].split(" -> ")
+    assert before == after, attacked
+
+
 @pytest.mark.skipif(
     not (REPO.parent / "shared" / "corpora" / "trec07p-dev" / "full" / "index").is_file(), reason="corpus absent"
 )

@@ -589,7 +589,13 @@ def main() -> int:
             ]
             unsure = sum(results[n, p, s][2] for s, _ in caches) / len(caches)
             ham_unsure = sum(results[n, p, s][3] for s, _ in caches) / len(caches)
-            cells += [f"{math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}", f"{max(ratios):.2f}",
+            # No ratio where the default ranks every stream perfectly (0): "-" rather than a mean of none.
+            mean, worst = (
+                (f"{math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}", f"{max(ratios):.2f}")
+                if ratios and min(ratios) > 0
+                else ("-", "-")
+            )
+            cells += [mean, worst,
                       f"{results[n, p, first][0]:.4f}", f"{results[n, p, second][0]:.4f}",
                       f"{unsure:.2f} ({ham_unsure:.2f})"]  # fmt: skip
         print("| " + " | ".join(cells) + " |")
