@@ -18,6 +18,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from spamd.mail.normalize import code_points
+
 _STYLED_TAG_RE = re.compile(r"""<([a-z][a-z0-9]{0,15})\b[^<>]*?\bstyle\s*=\s*("[^"<>]*"|'[^'<>]*'|[^\s<>]+)[^<>]*>""")
 # Each way of hiding; `_HIDING_RE` is them as one pattern, asked of each inline style's value.
 _HIDING_ALTERNATIVES = (
@@ -151,10 +153,10 @@ _RUN_RE = re.compile(rf"[^a-z\s]([a-z\s]{{{3 * SALAD_WORDS},}}+)")
 # by a numpy table over every code point, so that \s's Unicode spaces (U+2003, U+3000) count
 # as the pattern counts them: split_word_salad over those texts, best of 5, trec07p-dev's first
 # 3,000 messages (415 texts) 26.6 -> 9.4 ms, modern-dev's 1,200 (488 texts) 60.9 -> 12.7 ms.
-_RUN_CHARS = bytes(ord("a") if chr(b) in _LETTERS or chr(b).isspace() else 0 for b in range(256))
 # Every character \s matches lies below U+3001 (tests/test_disguises.py asks all of Unicode).
 _RUN_CHARS_OF = np.zeros(0x110000, dtype=np.uint8)
 _RUN_CHARS_OF[[m.start() for m in re.finditer(r"[a-z\s]", "".join(map(chr, range(0x3001))))]] = ord("a")
+_RUN_CHARS = _RUN_CHARS_OF[:256].tobytes()  # the same for Latin-1's bytes, for bytes.translate
 _RUN_STRETCH = b"a" * (3 * SALAD_WORDS)
 
 
@@ -171,8 +173,7 @@ def _runs(text: str) -> list[tuple[int, int]]:
     try:
         masked = text.encode("latin-1").translate(_RUN_CHARS)  # a copy where CPython keeps a byte a character
     except UnicodeEncodeError:
-        codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-        masked = _RUN_CHARS_OF[codes].tobytes()
+        masked = _RUN_CHARS_OF[code_points(text)].tobytes()
     spans = []
     at = masked.find(_RUN_STRETCH)
     while at != -1:

@@ -68,9 +68,14 @@ _KIND_OF[[ord(c) for c in INVISIBLE]] = _INVISIBLE_KIND
 _KIND_OF[0x370:0x530] = _OTHER_SCRIPT_KIND
 
 
+def code_points(text: str) -> np.ndarray:
+    """`text`'s code points as uint32, lone surrogates included: what a numpy table over every code point indexes."""
+    return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+
+
 def _kinds(text: str) -> int:
     """The kinds of character `text` holds (bits of _KIND_OF), in one pass of numpy over its code points."""
-    codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    codes = code_points(text)
     return int(np.bitwise_or.reduce(_KIND_OF[codes])) if len(codes) else 0
 
 
