@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import unicodedata
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -156,6 +157,19 @@ LATIN1 = st.text(
 @given(LATIN1 | st.text(st.characters(max_codepoint=255)))
 def test_latin1_text_normalizes_as_any_text_does(text: str) -> None:
     assert normalize(text) == normalize_any(text)
+
+
+@settings(max_examples=400)
+@given(st.text(st.characters(max_codepoint=0xFF)))
+def test_any_latin1_text_normalizes_as_any_text_does(text: str) -> None:
+    assert normalize(text) == normalize_any(text)
+
+
+def test_latin1_text_is_nfkc_character_by_character() -> None:
+    # What the Latin-1 path's no-break space shortcut rests on: no character's form combines with the next one's.
+    latin1 = [chr(c) for c in range(256)]
+    alone = {c: unicodedata.normalize("NFKC", c) for c in latin1}
+    assert all(unicodedata.normalize("NFKC", a + b) == alone[a] + alone[b] for a in latin1 for b in latin1)
 
 
 SALAD = st.text(

@@ -141,7 +141,12 @@ def _normalize_latin1(text: str) -> tuple[str, list[str]]:
         return text, tricks  # Latin-1 still: no Cyrillic or Greek letter
     if any(c in text for c in _LATIN1_COMPATIBILITY):
         tricks.append("compatibility")
-    text = unicodedata.normalize("NFKC", text)
+    # Text below U+0100 is NFKC character by character (none of its characters' forms combines with
+    # the next one's), so a no-break space, what most such text holds, is only a space: replaced,
+    # the text needs NFKC no more. `normalize` over the Latin-1 texts of trec07p-dev's first 3,000
+    # messages (603, of which 339 not NFKC), best of 5: 15.3 -> 6.5 ms.
+    spaced = text.replace("\xa0", " ")
+    text = spaced if unicodedata.is_normalized("NFKC", spaced) else unicodedata.normalize("NFKC", text)
     if is_latin1(text):
         return text, tricks
     # NFKC made letters of other scripts (µ, the micro sign, is a Greek mu): as `normalize` goes on.
