@@ -517,3 +517,18 @@ def test_auth_cost_verifies_the_same_signed_mail_with_libopendkim_and_spamd(tmp_
     # A 2007 signature without v= makes libopendkim refuse the whole message: 1 of these 40.
     assert found is not None and int(found.group(1)) <= 4, line
     assert " us, libopendkim " in line and line.endswith("x)"), line
+
+
+@requires_corpus
+def test_analysis_stages_by_the_clock_times_every_stage_of_each_tree(tmp_path: Path) -> None:
+    run = run_script(
+        "speed/analysis_stages.py", "--tree", str(REPO), "--tree", str(REPO), "--index", str(TREC_INDEX),
+        "--limit", "12", "--clock", "2", cwd=tmp_path, timeout=240,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert "CPU microseconds a message" in run.stdout and "(best of 2)" in run.stdout
+    rows = {line.split(" | ")[0].strip("| "): line.strip("| ").split(" | ")[1:] for line in run.stdout.splitlines()
+            if line.startswith("| ") and not line.startswith("| stage")}  # fmt: skip
+    for stage in ("parse", "tokens: header", "hashing", "analyze (whole)"):
+        old, new, ratio = rows[stage]
+        assert float(old.replace(",", "")) > 0 and float(new.replace(",", "")) > 0 and float(ratio) > 0, rows[stage]
