@@ -21,6 +21,7 @@ from spamd.evaluation.trec import evaluate_index, hm_at_sm, lam, one_minus_roca,
 from spamd.learning.classifier import Classifier
 from spamd.mail.message import looks_like_message
 from spamd.model.bayes import Label, MultinomialNB
+from tests.core_helpers import CORPORA, requires_corpus
 
 SPAM_WORDS = ["viagra", "cheap", "pills", "casino", "winner", "prize", "offer", "bitcoin", "loan", "refinance"]
 HAM_WORDS = ["meeting", "agenda", "patch", "review", "kernel", "thanks", "lunch", "budget", "draft", "minutes"]
@@ -290,3 +291,36 @@ def test_spamctl_eval_train_first_learns_the_head_then_scores_the_rest_without_l
     assert "spam filed spam / unsure / ham" in table.stdout and "train first 20" in table.stdout
     bad = _spamctl("--data-dir", str(tmp_path / "d"), "eval", str(small_corpus), "--train-first", "-1", cwd=tmp_path)
     assert bad.returncode != 0 and "--train-first" in bad.stderr
+
+
+def test_verification_counts_only_with_dns_trusted_results_or_outcome_tokens():
+    config = Config()
+    assert not evaluation.verification_counts(config, dns=False)
+    assert evaluation.verification_counts(config, dns=True)
+    trusting = dataclasses.replace(config, auth=dataclasses.replace(config.auth, trusted_authserv_ids=("mx.example",)))
+    assert evaluation.verification_counts(trusting, dns=False)
+    outcomes = dataclasses.replace(config, model=dataclasses.replace(config.model, auth_outcomes=True))
+    assert evaluation.verification_counts(outcomes, dns=False)
+
+
+@requires_corpus
+def test_without_dns_verifying_signed_mail_gives_eval_nothing_it_scores_or_files_by():
+    # What eval leaves unverified (verification_counts False): signed 2025 mail whose receivers'
+    # Authentication-Results are not trusted here, and modern-dev's signed and ARC-sealed lists.
+    config = dataclasses.replace(Config(), auth=dataclasses.replace(Config().auth, dns_budget_s=0.0))
+    sealers = dataclasses.replace(config.auth, trusted_arc_sealers=("google.com", "lists.ettus.com", "microsoft.com"))
+    hard, modern = CORPORA / "hard-dev" / "index", CORPORA / "modern-dev" / "index"
+    entries = read_index(hard) + read_index(modern)[:300]
+    signed = [e.path.read_bytes() for e in entries]
+    signed = [raw for raw in signed if b"dkim-signature:" in raw.lower()[:20_000]]
+    assert len(signed) > 150
+    for auth in (config.auth, sealers):
+        classifier = Classifier(dataclasses.replace(config, auth=auth), MultinomialNB(config.model))
+        checked = classifier.analyze_many(signed)
+        assert sum("dkim=temperror" in a.auth_report for a in checked) > 150  # verified, each key unknown
+        for verified, unverified in zip(checked, classifier.analyze_many(signed, False), strict=True):
+            assert verified.authenticated == 0 and not verified.dmarc_reject, verified.auth_report
+            assert "=pass" not in verified.auth_report, verified.auth_report
+            assert verified.key == unverified.key and verified.senders == unverified.senders
+            assert np.array_equal(verified.features.ids, unverified.features.ids)
+            assert np.array_equal(verified.features.counts, unverified.features.counts)
