@@ -17,7 +17,8 @@ from spamd.config import Config, ModelConfig
 from spamd.engine.engine import Engine
 from spamd.errors import SpamdError
 from spamd.evaluation import trec as evaluation
-from spamd.evaluation.trec import evaluate_index, hm_at_sm, lam, one_minus_roca, read_index, roc_points
+from spamd.evaluation.measures import hm_at_sm, lam, one_minus_roca, roc_points
+from spamd.evaluation.trec import evaluate_index, read_index
 from spamd.learning.classifier import Classifier
 from spamd.mail.message import looks_like_message
 from spamd.model.bayes import Label, MultinomialNB

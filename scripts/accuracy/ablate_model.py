@@ -56,7 +56,8 @@ import numpy as np
 
 from spamd.config import AuthConfig, Config, ModelConfig
 from spamd.evaluation.feedback import Event, Feedback, People, Protocol
-from spamd.evaluation.trec import IndexEntry, one_minus_roca, read_index, read_mail, say_skipped
+from spamd.evaluation.measures import one_minus_roca
+from spamd.evaluation.trec import IndexEntry, read_index, read_mail, say_skipped
 from spamd.learning.outcomes import left_unlearned
 from spamd.mail.auth.outcomes import outcome_tokens
 from spamd.mail.auth.verify import Authenticator

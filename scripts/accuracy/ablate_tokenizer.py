@@ -26,7 +26,8 @@ import numpy as np
 
 from spamd.config import Config
 from spamd.errors import SpamdError
-from spamd.evaluation.trec import hm_at_sm, index_messages, one_minus_roca, read_index
+from spamd.evaluation.measures import hm_at_sm, one_minus_roca
+from spamd.evaluation.trec import index_messages, read_index
 from spamd.mail.message import parse_message, strip_own_headers
 from spamd.mail.tokenize import tokenize
 from spamd.model.bayes import Label, MultinomialNB, featurize

@@ -174,13 +174,12 @@ def eval_command(
 
     import numpy as np
 
+    from spamd.evaluation.measures import one_minus_roca, roc_points
     from spamd.evaluation.trec import (
         IndexEntry,
         evaluate_index,
         format_report,
         iter_result_lines,
-        one_minus_roca,
-        roc_points,
     )
     from spamd.model.bayes import Label
 

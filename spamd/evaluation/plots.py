@@ -38,7 +38,7 @@ def _save_figure(plt: Any, fig: Any, path: Path, dpi: int) -> None:
 def plot_roc(hm: np.ndarray, sm: np.ndarray, area_pct: float, messages: int, path: Path, title: str) -> None:
     """ROC curve on logit axes (hm% across, sm% up), as in the TREC spam track overviews.
 
-    Takes the curve spamd.evaluation.trec.roc_points computed and its (1-ROCA)%.
+    Takes the curve spamd.evaluation.measures.roc_points computed and its (1-ROCA)%.
     """
     plt = _pyplot()
     import matplotlib.ticker
