@@ -486,8 +486,9 @@ def evaluate_index(
     An entry naming a user is scored with that user's layer and trains that user;
     `user_layer` False scores every message with the shared model alone (and trains it alone).
     Sender authentication looks nothing up in DNS unless `dns`: a corpus's keys and records of
-    years ago are gone, and a figure must not depend on today's DNS or on the network. The same
-    verification runs, from what the message carries; each look-up is a temporary error.
+    years ago are gone, and a figure must not depend on today's DNS or on the network. Without it,
+    every look-up would be a temporary error, so the senders are verified only where that can
+    still count: trusted Authentication-Results, or [model] auth_outcomes (`verification_counts`).
     `batches_of` gives the index's batches analyzed beforehand (a measurement that replays one
     corpus's messages under many settings analyzes them once); `jobs` and `dns` then do nothing.
     """
