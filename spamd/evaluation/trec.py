@@ -362,7 +362,7 @@ def analyze_in_workers(
     from spamd.learning.classifier import AnalysisWorkers
 
     chunks = [entries[i : i + BATCH_MESSAGES] for i in range(0, len(entries), BATCH_MESSAGES)]
-    analyze = _read_and_analyze if authenticate else functools.partial(_read_and_analyze, authenticate=False)
+    analyze = functools.partial(_read_and_analyze, authenticate=authenticate)
     with AnalysisWorkers(config, jobs) as workers:
         # Paths as str: a pickled Path took 4.5 us a message to unpickle in the worker, a str 0.05.
         answers = workers.map(analyze, ([str(entry.path) for entry in chunk] for chunk in chunks))
@@ -532,13 +532,13 @@ def evaluate_index(
                     ]
 
             bar = _progress_bar(len(entries)) if progress else None
+            authenticate = verification_counts(config, dns)
             try:
                 if batches_of is not None:
                     batches: Iterable[Batch] = batches_of(entries)
                 elif jobs > 0:
-                    batches = analyze_in_workers(config, entries, jobs, verification_counts(config, dns))
+                    batches = analyze_in_workers(config, entries, jobs, authenticate)
                 else:
-                    authenticate = verification_counts(config, dns)
                     batches = read_batches(entries, lambda raws: engine.classifier.analyze_many(raws, authenticate))
                 results, skipped, seconds, trained = run_online(
                     with_users(batches),
