@@ -28,3 +28,9 @@ __version__ = "0.1.0"
 # of its is large enough for threads to help. Set before anything imports numpy; an
 # admin's own setting wins.
 _os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+# The analysis's hot modules run as mypyc compiled them only when their build is of their
+# current source (spamd.runtime.compiled); else, and with SPAMD_PURE_PYTHON=1, as source.
+from spamd.runtime import compiled as _compiled  # noqa: E402
+
+_compiled.install()

@@ -1,0 +1,97 @@
+"""The modules mypyc compiles (setup.py) analyze as their source does, and an edited source is never shadowed.
+
+CI builds them (.ci/run's editable install and the wheel): there the analysis must run
+compiled, and the source, run with SPAMD_PURE_PYTHON=1, must give every corpus's
+analysis digest (tests/test_analysis_digest.py) to the bit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import spamd.mail.tokenize
+from spamd.runtime import compiled
+from tests.core_helpers import requires_corpus
+from tests.test_analysis_digest import EXPECTED, INDEXES
+
+ROOT = Path(__file__).resolve().parents[1]
+NOT_COMPILED = None if compiled.COMPILED else f"the analysis runs as source: {compiled.REASON}"
+
+
+@pytest.mark.real_program(NOT_COMPILED)
+def test_the_build_runs_the_analysis_compiled() -> None:
+    assert compiled.recorded(), "setup.py recorded no compiled module"
+    for module in compiled.recorded():
+        origin = sys.modules[module].__file__ if module in sys.modules else __import__(module, fromlist=["_"]).__file__
+        assert origin is not None and origin.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)), origin
+    assert type(spamd.mail.tokenize.tokenize).__name__ == "builtin_function_or_method"
+
+
+# In a fresh interpreter with SPAMD_PURE_PYTHON=1: every compiled module is its source, then the digests.
+SOURCE_DIGESTS = """
+import importlib, json, sys
+from spamd.runtime import compiled
+from tests.test_analysis_digest import digests
+assert not compiled.COMPILED, compiled.REASON
+files = {m: importlib.import_module(m).__file__ for m in compiled.recorded()}
+assert all(f.endswith(".py") for f in files.values()), files
+print(json.dumps([[list(key), value] for key, value in digests(sys.argv[1]).items()]))
+"""
+
+
+@requires_corpus
+@pytest.mark.slow
+@pytest.mark.parametrize("corpus", list(INDEXES))
+def test_the_source_analyzes_every_message_as_the_build(corpus: str) -> None:
+    env = {**os.environ, compiled.PURE_ENV: "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", SOURCE_DIGESTS, corpus], capture_output=True, text=True, cwd=ROOT, env=env, timeout=900
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = {tuple(key): value for key, value in json.loads(done.stdout.splitlines()[-1])}
+    assert found == {key: value for key, value in EXPECTED.items() if key[0] == corpus}
+
+
+def _built(tmp_path: Path, source: bytes = b"X = 1\n", extension: bool = True) -> Path:
+    """A package tree as setup.py leaves it: spamd/mail/thing.py, its extension, the record."""
+    module = tmp_path / "spamd" / "mail" / "thing.py"
+    module.parent.mkdir(parents=True)
+    module.write_bytes(source)
+    if extension:
+        module.with_suffix(importlib.machinery.EXTENSION_SUFFIXES[0]).write_bytes(b"\x7fELF")
+    record = tmp_path / "spamd" / "compiled.json"
+    record.write_text(json.dumps({"spamd.mail.thing": hashlib.sha256(source).hexdigest()}))
+    return record
+
+
+def test_a_build_of_the_current_source_runs_compiled(tmp_path: Path) -> None:
+    assert compiled.why_source(_built(tmp_path), {}) is None
+
+
+def test_an_edited_source_runs_as_source(tmp_path: Path) -> None:
+    record = _built(tmp_path)
+    (tmp_path / "spamd" / "mail" / "thing.py").write_bytes(b"X = 2\n")
+    assert "spamd.mail.thing changed since it was compiled" in (compiled.why_source(record, {}) or "")
+
+
+def test_a_module_whose_compile_failed_makes_all_run_as_source(tmp_path: Path) -> None:
+    assert compiled.why_source(_built(tmp_path, extension=False), {}) == "spamd.mail.thing was not compiled"
+
+
+def test_nothing_compiled_or_asked_for_the_source(tmp_path: Path) -> None:
+    record = _built(tmp_path)
+    assert compiled.why_source(record, {compiled.PURE_ENV: "1"}) == f"{compiled.PURE_ENV} is set"
+    record.write_text("{}")
+    assert "nothing was compiled" in (compiled.why_source(record, {}) or "")
+    record.write_text("not json")
+    assert "nothing was compiled" in (compiled.why_source(record, {}) or "")
+    record.unlink()
+    assert "nothing was compiled" in (compiled.why_source(record, {}) or "")
