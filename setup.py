@@ -24,6 +24,9 @@ COMPILED = [
     "spamd/mail/hidden.py",
     "spamd/mail/senders_claimed.py",
     "spamd/mail/tokenize.py",
+    "spamd/model/features.py",
+    "spamd/model/families.py",
+    "spamd/model/bayes.py",
 ]
 
 
