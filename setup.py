@@ -45,12 +45,11 @@ def record(paths: list[str]) -> None:
 
 
 def compiled_extensions() -> list:
-    if os.environ.get("SPAMD_PURE_PYTHON"):
-        record([])
-        return []
     try:
         from mypyc.build import mypycify
     except ImportError:
+        mypycify = None
+    if mypycify is None or os.environ.get("SPAMD_PURE_PYTHON"):
         record([])
         return []
     # Type information for the modules' imports is not needed to compile them (numpy and

@@ -8,6 +8,7 @@ analysis digest (tests/test_analysis_digest.py) to the bit.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import importlib.machinery
 import json
 import os
@@ -30,7 +31,7 @@ NOT_COMPILED = None if compiled.COMPILED else f"the analysis runs as source: {co
 def test_the_build_runs_the_analysis_compiled() -> None:
     assert compiled.recorded(), "setup.py recorded no compiled module"
     for module in compiled.recorded():
-        origin = sys.modules[module].__file__ if module in sys.modules else __import__(module, fromlist=["_"]).__file__
+        origin = importlib.import_module(module).__file__
         assert origin is not None and origin.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)), origin
     assert type(spamd.mail.tokenize.tokenize).__name__ == "builtin_function_or_method"
 
