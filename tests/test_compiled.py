@@ -1,8 +1,8 @@
 """The modules mypyc compiles (setup.py) analyze as their source does, and an edited source is never shadowed.
 
 CI builds them (.ci/run's editable install and the wheel): there the analysis must run
-compiled, and the source, run with SPAMD_PURE_PYTHON=1, must give every corpus's
-analysis digest (tests/test_analysis_digest.py) to the bit.
+compiled. Where it does, tests/test_analysis_digest.py also runs the source, with
+SPAMD_PURE_PYTHON=1, over every corpus's messages: the same digests, to the bit.
 """
 
 from __future__ import annotations
@@ -11,19 +11,13 @@ import hashlib
 import importlib
 import importlib.machinery
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import spamd.mail.tokenize
 from spamd.runtime import compiled
-from tests.core_helpers import requires_corpus
-from tests.test_analysis_digest import EXPECTED, INDEXES
 
-ROOT = Path(__file__).resolve().parents[1]
 NOT_COMPILED = None if compiled.COMPILED else f"the analysis runs as source: {compiled.REASON}"
 
 
@@ -34,31 +28,6 @@ def test_the_build_runs_the_analysis_compiled() -> None:
         origin = importlib.import_module(module).__file__
         assert origin is not None and origin.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)), origin
     assert type(spamd.mail.tokenize.tokenize).__name__ == "builtin_function_or_method"
-
-
-# In a fresh interpreter with SPAMD_PURE_PYTHON=1: every compiled module is its source, then the digests.
-SOURCE_DIGESTS = """
-import importlib, json, sys
-from spamd.runtime import compiled
-from tests.test_analysis_digest import digests
-assert not compiled.COMPILED, compiled.REASON
-files = {m: importlib.import_module(m).__file__ for m in compiled.recorded()}
-assert all(f.endswith(".py") for f in files.values()), files
-print(json.dumps([[list(key), value] for key, value in digests(sys.argv[1]).items()]))
-"""
-
-
-@requires_corpus
-@pytest.mark.slow
-@pytest.mark.parametrize("corpus", list(INDEXES))
-def test_the_source_analyzes_every_message_as_the_build(corpus: str) -> None:
-    env = {**os.environ, compiled.PURE_ENV: "1"}
-    done = subprocess.run(
-        [sys.executable, "-c", SOURCE_DIGESTS, corpus], capture_output=True, text=True, cwd=ROOT, env=env, timeout=900
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    found = {tuple(key): value for key, value in json.loads(done.stdout.splitlines()[-1])}
-    assert found == {key: value for key, value in EXPECTED.items() if key[0] == corpus}
 
 
 def _built(tmp_path: Path, source: bytes = b"X = 1\n", extension: bool = True) -> Path:
