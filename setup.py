@@ -1,10 +1,12 @@
-"""The analysis's hot modules compiled by mypyc, mypy's compiler: the same source, run as C.
+"""The analysis's hot modules compiled by mypyc, mypy's compiler (the same source, run as C), and its word scanner.
 
 Everything else about the package is in pyproject.toml; this file only adds the compiled
-modules. Each is optional: where mypyc or a C compiler is missing, or it fails, the package
-installs as pure Python and runs the same (docs/performance.md#compiled-by-mypyc).
-SPAMD_PURE_PYTHON=1 at build time compiles nothing (a checkout whose listed modules are
-being edited; spamd/__init__.py also runs their source once it differs from what was built).
+modules and spamd/mail/_words.c, the one module written in C (its pure-Python twin is the
+patterns of spamd/mail/tokenize.py). Each is optional: where mypyc or a C compiler is
+missing, or it fails, the package installs as pure Python and runs the same
+(docs/performance.md#compiled-by-mypyc). SPAMD_PURE_PYTHON=1 at build time compiles
+nothing (a checkout whose listed modules are being edited; spamd/__init__.py also runs
+their source once it differs from what was built).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import json
 import os
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Extension, setup
 
 # The modules every message passes through (parsing, normalising, scanning, tokens).
 COMPILED = [
@@ -28,6 +30,8 @@ COMPILED = [
     "spamd/model/families.py",
     "spamd/model/bayes.py",
 ]
+# Written in C: the body's words in one pass (spamd/mail/_words.c says why).
+WRITTEN_IN_C = {"spamd.mail._words": "spamd/mail/_words.c"}
 
 
 # What was compiled, from which source (spamd.runtime.compiled reads it: a module whose
@@ -38,7 +42,7 @@ RECORD = Path(__file__).resolve().parent / "spamd" / "compiled.json"
 def record(paths: list[str]) -> None:
     root = RECORD.parent.parent
     digests = {
-        path.removesuffix(".py").replace("/", "."): hashlib.sha256((root / path).read_bytes()).hexdigest()
+        path.rpartition(".")[0].replace("/", "."): hashlib.sha256((root / path).read_bytes()).hexdigest()
         for path in paths
     }
     RECORD.write_text(json.dumps(digests, indent=1, sort_keys=True) + "\n")
@@ -62,9 +66,10 @@ def compiled_extensions() -> list:
         # The runtime they share, inside the package (spamd/compiled__mypyc.*.so) rather than beside it.
         group_name="spamd.compiled",
     )
+    extensions += [Extension(name, [source]) for name, source in WRITTEN_IN_C.items()]
     for extension in extensions:
         extension.optional = True  # a failed compile leaves the modules in pure Python
-    record(COMPILED)
+    record([*COMPILED, *WRITTEN_IN_C.values()])
     return extensions
 
 

@@ -6,7 +6,8 @@ its extension beside it and its source is the source it was built from; otherwis
 (an edited checkout, a build without a compiler, SPAMD_PURE_PYTHON=1 when spamd
 starts) every one of them runs from its source. All or none: compiled modules call
 each other's C functions directly, and those of a module imported as source were
-never set up. The two run the same analysis (tests/test_compiled.py compares them).
+never set up. The two run the same analysis (tests/test_analysis_digest.py compares them). A module
+written in C (spamd/mail/_words.c) is recorded by its .c source and guarded the same way.
 """
 
 from __future__ import annotations
@@ -30,7 +31,10 @@ _EXTENSION_SUFFIXES = tuple(importlib.machinery.EXTENSION_SUFFIXES)
 
 
 def _source_of(module: str, record: Path) -> Path:
-    return record.parent.joinpath(*module.split(".")[1:]).with_suffix(".py")
+    """The module's source: its .py, or the .c of a module written in C (spamd/mail/_words.c)."""
+    stem = record.parent.joinpath(*module.split(".")[1:])
+    source = stem.with_suffix(".py")
+    return source if source.exists() or not stem.with_suffix(".c").exists() else stem.with_suffix(".c")
 
 
 def _extension_beside(source: Path) -> bool:

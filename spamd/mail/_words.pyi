@@ -1,0 +1,3 @@
+"""spamd/mail/_words.c: the words spamd.mail.tokenize's patterns find, found in one pass of C."""
+
+def words_in(text: str, ascii: bool, max_chars: int) -> list[str]: ...

@@ -1,0 +1,79 @@
+"""spamd/mail/_words.c finds the words tokenize's patterns find, on any text: its pure-Python twin is the patterns.
+
+CI builds it (.ci/run) and fails here if it does not run; a checkout that runs as source
+(spamd.runtime.compiled) skips, saying so. tests/test_analysis_digest.py compares the
+two on every message of the corpora.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spamd.mail import tokenize
+from spamd.runtime import compiled
+
+NOT_BUILT = None if tokenize.words_in is not None else f"the words are found by the patterns: {compiled.REASON}"
+pytestmark = pytest.mark.real_program(NOT_BUILT)
+
+# Text dense in what the patterns turn on: word characters of each kind, separators (ASCII and
+# the typographic apostrophe), currency signs, the endings, runs of them, and the underscore.
+_EDGES = st.lists(
+    st.tuples(
+        st.sampled_from(["ab", "x9", "Zé", "é", "9", "q", "ёж", "Ab", "_", "²", "½", "µ", "世界", "٣٤", "ǅx"]),
+        st.sampled_from(["", " ", "\n", "'", "’", "-", "--", ".", ",", ".,", "$", "€", "£", "%", "!", "%!", "_", "$$"]),
+    ),
+    max_size=60,
+).map(lambda pairs: "".join(fragment + separator for fragment, separator in pairs))
+# Any code point, lone surrogates included (text decoded with surrogateescape can hold them).
+_ANY = st.text(st.characters(min_codepoint=0, max_codepoint=0x10FFFF, blacklist_categories=()), max_size=300)
+
+
+def _both(text: str, ascii: bool, max_chars: int = 1000) -> tuple[list[str], list[str]]:
+    assert tokenize.words_in is not None
+    matched = [word for word in tokenize._found_words(text, ascii) if len(word) <= max_chars]
+    return tokenize.words_in(text, ascii, max_chars), matched
+
+
+@settings(max_examples=600, deadline=None)
+@given(_EDGES | _ANY)
+def test_the_scanner_finds_what_the_patterns_find(text):
+    for sample in (text, text.lower()):
+        scanned, matched = _both(sample, sample.isascii())
+        assert scanned == matched
+        assert _both(sample, sample.isascii(), 3)[0] == _both(sample, sample.isascii(), 3)[1]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.sampled_from("aZz09_'-.,$%! \t£é"), max_size=80))
+def test_ascii_mode_takes_only_lower_case_letters_and_digits_as_the_ascii_patterns_do(text):
+    ascii_only = text.encode("ascii", "ignore").decode("ascii")
+    scanned, matched = _both(ascii_only, True)
+    assert scanned == matched
+
+
+def words(text: str, ascii: bool) -> list[str]:
+    assert tokenize.words_in is not None
+    return tokenize.words_in(text, ascii, tokenize.MAX_WORD)
+
+
+def test_words_at_the_edges_of_the_text():
+    assert words("", True) == []
+    assert words("a", True) == []
+    assert words("ab", True) == ["ab"]
+    assert words("$ab!", True) == ["$ab!"]
+    assert words("ab-", True) == ["ab"]
+    assert words("a" * 30 + " " + "b" * 31 + " cd", True) == ["a" * 30, "cd"]  # longer than MAX_WORD: left out
+    assert words("don't e-mail 1,000 $5 $55 50%", True) == ["don't", "mail", "000", "$55", "50%"]
+    assert words("l’été €12 £3,50 £35,50", False) == ["été", "€12", "50", "£35,50"]
+
+
+def test_anything_but_text_a_flag_and_a_length_is_refused():
+    assert tokenize.words_in is not None
+    with pytest.raises(TypeError):
+        tokenize.words_in(b"bytes", True, 30)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        tokenize.words_in("text", True)  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        tokenize.words_in("text", True, "30")  # type: ignore[arg-type]
