@@ -1,4 +1,4 @@
-"""spamd/mail/_words.c finds the words tokenize's patterns find, on any text: its pure-Python twin is the patterns.
+"""spamd/mail/_words.c finds the words tokenize's patterns find, and shapes a value as they do: its pure-Python twin.
 
 CI builds it (.ci/run) and fails here if it does not run; a checkout that runs as source
 (spamd.runtime.compiled) skips, saying so. tests/test_analysis_digest.py compares the
@@ -77,3 +77,33 @@ def test_anything_but_text_a_flag_and_a_length_is_refused():
         tokenize.words_in("text", True)  # type: ignore[call-arg]
     with pytest.raises(TypeError):
         tokenize.words_in("text", True, "30")  # type: ignore[arg-type]
+
+
+# Header-like ASCII: hex, digit and letter runs of every length around six, word characters that
+# are not hex (g, _), the separators a shape keeps, and long values (past SHAPE_HEAD and 40 masked).
+_SHAPE_TEXT = st.lists(
+    st.sampled_from(
+        ["3fa9b2c1", "abcdef", "ABCDE", "abcde", "a1b2c3d", "20070412", "mx7", "g", "_", "example", "9",
+         " ", ".", "@", "<", ">", "-", "a", "aa", "99", "0x1f", "deadbeef_", "12345"]
+    ),
+    max_size=150,
+).map("".join) | st.text(st.characters(max_codepoint=127), max_size=400)  # fmt: skip
+
+
+@settings(max_examples=600, deadline=None)
+@given(_SHAPE_TEXT)
+def test_an_ascii_value_is_shaped_as_the_patterns_shape_it(value):
+    assert tokenize.ascii_shape is not None
+    assert tokenize.ascii_shape(value) == tokenize.whole_shape(value)
+
+
+def test_shapes_of_header_values():
+    assert tokenize.ascii_shape is not None
+    assert tokenize.ascii_shape("<3fa9b2c1.2007-04-12@mx7.example.com>") == "<a.9-9-9@a9.a.a>"
+    assert tokenize.ascii_shape("") == ""
+    assert tokenize.ascii_shape("abcdef abcdeg ABCDE1 ABCDEG1 a_cdef 12345") == "a a a a9 a_a 9"
+    assert len(tokenize.ascii_shape("a. " * 100)) == 40
+    with pytest.raises(TypeError):
+        tokenize.ascii_shape("é")
+    with pytest.raises(TypeError):
+        tokenize.ascii_shape(b"abc")  # type: ignore[arg-type]
