@@ -65,3 +65,17 @@ def test_nothing_compiled_or_asked_for_the_source(tmp_path: Path) -> None:
     assert "nothing was compiled" in (compiled.why_source(record, {}) or "")
     record.unlink()
     assert "nothing was compiled" in (compiled.why_source(record, {}) or "")
+
+
+def test_a_module_written_in_c_is_held_to_its_c_source(tmp_path: Path) -> None:
+    source = b"/* words */\n"
+    scanner = tmp_path / "spamd" / "mail" / "_scan.c"
+    scanner.parent.mkdir(parents=True)
+    scanner.write_bytes(source)
+    record = tmp_path / "spamd" / "compiled.json"
+    record.write_text(json.dumps({"spamd.mail._scan": hashlib.sha256(source).hexdigest()}))
+    assert compiled.why_source(record, {}) == "spamd.mail._scan was not compiled"
+    scanner.with_suffix(importlib.machinery.EXTENSION_SUFFIXES[0]).write_bytes(b"\x7fELF")
+    assert compiled.why_source(record, {}) is None
+    scanner.write_bytes(b"/* words, edited */\n")
+    assert "spamd.mail._scan changed since it was compiled" in (compiled.why_source(record, {}) or "")
