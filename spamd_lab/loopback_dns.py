@@ -11,6 +11,7 @@ from __future__ import annotations
 import socketserver
 import struct
 import threading
+import time
 
 import dns.flags
 import dns.message
@@ -44,6 +45,9 @@ class ZoneServer:
         self.servfail: set[str] = set()
         self.silent: set[str] = set()  # domains whose names (and their subdomains') get no answer at all
         self.queries = 0
+        self.delay = 0.0  # seconds each answer takes (a resolver far away), each query in a thread of its own
+        self.in_flight = 0
+        self.most_in_flight = 0  # the most queries waiting for their answers at once
         self._lock = threading.Lock()
         self._servers: list[socketserver.BaseServer] = []
         self.port = 0
@@ -69,6 +73,13 @@ class ZoneServer:
             return None
         with self._lock:
             self.queries += 1
+        if self.delay:
+            with self._lock:
+                self.in_flight += 1
+                self.most_in_flight = max(self.most_in_flight, self.in_flight)
+            time.sleep(self.delay)
+            with self._lock:
+                self.in_flight -= 1
         response = dns.message.make_response(query)
         response.flags |= dns.flags.AA
         question = query.question[0]

@@ -12,6 +12,7 @@ from cryptography.hazmat.primitives import serialization
 
 from spamd.config import AuthConfig, Config, ParserConfig
 from spamd.engine.engine import Engine
+from spamd.learning.classifier import Classifier
 from spamd.mail.auth.authres import parse_authentication_results
 from spamd.mail.auth.dns import SERVER_DOWN_AFTER, SERVER_PROBE_S, Budget, CachingResolver, DnsTemporaryError
 from spamd.mail.auth.records import RecordError
@@ -577,6 +578,23 @@ def test_spamctl_eval_asks_dns_only_with_dns(auth_zone: ZoneServer, test_keys: S
     online = run_spamctl("--config", config, "eval", "--json", "--jobs", "1", "--dns", tmp_path / "index")
     assert online.returncode == 0, online.stderr
     assert auth_zone.queries > 0  # the shop's key and DMARC record, at least
+
+
+def test_a_batchs_look_ups_wait_together_not_one_behind_another(auth_zone: ZoneServer, test_keys: SigningKeys) -> None:
+    """A resolver that takes its time (0.3 s an answer): the messages of a batch (`spamctl eval` and
+    `classify` analyze 64 at a time) verify their senders at the same time, each as it would alone."""
+    raws = [
+        test_keys.shop.sign(mail(sender=f"news@s{n}.shop.example", subject=f"Order {n}")) for n in range(12)
+    ]  # each From a host of its own: a DMARC look-up of its own, after the shop's key
+    auth_zone.delay = 0.3
+    config = Config(auth=AuthConfig(nameservers=(auth_zone.address,)))
+    batch = Classifier(config, None).analyze_many(raws)  # type: ignore[arg-type]  # analysis only
+    assert auth_zone.most_in_flight >= 6  # one behind another, it would be 1
+    auth_zone.delay = 0.0
+    alone = Classifier(config, None)  # type: ignore[arg-type]
+    for raw, analyzed in zip(raws, batch, strict=True):
+        assert analyzed.auth_report == alone.analyze(raw).auth_report
+        assert "dkim=pass header.d=shop.example" in analyzed.auth_report and "dmarc=pass" in analyzed.auth_report
 
 
 def test_nameservers_that_answer_nothing_are_not_waited_for_by_every_message(zone_server: ZoneServer) -> None:

@@ -7,14 +7,16 @@ It does not learn: `spamd.engine.trainer.Trainer` does, through the journal and 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
 
 from spamd.config import Config, UsersConfig
-from spamd.mail.auth.dns import Budget
+from spamd.mail.auth.dns import Budget, DnsWouldWait
 from spamd.mail.auth.outcomes import outcome_tokens
 from spamd.mail.auth.spf import SmtpSession
 from spamd.mail.auth.verify import NOTHING, Authenticator, AuthResult
@@ -34,6 +36,9 @@ from spamd.people.users import LayerScorer
 from spamd.runtime.gc_tuning import tune_gc_for_message_streams
 from spamd.runtime.malloc_tuning import keep_read_buffers_in_the_heap
 
+# Threads a process verifies a batch's senders in while their look-ups wait on DNS (a batch is
+# 64 messages in eval and classify).
+VERIFYING_THREADS = 32
 # `[auth] dmarc_reject_action = "spam"`: a DMARC failure under p=reject is filed as spam, at
 # least this far past the middle (the senders' rule's floor, spamd.people.senders.FLOOR).
 DMARC_REJECT_LOG_ODDS = 0.45
@@ -76,6 +81,8 @@ class Classifier:
         self.users = users  # per-user layers (None: none kept, as in analysis workers)
         self.senders = senders  # where each user's mail from a sender ends up (None: not kept)
         self._authenticator: Authenticator | None = None  # made on first use: its resolver stays in its process
+        self._verifying: ThreadPoolExecutor | None = None
+        self._verifying_made = threading.Lock()
 
     @property
     def authenticator(self) -> Authenticator:
@@ -138,20 +145,46 @@ class Classifier:
         `authenticate`: verify the senders (for scoring; a training does not need it), with
         each message's SMTP session in `sessions` (None: none).
         """
-        return list(self.analyzed_in_turn(raws, authenticate, sessions))
-
-    def analyzed_in_turn(
-        self, raws: list[bytes], authenticate: bool = True, sessions: Sequence[SmtpSession | None] | None = None
-    ) -> Iterator[Analyzed]:
-        """`analyze_many`'s results one at a time, each as soon as it is ready: every stage runs over the
-        whole list, but the last, verifying the senders, which runs message by message, so that the
-        analysis helper can answer for the first message while it verifies the next (its answers all
-        waited for the whole list's verification: see spamd.engine.analyzers)."""
         authenticate = self.verifies(authenticate)
+        prepared = self.prepared(raws)
+        if not authenticate:
+            return [self.finished(ready, False, NOTHING) for ready in prepared]
         sessions = sessions if sessions is not None else [None] * len(raws)
-        for prepared, session in zip(self.prepared(raws), sessions, strict=True):
-            auth = self.authenticate(prepared.stripped, prepared.message, session) if authenticate else NOTHING
-            yield self.finished(prepared, authenticate, auth)
+        auths = self.authenticated_together(prepared, sessions)
+        return [self.finished(ready, True, auth) for ready, auth in zip(prepared, auths, strict=True)]
+
+    def authenticated_together(
+        self, prepared: Sequence[Prepared], sessions: Sequence[SmtpSession | None]
+    ) -> list[AuthResult]:
+        """Each message's senders verified: here while the resolver's cache answers every look-up, else in
+        threads, so that the DNS waits of a batch's messages overlap rather than queue one behind another."""
+        auths: list[AuthResult | None] = []
+        waiting: list[int] = []
+        for number, (ready, session) in enumerate(zip(prepared, sessions, strict=True)):
+            try:
+                budget = self.authenticator.budget(cached_only=True)
+                auths.append(self.authenticate(ready.stripped, ready.message, session, budget))
+            except DnsWouldWait:
+                auths.append(None)
+                waiting.append(number)
+        if waiting:
+
+            def verified(number: int) -> AuthResult:
+                ready = prepared[number]
+                return self.authenticate(ready.stripped, ready.message, sessions[number], self.authenticator.budget())
+
+            done = map(verified, waiting) if len(waiting) == 1 else self.verifying_threads.map(verified, waiting)
+            for number, auth in zip(waiting, done, strict=True):
+                auths[number] = auth
+        return [NOTHING if auth is None else auth for auth in auths]
+
+    @property
+    def verifying_threads(self) -> ThreadPoolExecutor:
+        """Threads for `authenticated_together`'s look-ups, made on first use, in the process that uses them."""
+        with self._verifying_made:
+            if self._verifying is None:
+                self._verifying = ThreadPoolExecutor(VERIFYING_THREADS, thread_name_prefix="verify-batch")
+            return self._verifying
 
     def verifies(self, authenticate: bool) -> bool:
         """Whether an analysis asked to `authenticate` (or not) verifies the senders: [model] auth_outcomes
