@@ -150,14 +150,17 @@ class ZoneServer:
             each.server_close()
 
 
-def serve_in_process(records: dict[str, list[str]], ttl: int = 300, negative_ttl: int = 60) -> tuple[object, str]:
+def serve_in_process(
+    records: dict[str, list[str]], ttl: int = 300, negative_ttl: int = 60, delay: float = 0.0
+) -> tuple[object, str]:
     """A ZoneServer of TXT `records` in a process of its own (its threads then take no GIL from the caller's,
-    as a local resolver would not): (the process, its address). Stop it with `.terminate()`."""
+    as a local resolver would not), each answer `delay` seconds late: (the process, its address). Stop it
+    with `.terminate()`."""
     import multiprocessing
 
     parent, child = multiprocessing.Pipe()
     process = multiprocessing.get_context("fork").Process(
-        target=_serve, args=(records, ttl, negative_ttl, child), daemon=True
+        target=_serve, args=(records, ttl, negative_ttl, delay, child), daemon=True
     )
     process.start()
     if not parent.poll(30):
@@ -166,8 +169,9 @@ def serve_in_process(records: dict[str, list[str]], ttl: int = 300, negative_ttl
     return process, parent.recv()
 
 
-def _serve(records: dict[str, list[str]], ttl: int, negative_ttl: int, reply: object) -> None:
+def _serve(records: dict[str, list[str]], ttl: int, negative_ttl: int, delay: float, reply: object) -> None:
     server = ZoneServer(ttl, negative_ttl)
+    server.delay = delay
     for name, values in records.items():
         for value in values:
             server.txt(name, value)

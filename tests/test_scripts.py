@@ -127,6 +127,22 @@ def test_compare_speed_per_user_times_each_users_layer_and_refuses_an_index_with
     assert refused.returncode == 2 and "names users" in refused.stderr
 
 
+def test_compare_speed_classifies_against_a_slow_nameserver_of_its_own(index_with_junk: Path, tmp_path: Path) -> None:
+    needs_bogofilter()
+    run = run_script(
+        "speed/compare_speed.py", str(index_with_junk), "--dns-delay", "0.05", "--rounds", "1", "--json", cwd=tmp_path
+    )
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(run.stdout.strip().splitlines()[-1])
+    assert summary["classify_dns_delay_s"] == 0.05 and summary["spamd_bulk_classify_msgs_per_s"] > 0, summary
+    config = tmp_path / "spamd.toml"
+    config.write_text("")
+    refused = run_script(
+        "speed/compare_speed.py", str(index_with_junk), "--dns-delay", "0.05", "--config", str(config), cwd=tmp_path
+    )
+    assert refused.returncode == 2 and "--dns-delay" in refused.stderr
+
+
 def test_compare_speed_times_each_tree_and_a_maildir_of_the_messages(index_with_junk: Path, tmp_path: Path) -> None:
     needs_bogofilter()
     if not (REPO / ".venv" / "bin" / "spamctl").exists():
