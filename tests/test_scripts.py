@@ -127,6 +127,23 @@ def test_compare_speed_per_user_times_each_users_layer_and_refuses_an_index_with
     assert refused.returncode == 2 and "names users" in refused.stderr
 
 
+def test_compare_speed_names_what_one_trees_venv_lacks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A package one venv holds and the other does not can cost a process start there alone: said, not hidden."""
+    if not (REPO / ".venv" / "bin" / "python").exists():
+        pytest.skip("needs the checkout's own .venv")
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare / ".venv")], check=True)
+    sys.path.insert(0, str(REPO))
+    try:
+        from scripts.speed.compare_speed import say_venvs_differ
+    finally:
+        sys.path.remove(str(REPO))
+    say_venvs_differ([REPO, bare])
+    said = capsys.readouterr().err.splitlines()
+    assert len(said) == 1 and f": {bare}/.venv lacks what another tree's has: " in said[0], said
+    assert "numpy" in said[0] and "structlog" in said[0]  # what spamd needs, in the checkout's venv only
+
+
 def test_compare_speed_classifies_against_a_slow_nameserver_of_its_own(index_with_junk: Path, tmp_path: Path) -> None:
     needs_bogofilter()
     run = run_script(
@@ -154,6 +171,7 @@ def test_compare_speed_times_each_tree_and_a_maildir_of_the_messages(index_with_
     assert run.returncode == 0, run.stderr
     summary = json.loads(run.stdout.strip().splitlines()[-1])
     assert [t["tree"] for t in summary["trees"]] == [str(REPO), str(REPO)]
+    assert "lacks what another tree's has" not in run.stderr  # one venv: nothing to tell apart
     for tree in summary["trees"]:
         assert tree["messages"] == 24
         for key in ("spamd_bulk_classify_msgs_per_s", "spamd_maildir_classify_msgs_per_s"):

@@ -22,7 +22,9 @@ in the same rounds: the cost of per-user scoring as a ratio.
 With --tree DIR (repeatable, the old tree first), each checkout runs its own
 DIR/.venv/bin/spamctl with its own trained state directory, every tree in each
 round and bogofilter after them in the same round: ratios of trees measured side
-by side, each tree's spamd compiled to bytecode first as an install is. With
+by side, each tree's spamd compiled to bytecode first as an install is, and what one
+tree's venv holds that another's lacks named on stderr (structlog imports rich at every
+process start wherever rich is installed: 60-80 ms that is no difference of the code). With
 --maildir, the index's messages are copied into a Maildir's new/, and `spamctl
 classify MAILDIR` is timed against `bogofilter -b` of the same files.
 
@@ -83,6 +85,31 @@ def spamctl_command(tree: Path | None = None) -> list[str]:
         return [str(spamctl)]
     spamctl = Path(sys.executable).with_name("spamctl")
     return [str(spamctl)] if spamctl.exists() else [sys.executable, "-c", "from spamd.cli import main; main()"]
+
+
+def venv_packages(tree: Path) -> set[str]:
+    """The distributions installed in a checkout's .venv, by name (pip's own listing)."""
+    done = subprocess.run(
+        [str(tree / ".venv" / "bin" / "python"), "-m", "pip", "list", "--format=freeze", "--disable-pip-version-check"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    return {line.partition("==")[0].lower() for line in done.stdout.splitlines() if line and "==" in line}
+
+
+def say_venvs_differ(trees: list[Path]) -> None:
+    """Name on stderr what one tree's venv holds and another's does not: a process imports some of it at
+    every start whenever it is there (structlog imports rich: 60-80 ms), which is no difference of the code."""
+    packages = {tree: venv_packages(tree) for tree in trees}
+    every = set.union(*packages.values())
+    for tree, held in packages.items():
+        missing = sorted(every - held)
+        if missing:
+            print(
+                f"{Path(sys.argv[0]).name}: {tree}/.venv lacks what another tree's has: {', '.join(missing)} "
+                "(a process start may import some of it there only, e.g. rich, which structlog imports: "
+                "install the same extras in each venv for a like-for-like start)",
+                file=sys.stderr,
+            )
 
 
 def compile_to_bytecode(python: Path, package: Path) -> None:
@@ -311,6 +338,8 @@ def main() -> int:
         return 2
     trees: list[Path | None] = [t.resolve() for t in args.tree] if args.tree else [None]
     commands = [spamctl_command(tree) for tree in trees]
+    if len(trees) > 1:
+        say_venvs_differ([tree for tree in trees if tree is not None])
     rates: list[dict[str, list[float]]] = [{} for _ in trees]
     bogo: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="spamd-speed-") as tmp, slow_nameserver(args.dns_delay) as nameserver:
