@@ -34,3 +34,8 @@ _os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 from spamd.runtime import compiled as _compiled  # noqa: E402
 
 _compiled.install()
+
+# Before any module of spamd imports structlog (spamd.runtime.structlog_import says why).
+from spamd.runtime.structlog_import import import_structlog_without_rich as _import_structlog  # noqa: E402
+
+_import_structlog()

@@ -506,6 +506,29 @@ def test_spamd_processes_start_no_blas_threads_unless_the_admin_asks():
         assert _threads_after_importing_numpy({**environment, "OPENBLAS_NUM_THREADS": "2"}) == 2
 
 
+def test_spamd_processes_start_without_importing_rich_and_log_plain_tracebacks():
+    # structlog imports rich whenever it is installed (the test extras bring it): 80-150 ms of
+    # every start, for a traceback renderer spamd's logs do not use.
+    pytest.importorskip("rich")  # without it there is nothing to keep out
+    probe = (
+        "import sys, io, spamd, structlog\n"
+        "from spamd.config import LogConfig\n"
+        "from spamd.runtime.logs import configure_logging\n"
+        "print('rich' in sys.modules)\n"
+        "out = io.StringIO()\n"
+        "configure_logging(LogConfig(format='console'), out)\n"
+        "try:\n"
+        "    1 / 0\n"
+        "except ZeroDivisionError:\n"
+        "    structlog.get_logger().exception('failed')\n"
+        "print('Traceback (most recent call last)' in out.getvalue(), 'ZeroDivisionError' in out.getvalue())\n"
+        "import rich\n"  # still importable for whatever else wants it
+        "print('rich' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["False", "True", "True", "True"]
+
+
 def test_classify_of_many_files_for_a_user_scores_each_with_their_layer_as_one_file_does(home: Path) -> None:
     """The bulk path (worker processes) scores for --user exactly as one message at a time does."""
     from tests.daemon_helpers import list_digest, make_message
