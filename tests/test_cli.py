@@ -529,6 +529,20 @@ def test_spamd_processes_start_without_importing_rich_and_log_plain_tracebacks()
     assert done.stdout.split() == ["False", "True", "True", "True"]
 
 
+def test_bulk_workers_share_the_suffix_list_their_parent_loaded_before_forking(home: Path) -> None:
+    import multiprocessing
+
+    from spamd.learning.classifier import AnalysisWorkers
+    from spamd.mail import domains
+
+    if multiprocessing.get_start_method() != "fork":
+        pytest.skip("only forked workers share their parent's pages")
+    domains._suffix_list.cache_clear()
+    with AnalysisWorkers(load_config(None), 1):
+        # Loaded here once, rather than by each worker at its first message (50-100 ms each).
+        assert domains._suffix_list.cache_info().currsize == 1
+
+
 def test_classify_of_many_files_for_a_user_scores_each_with_their_layer_as_one_file_does(home: Path) -> None:
     """The bulk path (worker processes) scores for --user exactly as one message at a time does."""
     from tests.daemon_helpers import list_digest, make_message

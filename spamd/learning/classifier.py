@@ -20,6 +20,7 @@ from spamd.mail.auth.dns import Budget, DnsWouldWait
 from spamd.mail.auth.outcomes import outcome_tokens
 from spamd.mail.auth.spf import SmtpSession
 from spamd.mail.auth.verify import NOTHING, Authenticator, AuthResult
+from spamd.mail.domains import load_suffix_list
 from spamd.mail.message import ParsedMessage, parse_message, strip_own_headers, stripped_message_key
 from spamd.mail.tokenize import tokenize
 from spamd.model.bayes import Features, ModelView, Score, featurize, verdict_of
@@ -310,7 +311,10 @@ class AnalysisWorkers:
         # The platform's default start method: fork on Linux before Python 3.14 (workers
         # start in milliseconds and share the model's pages), forkserver after it, which
         # is safe beside threads (the model is then pickled to each worker, once).
-        self._pool = multiprocessing.get_context().Pool(jobs, _start_worker, (config, model, users, senders))
+        context = multiprocessing.get_context()
+        if context.get_start_method() == "fork":
+            load_suffix_list()  # shared by the forked workers' pages
+        self._pool = context.Pool(jobs, _start_worker, (config, model, users, senders))
 
     def map(self, function: Callable[[Classifier, Job], Done], jobs: Iterable[Job]) -> Iterator[Done]:
         """function(classifier, job) for each job in a worker, results in the jobs' order, computed ahead."""
