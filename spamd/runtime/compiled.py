@@ -13,7 +13,6 @@ written in C (spamd/mail/_words.c) is recorded by its .c source and guarded the 
 from __future__ import annotations
 
 import hashlib
-import importlib.abc
 import importlib.machinery
 import importlib.util
 import json
@@ -70,8 +69,11 @@ def why_source(record: Path = RECORD, environ: Mapping[str, str] = os.environ) -
     return None
 
 
-class _SourceOnly(importlib.abc.MetaPathFinder):
-    """Finds spamd's modules as source wherever an extension of an old or partial build lies beside them."""
+class _SourceOnly:
+    """Finds spamd's modules as source wherever an extension of an old or partial build lies beside them.
+
+    A finder by its find_spec alone: subclassing importlib.abc.MetaPathFinder imported
+    importlib.resources and tempfile, 20 ms of every process start."""
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
