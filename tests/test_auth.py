@@ -18,7 +18,7 @@ from spamd.mail.auth.dns import SERVER_DOWN_AFTER, SERVER_PROBE_S, Budget, Cachi
 from spamd.mail.auth.records import RecordError
 from spamd.mail.auth.verify import MAX_ARC_BYTES, Authenticator, AuthResult
 from spamd.mail.message import parse_message
-from spamd.model.bayes import Verdict
+from spamd.model.bayes import Label, Verdict
 from spamd.people.senders import from_address, sender_names
 from tests.auth_helpers import SigningKey, SigningKeys, authenticator, mail
 from tests.cli_helpers import run_spamctl
@@ -557,6 +557,32 @@ def test_a_dmarc_reject_failure_is_reported_and_filed_as_configured(
 
 
 # ---------------------------------------------------------------- evaluation
+
+
+def test_a_batchs_scores_are_each_messages_own_score(
+    tmp_path: Path, auth_zone: ZoneServer, test_keys: SigningKeys
+) -> None:
+    """`scores_many` (spamctl classify) leaves out the key and senders where nothing reads them: the same scores,
+    a DMARC p=reject failure filed as configured among them."""
+    auth = AuthConfig(nameservers=(auth_zone.address,), dmarc_reject_action="spam")
+    engine = Engine.open(Config(data_dir=tmp_path, auth=auth), durable=False)
+    try:
+        for n in range(6):
+            engine.train(mail(subject=f"Order {n}"), Label.HAM, "test")
+            engine.train(mail(sender=f"win@prize{n}.example", body="claim your prize now\r\n"), Label.SPAM, "test")
+        raws = [
+            test_keys.shop.sign(mail(subject="Order 9")),
+            test_keys.shop.sign(mail()).replace(b"on its way", b"held at customs, pay here"),  # DMARC fails
+            mail(sender="win@prize9.example", body="claim your prize today\r\n"),
+            mail(sender="friend@other.example", subject="lunch?"),
+        ]
+        classifier = engine.classifier
+        one_by_one = [classifier.score(classifier.analyze(raw)) for raw in raws]
+        assert classifier.scores_many(raws) == one_by_one
+        assert [score.verdict for score in one_by_one][:3] == [Verdict.HAM, Verdict.SPAM, Verdict.SPAM]
+        assert classifier.scores_many(raws, "alice") == [classifier.score(classifier.analyze(r), "alice") for r in raws]
+    finally:
+        engine.close()
 
 
 def test_spamctl_eval_asks_dns_only_with_dns(auth_zone: ZoneServer, test_keys: SigningKeys, tmp_path: Path) -> None:

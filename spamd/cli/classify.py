@@ -119,9 +119,7 @@ def read_and_classify(
     (start-up included), 0.61-0.67 s now that it sends names.
     """
     user_name, sources = job
-    return classified(
-        sources, lambda raws: [score_fields(classifier.score(a, user_name)) for a in classifier.analyze_many(raws)]
-    )
+    return classified(sources, lambda raws: [score_fields(score) for score in classifier.scores_many(raws, user_name)])
 
 
 def _classify_many(config: Config, args: argparse.Namespace, inputs: Inputs) -> int:

@@ -105,7 +105,7 @@ def score_fields(score: Score) -> dict[str, Any]:
 def op_classify_many(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
     """`op_classify` of each message of a batch (`spamctl classify` of many files), analyzed together."""
     classifier, user = engine.classifier, _user(args)
-    return {"results": [score_fields(classifier.score(a, user)) for a in classifier.analyze_many(_messages(args))]}
+    return {"results": [score_fields(score) for score in classifier.scores_many(_messages(args), user)]}
 
 
 def op_explain(engine: EngineLike, args: dict[str, Any]) -> dict[str, Any]:
