@@ -583,6 +583,17 @@ def test_a_batchs_scores_are_each_messages_own_score(
         assert classifier.scores_many(raws, "alice") == [classifier.score(classifier.analyze(r), "alice") for r in raws]
     finally:
         engine.close()
+    # A DMARC failure only reported (the default): no score reads the verification, so nothing is asked.
+    auth_zone.queries = 0
+    reporting = Engine.open(Config(data_dir=tmp_path / "reporting", auth=AuthConfig(nameservers=(auth_zone.address,))))
+    try:
+        classifier = reporting.classifier
+        scores = classifier.scores_many(raws)
+        assert auth_zone.queries == 0
+        assert scores == [classifier.score(classifier.analyze(raw)) for raw in raws]
+        assert auth_zone.queries > 0  # analyze verifies each message, for its X-Spam-Auth report
+    finally:
+        reporting.close()
 
 
 def test_spamctl_eval_asks_dns_only_with_dns(auth_zone: ZoneServer, test_keys: SigningKeys, tmp_path: Path) -> None:

@@ -227,12 +227,15 @@ class Classifier:
 
         Where the senders' rule does not score (no user named, or nobody moved mail), what only
         it and the training ledger read is left out: the message's key and its senders, 60 us
-        of the ~1,000 a classify worker spent on each trec07p-dev message. The same scores.
+        of the ~1,000 a classify worker spent on each trec07p-dev message. So is verifying the
+        senders, unless its outcome moves the score by itself (`verification_scores`): without
+        it, all verification gave was the X-Spam-Auth report, which classify does not print.
+        The same scores.
         """
         if self.scores_by_senders(user_name):
             return [self.score(analyzed, user_name) for analyzed in self.analyze_many(raws)]
         prepared = self.prepared(raws)
-        if self.verifies(True):
+        if self.verifies(True) and self.verification_scores():
             auths = self.authenticated_together(prepared, [None] * len(prepared))
         else:
             auths = [NOTHING] * len(prepared)
@@ -240,6 +243,11 @@ class Classifier:
             self.score(Analyzed(b"", self.featurized(ready, auth), dmarc_reject=auth.dmarc_rejects()), user_name)
             for ready, auth in zip(prepared, auths, strict=True)
         ]
+
+    def verification_scores(self) -> bool:
+        """Whether verifying the senders moves a score the senders' rule does not: the outcomes' tokens
+        ([model] auth_outcomes), or a DMARC p=reject failure filed as spam ([auth] dmarc_reject_action)."""
+        return self.config.model.auth_outcomes or self.config.auth.dmarc_reject_action == "spam"
 
     def scores_by_senders(self, user_name: str | None) -> bool:
         """Whether `score` may move `user_name`'s score by where their mail from its senders went (spamd/people/senders.py)."""
