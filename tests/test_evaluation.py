@@ -113,6 +113,18 @@ def _spamctl(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def test_eval_trains_a_model_of_its_own_never_the_redis_the_config_names(small_corpus, tmp_path):
+    # The shared model in Redis scores every mail host's mail: an evaluation must not train it
+    # with its corpus. Nothing listens on port 9 here, so a connection would fail the command.
+    config = tmp_path / "spamd.toml"
+    config.write_text('[redis]\nurl = "redis://127.0.0.1:9/0"\n')
+    done = _spamctl(
+        "--config", str(config), "--data-dir", str(tmp_path / "d"), "eval", "--json", str(small_corpus), cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["messages"] == 40
+
+
 def test_spamctl_eval_json_results_plot_and_missing_message(small_corpus, tmp_path):
     results = tmp_path / "results.txt"
     plot = tmp_path / "roc.png"

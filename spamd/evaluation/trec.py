@@ -504,7 +504,10 @@ def evaluate_index(
 
     entries = read_index(index)
     with tempfile.TemporaryDirectory(prefix="spamd-eval-") as tmp:
-        engine = Engine.open(dataclasses.replace(config, data_dir=Path(tmp)), durable=False)
+        # A model of its own, in the temporary directory: never a Redis that [redis] url names, whose
+        # shared model every mail host scores with (an eval there trained it with the corpus).
+        own = dataclasses.replace(config, data_dir=Path(tmp), redis=dataclasses.replace(config.redis, url=""))
+        engine = Engine.open(own, durable=False)
         try:
 
             def score(prepared: tuple[Analyzed, str | None]) -> tuple[float, bool, bool]:
