@@ -13,7 +13,7 @@ import numpy as np
 from spamd.config import AuthConfig, Config, ModelConfig
 from spamd.evaluation.trec import analyze_in_workers, read_batches, read_index
 from spamd.learning.classifier import Analyzed, Classifier
-from spamd.mail.auth.dkim import SignatureResult
+from spamd.mail.auth.authres import SignatureResult
 from spamd.mail.auth.dmarc import DmarcResult
 from spamd.mail.auth.outcomes import outcome_tokens
 from spamd.mail.auth.verify import NOTHING, AuthResult

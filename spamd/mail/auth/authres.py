@@ -34,6 +34,16 @@ class MethodResult:
 
 
 @dataclass(frozen=True, slots=True)
+class SignatureResult:
+    """A DKIM signature's result, verified here or read from trusted Authentication-Results: pass, fail,
+    policy (l= left content unsigned), temperror (DNS), permerror (malformed)."""
+
+    domain: str
+    selector: str
+    result: str
+
+
+@dataclass(frozen=True, slots=True)
 class AuthenticationResults:
     authserv_id: str
     results: tuple[MethodResult, ...]

@@ -12,13 +12,13 @@ import binascii
 import logging
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import dkim  # dkimpy ships no type information
 import dkim.util
 import nacl.exceptions
 from dkim.canonicalization import CanonicalizationPolicy, InvalidCanonicalizationPolicyError
 
+from spamd.mail.auth.authres import SignatureResult
 from spamd.mail.auth.dkimpy_stand_ins import (
     parse_tag_value,
     relaxed_body,
@@ -40,15 +40,6 @@ DnsFunction = Callable[..., bytes | None]  # dkimpy's dnsfunc: (name, timeout=) 
 _QUIET = logging.getLogger("spamd.dkimpy")
 _QUIET.addHandler(logging.NullHandler())
 _QUIET.propagate = False
-
-
-@dataclass(frozen=True, slots=True)
-class SignatureResult:
-    """pass, fail, policy (l= left content unsigned), temperror (DNS), permerror (malformed)."""
-
-    domain: str
-    selector: str
-    result: str
 
 
 def signature_headers(raw: bytes) -> int:

@@ -15,8 +15,14 @@ from dataclasses import dataclass, replace
 import dkim  # dkimpy ships no type information
 
 from spamd.config import AuthConfig
-from spamd.mail.auth.authres import AuthenticationResults, MethodResult, parse_authentication_results, trusted_results
-from spamd.mail.auth.dkim import _QUIET, SignatureResult, length_limited_beyond, verify_signatures
+from spamd.mail.auth.authres import (
+    AuthenticationResults,
+    MethodResult,
+    SignatureResult,
+    parse_authentication_results,
+    trusted_results,
+)
+from spamd.mail.auth.dkim import _QUIET, length_limited_beyond, verify_signatures
 from spamd.mail.auth.dmarc import DmarcResult, evaluate
 from spamd.mail.auth.dns import Budget, CachingResolver, DnsTemporaryError
 from spamd.mail.auth.domains import aligned, normalized, organizational_domain
