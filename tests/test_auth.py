@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import subprocess
+import sys
 from pathlib import Path
 
 import dkim
@@ -527,6 +529,24 @@ def test_a_senders_large_records_cannot_grow_the_cache_past_its_bytes(zone_serve
     assert zone_server.queries == asked
     assert resolver.txt("k._domainkey.shop.example", budget) == (b"v=DKIM1; p=abc",)  # the oldest: asked again
     assert zone_server.queries == asked + 1
+
+
+def test_dkimpy_and_dnspythons_resolver_are_imported_by_the_first_verification_not_at_start() -> None:
+    # 130 ms of every start of spamctl eval, train and bulk classify, which verify nobody unless it counts.
+    probe = (
+        "import sys\n"
+        "import spamd.cli.classify, spamd.cli.evaluate, spamd.cli.training, spamd.daemon\n"
+        "print(sorted(m for m in ('dkim', 'dns.resolver', 'nacl', 'cryptography') if m in sys.modules))\n"
+        "from spamd.config import AuthConfig\n"
+        "from spamd.mail.auth.verify import Authenticator\n"
+        "raw = b'DKIM-Signature: v=1; a=rsa-sha256; d=shop.example; s=s1; h=from; bh=x; b=y\\r\\n"
+        "From: a@shop.example\\r\\n\\r\\nbody\\r\\n'\n"
+        "result = Authenticator(AuthConfig(nameservers=('127.0.0.1:9',), dns_budget_s=0.0)).verify(\n"
+        "    raw, [('from', 'a@shop.example')], 'a@shop.example')\n"
+        "print(len(result.dkim), 'dkim' in sys.modules and 'dns.resolver' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines() == ["[]", "1 True"]  # the signature was verified, with dkimpy
 
 
 def test_a_spent_budget_asks_nothing() -> None:

@@ -11,17 +11,21 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dns.exception
-import dns.message
-import dns.name
-import dns.nameserver
 import dns.rdatatype
-import dns.resolver
 import structlog
 
 from spamd.config.addresses import parse_nameserver
+
+if TYPE_CHECKING:
+    import dns.message
+
+# dnspython's resolver (dns.resolver, dns.nameserver, dns.message and what they import, with dkimpy
+# which imports it too) is imported when a process first makes a resolver, not when spamd starts:
+# `spamctl eval`, `train` and a bulk `classify` verify nobody unless it counts, and took 130 ms
+# more to start with it.
 
 # A negative answer's TTL when the response carries no SOA (RFC 2308 uses the SOA's minimum),
 # and the longest any answer is kept: a key that a domain rotates is seen within the hour.
@@ -97,6 +101,9 @@ class CachingResolver:
         clock: Callable[[], float] = time.monotonic,
         max_bytes: int = CACHE_BYTES,
     ):
+        import dns.nameserver
+        import dns.resolver
+
         self._resolver = dns.resolver.Resolver(configure=not nameservers)
         if nameservers:
             self._resolver.nameservers = [
@@ -197,6 +204,8 @@ class CachingResolver:
             raise DnsTemporaryError(
                 f"{name}: the nameservers timed out or failed the last {SERVER_DOWN_AFTER} look-ups or more"
             )
+        import dns.resolver  # imported when this resolver was made: here only bound
+
         self.queries += 1
         try:
             # dnspython sleeps RETRY_PAUSE_S after a round of servers that did not answer before it

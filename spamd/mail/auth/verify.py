@@ -12,8 +12,6 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-import dkim  # dkimpy ships no type information
-
 from spamd.config import AuthConfig
 from spamd.mail.auth.authres import (
     AuthenticationResults,
@@ -22,7 +20,6 @@ from spamd.mail.auth.authres import (
     parse_authentication_results,
     trusted_results,
 )
-from spamd.mail.auth.dkim import _QUIET, length_limited_beyond, verify_signatures
 from spamd.mail.auth.dmarc import DmarcResult, evaluate
 from spamd.mail.auth.dns import Budget, CachingResolver, DnsTemporaryError
 from spamd.mail.auth.domains import aligned, normalized, organizational_domain
@@ -161,6 +158,9 @@ class Authenticator:
         from_domain = from_domain_of(from_address)
         trusted = trusted_results(headers, self.config.trusted_authserv_ids, self.config.trusted_hops)
         budget = budget if budget is not None else self.budget()
+        # dkimpy, which this needs, is imported at the first message verified (spamd.mail.auth.dns says why).
+        from spamd.mail.auth.dkim import length_limited_beyond, verify_signatures
+
         if trusted:
             result = from_trusted_headers(trusted, from_domain, length_limited_beyond(raw))
             # An MTA's arc= names no sealer (RFC 8617 defines no property for it), so trusted sealers
@@ -195,6 +195,10 @@ class Authenticator:
             return "none", "", ()
         if len(seals) * len(raw) > MAX_ARC_BYTES:
             return "none", "", ()
+
+        import dkim  # dkimpy ships no type information
+
+        from spamd.mail.auth.dkim import _QUIET
 
         def lookup(name: bytes, timeout: float = 5) -> bytes | None:
             records = self.resolver.txt(name.decode("ascii", "replace"), budget)
