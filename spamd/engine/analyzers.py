@@ -37,7 +37,7 @@ import structlog
 
 from spamd.config import Config
 from spamd.learning.classifier import Analyzed, Classifier, Prepared, usable_cores
-from spamd.mail.auth.dns import Budget, DnsWouldWait
+from spamd.mail.auth.dns import Budget
 from spamd.mail.auth.spf import SmtpSession
 from spamd.mail.auth.verify import NOTHING
 from spamd.model.bayes import Features
@@ -204,7 +204,7 @@ def _decode_analyzed(payload: bytes, weighted: bool = False, kinded: bool = Fals
 # ---------------------------------------------------------------- the helper's side
 
 
-# Senders verified at once in one analysis process. Verifying mostly waits for DNS, and one
+# Senders verified at once in one of the daemon's analysis helpers. Verifying mostly waits for DNS, and one
 # message's wait held up every message behind it: with nameservers that never answer, 16
 # SMTP clients saw waits in steps of the 2 s budget (2.1, 4.2, 6.3 s). In threads the waits
 # overlap, and each message's budget runs from its arrival, so a message that waits for a
@@ -212,7 +212,7 @@ def _decode_analyzed(payload: bytes, weighted: bool = False, kinded: bool = Fals
 # answers (most, on a busy host) is verified in the reading thread first, as before: handing
 # each over to a thread cost the analysis process CPU (bench_smtp --auth warm: 1.50-1.81 ->
 # 1.86-2.12 ms a message, a loaded machine); one that would wait is verified again in a thread.
-VERIFYING_THREADS = 64
+HELPER_VERIFYING_THREADS = 64
 
 
 def serve(sock: socket.socket) -> None:
@@ -228,7 +228,7 @@ def serve(sock: socket.socket) -> None:
     yield_to_the_loop()
     classifier: Classifier | None = None
     sender = _Sender(sock)
-    verifying = ThreadPoolExecutor(VERIFYING_THREADS, thread_name_prefix="verify")
+    verifying = ThreadPoolExecutor(HELPER_VERIFYING_THREADS, thread_name_prefix="verify")
     for batch in frames(sock):
         work: list[tuple[int, bytes]] = []  # messages since the last configuration frame
         try:
@@ -311,12 +311,11 @@ def _answer_all(
             sender.add(_error(ident, ready))
         elif not verifies:
             sender.add(_finished(classifier, ident, ready, None, None))
-        else:
-            try:  # here, while the cache answers every look-up: no thread to hand over to
-                sender.send_now(
-                    _finished(classifier, ident, ready, session, classifier.authenticator.budget(sent, True))
-                )
-            except DnsWouldWait:
+        else:  # here, while the cache answers every look-up: no thread to hand over to
+            answer = _finished_from_cache(classifier, ident, ready, session, sent)
+            if answer is not None:
+                sender.send_now(answer)
+            else:
                 budget = classifier.authenticator.budget(started=sent)
                 verifying.submit(
                     lambda *args: sender.send_now(_finished(*args)), classifier, ident, ready, session, budget
@@ -332,6 +331,17 @@ def _finished(
             NOTHING if budget is None else classifier.authenticate(prepared.stripped, prepared.message, session, budget)
         )
         return frame(*_encode_answer(ident, classifier.finished(prepared, budget is not None, auth)))
+    except Exception as e:
+        return _error(ident, e)
+
+
+def _finished_from_cache(
+    classifier: Classifier, ident: int, prepared: Prepared, session: SmtpSession | None, sent: float
+) -> bytes | None:
+    """`_finished` with the senders verified from the resolver's cache alone; None where a look-up would wait."""
+    try:
+        auth = classifier.authenticated_from_cache(prepared, session, sent)
+        return None if auth is None else frame(*_encode_answer(ident, classifier.finished(prepared, True, auth)))
     except Exception as e:
         return _error(ident, e)
 

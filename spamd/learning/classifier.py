@@ -37,9 +37,10 @@ from spamd.people.users import LayerScorer
 from spamd.runtime.gc_tuning import tune_gc_for_message_streams
 from spamd.runtime.malloc_tuning import keep_read_buffers_in_the_heap
 
-# Threads a process verifies a batch's senders in while their look-ups wait on DNS (a batch is
-# 64 messages in eval and classify).
-VERIFYING_THREADS = 32
+# Threads a process of `spamctl eval --dns` or `classify` verifies a batch's senders in while
+# their look-ups wait on DNS (a batch is 64 messages). The daemon's helpers have their own
+# (spamd.engine.analyzers.HELPER_VERIFYING_THREADS).
+BATCH_VERIFYING_THREADS = 32
 # `[auth] dmarc_reject_action = "spam"`: a DMARC failure under p=reject is filed as spam, at
 # least this far past the middle (the senders' rule's floor, spamd.people.senders.FLOOR).
 DMARC_REJECT_LOG_ODDS = 0.45
@@ -159,15 +160,10 @@ class Classifier:
     ) -> list[AuthResult]:
         """Each message's senders verified: here while the resolver's cache answers every look-up, else in
         threads, so that the DNS waits of a batch's messages overlap rather than queue one behind another."""
-        auths: list[AuthResult | None] = []
-        waiting: list[int] = []
-        for number, (ready, session) in enumerate(zip(prepared, sessions, strict=True)):
-            try:
-                budget = self.authenticator.budget(cached_only=True)
-                auths.append(self.authenticate(ready.stripped, ready.message, session, budget))
-            except DnsWouldWait:
-                auths.append(None)
-                waiting.append(number)
+        auths = [
+            self.authenticated_from_cache(ready, session) for ready, session in zip(prepared, sessions, strict=True)
+        ]
+        waiting = [number for number, auth in enumerate(auths) if auth is None]
         if waiting:
 
             def verified(number: int) -> AuthResult:
@@ -179,12 +175,23 @@ class Classifier:
                 auths[number] = auth
         return [NOTHING if auth is None else auth for auth in auths]
 
+    def authenticated_from_cache(
+        self, prepared: Prepared, session: SmtpSession | None, started: float | None = None
+    ) -> AuthResult | None:
+        """`prepared`'s senders verified from the resolver's cache alone; None where a look-up would wait on DNS
+        (the caller verifies it again in a thread, within the budget counted from `started`, None: now)."""
+        try:
+            budget = self.authenticator.budget(started, cached_only=True)
+            return self.authenticate(prepared.stripped, prepared.message, session, budget)
+        except DnsWouldWait:
+            return None
+
     @property
     def verifying_threads(self) -> ThreadPoolExecutor:
         """Threads for `authenticated_together`'s look-ups, made on first use, in the process that uses them."""
         with self._verifying_made:
             if self._verifying is None:
-                self._verifying = ThreadPoolExecutor(VERIFYING_THREADS, thread_name_prefix="verify-batch")
+                self._verifying = ThreadPoolExecutor(BATCH_VERIFYING_THREADS, thread_name_prefix="verify-batch")
             return self._verifying
 
     def verifies(self, authenticate: bool) -> bool:
