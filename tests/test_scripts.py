@@ -152,12 +152,25 @@ def test_compare_speed_classifies_against_a_slow_nameserver_of_its_own(index_wit
     assert run.returncode == 0, run.stderr
     summary = json.loads(run.stdout.strip().splitlines()[-1])
     assert summary["classify_dns_delay_s"] == 0.05 and summary["spamd_bulk_classify_msgs_per_s"] > 0, summary
+    assert summary["classify_dns_verifying"] is True
     config = tmp_path / "spamd.toml"
     config.write_text("")
     refused = run_script(
         "speed/compare_speed.py", str(index_with_junk), "--dns-delay", "0.05", "--config", str(config), cwd=tmp_path
     )
     assert refused.returncode == 2 and "--dns-delay" in refused.stderr
+
+
+def test_start_time_times_each_trees_bulk_classify_of_two_messages(index_with_junk: Path, tmp_path: Path) -> None:
+    if not (REPO / ".venv" / "bin" / "spamctl").exists():
+        pytest.skip("--tree needs the checkout's own .venv/bin/spamctl")
+    run = run_script(
+        "speed/start_time.py", str(index_with_junk), "--tree", str(REPO), "--runs", "2", "--json", cwd=tmp_path
+    )
+    assert run.returncode == 0, run.stderr
+    [row] = json.loads(run.stdout)
+    assert row["tree"] == str(REPO) and 0 < row["fastest_wall_ms"] <= row["median_wall_ms"], row
+    assert row["median_cpu_ms"] > 0, row  # the process's and its workers'
 
 
 def test_compare_speed_times_each_tree_and_a_maildir_of_the_messages(index_with_junk: Path, tmp_path: Path) -> None:
