@@ -36,6 +36,6 @@ from spamd.runtime import compiled as _compiled  # noqa: E402
 _compiled.install()
 
 # Before any module of spamd imports structlog (spamd.runtime.structlog_import says why).
-from spamd.runtime.structlog_import import import_structlog_without_rich as _import_structlog  # noqa: E402
+from spamd.runtime.structlog_import import hide_rich_from_structlog as _hide_rich_from_structlog  # noqa: E402
 
-_import_structlog()
+_hide_rich_from_structlog()
