@@ -136,8 +136,9 @@ class Authenticator:
         # dkimpy now, with the resolver: a process that makes an Authenticator verifies (a daemon's
         # helper makes it with its configuration), and its first message should not wait for the
         # import (130-220 ms) within its DNS budget. Processes that verify nobody never import it.
-        import spamd.mail.auth.dkim  # noqa: F401
+        from spamd.mail.auth import dkim as signatures
 
+        self._signatures = signatures  # bound here: no import statement on each message's path
         self.config = config
         self.resolver = resolver if resolver is not None else CachingResolver(config.nameservers)
 
@@ -163,17 +164,15 @@ class Authenticator:
         from_domain = from_domain_of(from_address)
         trusted = trusted_results(headers, self.config.trusted_authserv_ids, self.config.trusted_hops)
         budget = budget if budget is not None else self.budget()
-        from spamd.mail.auth.dkim import length_limited_beyond, verify_signatures  # imported by __init__
-
         if trusted:
-            result = from_trusted_headers(trusted, from_domain, length_limited_beyond(raw))
+            result = from_trusted_headers(trusted, from_domain, self._signatures.length_limited_beyond(raw))
             # An MTA's arc= names no sealer (RFC 8617 defines no property for it), so trusted sealers
             # are checked here: only for mail that carries a chain, and only with sealers configured.
             arc, sealer, sealed_passes = self._arc(raw, headers, budget)
             return (
                 result if arc == "none" else replace(result, arc=arc, arc_sealer=sealer, arc_dkim_passes=sealed_passes)
             )
-        signatures = verify_signatures(raw, self.resolver, budget)
+        signatures = self._signatures.verify_signatures(raw, self.resolver, budget)
         spf = check_spf(session, self.resolver, budget) if session is not None and session.client_ip else None
         dmarc = None
         if from_domain and (signatures or spf is not None):
@@ -200,16 +199,14 @@ class Authenticator:
         if len(seals) * len(raw) > MAX_ARC_BYTES:
             return "none", "", ()
 
-        import dkim  # dkimpy ships no type information
-
-        from spamd.mail.auth.dkim import _QUIET
+        import dkim  # dkimpy ships no type information; imported with self._signatures
 
         def lookup(name: bytes, timeout: float = 5) -> bytes | None:
             records = self.resolver.txt(name.decode("ascii", "replace"), budget)
             return records[0] if records else None
 
         try:
-            chain, results, _reason = dkim.ARC(raw, logger=_QUIET, minkey=1024).verify(dnsfunc=lookup)
+            chain, results, _reason = dkim.ARC(raw, logger=self._signatures._QUIET, minkey=1024).verify(dnsfunc=lookup)
         except DnsTemporaryError:
             return "temperror", "", ()
         except Exception:  # dkimpy's parser on a hostile chain: it vouches for nothing
