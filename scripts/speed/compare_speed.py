@@ -115,6 +115,16 @@ def say_venvs_differ(trees: list[Path]) -> None:
             )
 
 
+def trees_and_commands(given: list[Path] | None) -> tuple[list[Path | None], list[list[str]]]:
+    """The --tree checkouts (resolved; [None]: this interpreter's spamd) and each one's spamctl command,
+    what one tree's venv lacks against another's said on stderr."""
+    trees: list[Path | None] = [t.resolve() for t in given] if given else [None]
+    commands = [spamctl_command(tree) for tree in trees]
+    if len(trees) > 1:
+        say_venvs_differ([tree for tree in trees if tree is not None])
+    return trees, commands
+
+
 def compile_to_bytecode(python: Path, package: Path) -> None:
     """Compile an editable checkout's `package` as pip compiles an installed wheel.
 
@@ -345,10 +355,7 @@ def main() -> int:
     if args.per_user and not any(e.user for e in entries):
         print(f"{args.index}: --per-user needs an index that names users (third field)", file=sys.stderr)
         return 2
-    trees: list[Path | None] = [t.resolve() for t in args.tree] if args.tree else [None]
-    commands = [spamctl_command(tree) for tree in trees]
-    if len(trees) > 1:
-        say_venvs_differ([tree for tree in trees if tree is not None])
+    trees, commands = trees_and_commands(args.tree)
     rates: list[dict[str, list[float]]] = [{} for _ in trees]
     bogo: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="spamd-speed-") as tmp, slow_nameserver(args.dns_delay) as nameserver:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from scripts.speed.compare_speed import say_venvs_differ, spamctl_command, trained_data_dir  # noqa: E402
+from scripts.speed.compare_speed import trained_data_dir, trees_and_commands  # noqa: E402
 from spamd.evaluation.trec import mail_entries, read_index  # noqa: E402
 
 TRAINED_MESSAGES = 1000  # a model of the size a small site has, for the snapshot the start loads
@@ -59,10 +59,7 @@ def main() -> int:
     if len(entries) < 2:
         print(f"{args.index}: fewer than two mail messages", file=sys.stderr)
         return 1
-    trees: list[Path | None] = [t.resolve() for t in args.tree] if args.tree else [None]
-    commands = [spamctl_command(tree) for tree in trees]
-    if len(trees) > 1:
-        say_venvs_differ([tree for tree in trees if tree is not None])
+    trees, commands = trees_and_commands(args.tree)
     paths = [str(e.path) for e in entries[:2]]
     walls: list[list[float]] = [[] for _ in trees]
     cpus: list[list[float]] = [[] for _ in trees]
