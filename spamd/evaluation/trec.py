@@ -40,8 +40,18 @@ Prepared = TypeVar("Prepared")  # what the caller's analysis makes of a message
 class IndexEntry:
     label: Label
     name: str  # the path as written in the index
-    path: Path  # resolved against the index's directory
+    directory: str  # the index's directory, which `name` is relative to
     user: str | None = None  # an optional third field: whose mail it is (spamd/people/users.py)
+
+    @property
+    def file(self) -> str:
+        """The message's file name, resolved against the index's directory (as a str: made for every
+        message of an index, a `Path` cost trec07p-dev's 10,000 entries 0.12 s of serial start)."""
+        return os.path.join(self.directory, self.name)
+
+    @property
+    def path(self) -> Path:
+        return Path(self.file)
 
 
 def read_index(index: Path) -> list[IndexEntry]:
@@ -55,7 +65,7 @@ def read_index(index: Path) -> list[IndexEntry]:
         lines = index.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError as e:
         raise SpamdError(f"{index}: cannot read index: {e.strerror}") from None
-    entries = []
+    entries, directory = [], str(index.parent)
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -66,7 +76,7 @@ def read_index(index: Path) -> list[IndexEntry]:
         fields = path.split()
         if len(fields) == 2 and is_user_name(fields[1]):
             path, user = fields
-        entries.append(IndexEntry(Label.parse(parts[0]), path, index.parent / path, user))
+        entries.append(IndexEntry(Label.parse(parts[0]), path, directory, user))
     return entries
 
 
@@ -101,7 +111,7 @@ def index_messages(
 ) -> Iterator[tuple[IndexEntry, bytes]]:
     """Each entry that is a readable mail message with its bytes, in index order; the others go to `on_skip`."""
     for entry in entries:
-        raw, reason = read_mail(entry.path)
+        raw, reason = read_mail(entry.file)
         if raw is None:
             on_skip(entry, reason)
         else:
@@ -178,7 +188,7 @@ def read_batches(entries: list[IndexEntry], analyze_many: Callable[[list[bytes]]
         while position < len(entries) and len(raws) < BATCH_MESSAGES and size < BATCH_BYTES:
             entry = entries[position]
             position += 1
-            raw, reason = read_mail(entry.path)
+            raw, reason = read_mail(entry.file)
             if raw is None:
                 failed[len(batch)] = reason
             else:
@@ -365,7 +375,7 @@ def analyze_in_workers(
     analyze = functools.partial(_read_and_analyze, authenticate=authenticate)
     with AnalysisWorkers(config, jobs) as workers:
         # Paths as str: a pickled Path took 4.5 us a message to unpickle in the worker, a str 0.05.
-        answers = workers.map(analyze, ([str(entry.path) for entry in chunk] for chunk in chunks))
+        answers = workers.map(analyze, ([entry.file for entry in chunk] for chunk in chunks))
         for chunk, answer in zip(chunks, answers, strict=True):
             yield _unpacked(chunk, answer)
 
