@@ -41,6 +41,7 @@ their 18 derived streams on 2 cores, once the streams are cached.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import math
@@ -117,6 +118,12 @@ class Candidate:
     calibrate: float = 0.0
     # Platt scaling refitted by Newton's method over the last this many labels (0: off): a prototype.
     calibrate_window: int = 0
+    # Of the authentication outcomes, only the verified identities (auth:aligned:, auth:signer:,
+    # auth:sealer:): no token that nearly every message carries. A prototype.
+    identities_only: bool = False
+    # A token for mail whose authenticated From is a listed well-known sender (rspamd's DMARC and
+    # SPF+DKIM lists), its bucket seeded with this many ham counts (0: off). A prototype.
+    listed_prior: float = 0.0
 
 
 CANDIDATES = [
@@ -231,9 +238,20 @@ CANDIDATES = [
     ),
     Candidate("apart0.5-auth-n8", {"evidence_weight": 0.5, "evidence_neutral": 8.0, "auth_outcomes": True}),
     Candidate("apart1.0-auth-n8", {"evidence_weight": 1.0, "evidence_neutral": 8.0, "auth_outcomes": True}),
+    Candidate("identities", {"auth_outcomes": True}, identities_only=True),
+    Candidate("identities-apart0.5", {"auth_outcomes": True, "evidence_weight": 0.5}, identities_only=True),
+    *(
+        Candidate(f"identities-p{p}", {"auth_outcomes": True, "evidence_apart_prior": p}, identities_only=True)
+        for p in (5, 10, 15)
+    ),
+    Candidate("identities-apart0.35", {"auth_outcomes": True, "evidence_weight": 0.35}, identities_only=True),
+    Candidate("apart0.35", {"evidence_weight": 0.35}),
+    *(Candidate(f"listed{k}", {}, listed_prior=k) for k in (0.001, 5, 20, 100)),
+    *(Candidate(f"listed{k}-ids", {"auth_outcomes": True}, identities_only=True, listed_prior=k) for k in (5, 20)),
 ]
 _BY_NAME = {c.name: c for c in CANDIDATES}
 _CONFIG = Config()
+_IDENTITIES = ("auth:aligned:", "auth:signer:", "auth:sealer:")
 
 
 _AUTHENTICATORS: dict[AuthConfig, Authenticator] = {}
@@ -290,12 +308,44 @@ def stream_name(index: Path) -> str:
     return parts[-1] if index.name == "index" else index.name
 
 
-def features(config: ModelConfig, item: Analyzed, family_tables: bool) -> Features:
+@functools.cache
+def listed_senders() -> frozenset[str]:
+    """The well-known senders of rspamd's whitelist maps (Debian's rspamd package), read at first use."""
+    found = set()
+    for name in ("dmarc_whitelist.inc", "spf_dkim_whitelist.inc"):
+        try:
+            lines = Path(RSPAMD_MAPS, name).read_text().splitlines()
+        except OSError as e:
+            raise SystemExit(
+                f"the listed* candidates read rspamd's {name}: {e.strerror} (apt-get install rspamd)"
+            ) from None
+        for line in lines:
+            line = line.split("#")[0].strip()
+            if line:
+                found.add(line.split()[0].lower())
+    return frozenset(found)
+
+
+RSPAMD_MAPS = "/etc/rspamd/maps.d"
+LISTED_TOKEN = "auth:listed-sender"
+
+
+def features(
+    config: ModelConfig, item: Analyzed, family_tables: bool, identities_only: bool = False, listed: bool = False
+) -> Features:
     """The message's features under `config`'s families: in the one table as spamd makes them, or a table per family."""
     tokens, head, text, evidence, salad = item
     capped = salad_weights(tokens, salad, config)
     claims = [t for name in evidence_families(config) for t in evidence[name]]
     outcomes = evidence["auth_outcomes"] if config.auth_outcomes else []
+    if listed:
+        aligned = [t for t in evidence["auth_outcomes"] if t.startswith("auth:aligned:")]
+        listed_tokens = [LISTED_TOKEN] if aligned and aligned[0][len("auth:aligned:") :] in listed_senders() else []
+    else:
+        listed_tokens = []
+    if identities_only:
+        outcomes = [t for t in outcomes if t.startswith(_IDENTITIES)]
+    outcomes = outcomes + listed_tokens
     words = len(tokens)
     tokens = tokens + claims + outcomes
     if capped is not None and claims + outcomes:
@@ -335,11 +385,14 @@ def run(
     model = MultinomialNB(replace(config, hash_bits=config.hash_bits + 2) if tables > 1 else config)
 
     def featurized(item: Analyzed) -> Features:
-        message = features(config, item, tables > 1)
+        message = features(config, item, tables > 1, candidate.identities_only, bool(candidate.listed_prior))
         if candidate.claims_as_words and message.kinds is not None:
             message = replace(message, kinds=np.where(message.kinds == CLAIM, 0, message.kinds).astype(np.int8))
         return message
 
+    if candidate.listed_prior:
+        seeded = featurize([LISTED_TOKEN], config.hash_bits).ids
+        model.counts[0][seeded] = round(candidate.listed_prior)
     for is_spam, item in before or []:  # the earlier mail, learned as spamctl eval's full feedback learns it
         earlier, label = featurized(item), Label(int(is_spam))
         if not left_unlearned(config, label, "eval", lambda earlier=earlier: model.score(earlier)):  # type: ignore[misc]
