@@ -337,3 +337,37 @@ def test_without_dns_verifying_signed_mail_gives_eval_nothing_it_scores_or_files
             assert verified.key == unverified.key and verified.senders == unverified.senders
             assert np.array_equal(verified.features.ids, unverified.features.ids)
             assert np.array_equal(verified.features.counts, unverified.features.counts)
+
+
+def test_eval_keeps_who_mail_is_from_where_the_index_names_its_user(tmp_path: Path) -> None:
+    """Who a message is from is left out of eval's analysis only when no user is named: a user's
+    rescues of a sender still move that sender's later mail (the senders' rule), analyzed in workers
+    or in the process itself."""
+    data = tmp_path / "data"
+    data.mkdir()
+    lines = []
+    for i in range(80):
+        # Spam and ham from others, then spam-worded mail from one sender that alice keeps among the spam.
+        kept, spam = i >= 40 and i % 2 == 0, i % 2 == 0 if i < 40 else i % 2 == 1
+        sender = "news@kept.example" if kept else "promo@deals.example" if spam else "colleague@work.example"
+        words = HAM_WORDS if not (kept or spam) else SPAM_WORDS
+        body = " ".join(words[(i + k) % len(words)] for k in range(30))
+        raw = f"From: {sender}\nTo: alice@work.example\nSubject: note {i}\nMessage-ID: <{i}@x>\n\n{body}\n"
+        (data / f"m{i}").write_bytes(raw.encode())
+        lines.append(f"{'spam' if spam else 'ham'} ../data/m{i} alice")
+    (tmp_path / "full").mkdir()
+    index = tmp_path / "full" / "index"
+    index.write_text("\n".join(lines) + "\n")
+    config = dataclasses.replace(
+        Config(), users=dataclasses.replace(Config().users, score_per_user=True, sender_moves=1, sender_share=0.0)
+    )
+    kept_scores = {}
+    for jobs in (0, 1):
+        for layer in (True, False):
+            results, _ = evaluate_index(config, index, jobs=jobs, user_layer=layer)
+            kept_scores[jobs, layer] = [r.score for n, r in enumerate(results) if n >= 40 and n % 2 == 0]
+    # The shared model alone files the kept sender's spam-worded mail as it reads; alice's rescues move it.
+    assert kept_scores[0, True] == kept_scores[1, True]
+    assert kept_scores[0, False] == kept_scores[1, False]
+    moved = [a < b for a, b in zip(kept_scores[0, True], kept_scores[0, False], strict=True)]
+    assert any(moved), (kept_scores[0, True], kept_scores[0, False])

@@ -293,9 +293,11 @@ AnalyzedChunk = tuple[
 ]  # fmt: skip
 
 
-def _read_and_analyze(classifier: Classifier, paths: list[str], authenticate: bool = True) -> AnalyzedChunk:
+def _read_and_analyze(
+    classifier: Classifier, paths: list[str], authenticate: bool = True, senders: bool = True
+) -> AnalyzedChunk:
     """In a worker: read a chunk of the index and analyze what could be read (module level: picklable);
-    `authenticate` as `Classifier.analyze_many`'s."""
+    `authenticate` and `senders` as `Classifier.analyze_many`'s."""
     raws: list[bytes] = []
     failed: dict[int, str] = {}
     for number, path in enumerate(paths):
@@ -304,7 +306,7 @@ def _read_and_analyze(classifier: Classifier, paths: list[str], authenticate: bo
             failed[number] = reason
         else:
             raws.append(raw)
-    analyzed = classifier.analyze_many(raws, authenticate)
+    analyzed = classifier.analyze_many(raws, authenticate, senders=senders)
     features = [a.features for a in analyzed]
     return (
         [a.key for a in analyzed],
@@ -359,7 +361,7 @@ def _unpacked(entries: list[IndexEntry], chunk: AnalyzedChunk) -> Batch:
 
 
 def analyze_in_workers(
-    config: Config, entries: list[IndexEntry], jobs: int, authenticate: bool = True
+    config: Config, entries: list[IndexEntry], jobs: int, authenticate: bool = True, senders: bool = True
 ) -> Iterator[Batch]:
     """The batches of `read_batches`, read and analyzed by `jobs` worker processes, yielded in index order.
 
@@ -368,11 +370,12 @@ def analyze_in_workers(
     the same scores as one process, to the last digit (tests/test_evaluation.py).
     Batches stop at BATCH_MESSAGES only (workers read the files; sizes are not known here).
     `authenticate`: verify the senders (False: `verification_counts` says nothing can come of it).
+    `senders` False: leave out who each message is from (no user's senders are kept).
     """
     from spamd.learning.classifier import AnalysisWorkers
 
     chunks = [entries[i : i + BATCH_MESSAGES] for i in range(0, len(entries), BATCH_MESSAGES)]
-    analyze = functools.partial(_read_and_analyze, authenticate=authenticate)
+    analyze = functools.partial(_read_and_analyze, authenticate=authenticate, senders=senders)
     with AnalysisWorkers(config, jobs) as workers:
         # Paths as str: a pickled Path took 4.5 us a message to unpickle in the worker, a str 0.05.
         answers = workers.map(analyze, ([entry.file for entry in chunk] for chunk in chunks))
@@ -546,13 +549,17 @@ def evaluate_index(
 
             bar = _progress_bar(len(entries)) if progress else None
             authenticate = verification_counts(config, dns)
+            # Who a message is from counts only for the user it names (the senders' rule, spamd/people/senders.py).
+            senders = user_layer and any(entry.user is not None for entry in entries)
             try:
                 if batches_of is not None:
                     batches: Iterable[Batch] = batches_of(entries)
                 elif jobs > 0:
-                    batches = analyze_in_workers(config, entries, jobs, authenticate)
+                    batches = analyze_in_workers(config, entries, jobs, authenticate, senders)
                 else:
-                    batches = read_batches(entries, lambda raws: engine.classifier.analyze_many(raws, authenticate))
+                    batches = read_batches(
+                        entries, lambda raws: engine.classifier.analyze_many(raws, authenticate, senders=senders)
+                    )
                 results, skipped, seconds, trained = run_online(
                     with_users(batches),
                     score,
