@@ -111,7 +111,7 @@ def too_large(raw: bytes) -> str | None:
     return f"too large ({human_bytes(len(raw))}; the limit is {human_bytes(MAX_MESSAGE_BYTES)})"
 
 
-def directory_files(directory: Path) -> list[Path]:
+def directory_files(directory: Path) -> list[str]:
     """The message files directly in a plain directory (as sa-learn takes one): not its sub-directories, no dotfiles."""
     try:
         return _files_in(directory)
@@ -119,20 +119,23 @@ def directory_files(directory: Path) -> list[Path]:
         raise SpamdError(f"{directory}: permission denied") from None
 
 
-def _files_in(directory: Path) -> list[Path]:
-    """The files of a directory but dotfiles, by name.
+def _files_in(directory: Path) -> list[str]:
+    """The files of a directory but dotfiles, by name, as paths in a str.
 
     Listed by `os.scandir`, whose entries know their type without a stat, and sorted as
     names rather than as Paths: a Maildir of 10,000 messages listed in 0.17 s -> 0.04-0.06 s of CPU.
+    Each a str, not a `Path`: every file of a Maildir, before its first message is classified
+    (spamctl classify of 10,000: 0.1 s of serial start as Paths), and it goes to a worker as a str.
     """
     with os.scandir(directory) as entries:
         names = sorted(e.name for e in entries if not e.name.startswith(".") and e.is_file())
-    return [directory / name for name in names]
+    where = str(directory)
+    return [os.path.join(where, name) for name in names]
 
 
-def maildir_files(folder: Path) -> list[Path]:
+def maildir_files(folder: Path) -> list[str]:
     """Message files in cur/ and new/ (tmp/ holds deliveries in progress); dotfiles are not mail."""
-    found: list[Path] = []
+    found: list[str] = []
     for sub in ("cur", "new"):
         directory = folder / sub
         try:
@@ -158,7 +161,7 @@ class Inputs:
     """
 
     def __init__(self, paths: list[str], mboxes_found_late: bool = False):
-        self._items: list[tuple[str, Path, str]] = []  # (kind, path, description)
+        self._items: list[tuple[str, Path | str, str]] = []  # (kind, path, description)
         self._mboxes_found_late = mboxes_found_late
         self._mboxes: dict[Path, mailbox.mbox] = {}
         self._stdin: bytes | None = None
@@ -175,7 +178,7 @@ class Inputs:
                 kind = input_kind(path, look_inside=not mboxes_found_late)
                 if kind in ("maildir", "directory"):
                     files = maildir_files(path) if kind == "maildir" else directory_files(path)
-                    self._items.extend(("file", f, str(f)) for f in files)
+                    self._items.extend(("file", f, f) for f in files)
                     self.total += len(files)
                     continue
                 if kind == "mbox" and self._add_mbox(path, str(path)):
@@ -235,7 +238,7 @@ class Inputs:
         """
         for kind, path, described in self._items:
             if kind == "mbox":
-                box = self._mboxes[path]
+                box = self._mboxes[Path(path)]
                 for number, key in enumerate(box.iterkeys(), 1):
                     yield f"{described} message {number}", box.get_bytes(key)
             elif kind == "stdin":
