@@ -579,3 +579,24 @@ def test_analysis_stages_by_the_clock_times_every_stage_of_each_tree(tmp_path: P
     for stage in ("parse", "tokens: header", "hashing", "analyze (whole)"):
         old, new, ratio = rows[stage]
         assert float(old.replace(",", "")) > 0 and float(new.replace(",", "")) > 0 and float(ratio) > 0, rows[stage]
+
+
+@pytest.mark.skipif(not (REPO.parent / "shared" / "corpora" / "hard-dev" / "index").is_file(), reason="corpus absent")
+def test_ablate_models_identities_count_only_where_a_sender_is_verified(tmp_path: Path) -> None:
+    """The verified identities alone add no token where nobody can be verified (trec07p-dev: no trusted
+    Authentication-Results, no DNS), so their row is the default's; where the receivers' results are
+    trusted (hard-dev) they are tokens, and the figures move."""
+
+    def rows(*arguments: str) -> dict[str, list[str]]:
+        done = run_script("accuracy/ablate_model.py", "--candidates", "default,identities", "--feedback", "full",
+                          "--work", str(tmp_path / "w"), *arguments, cwd=tmp_path, timeout=600)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        accuracy = done.stdout.split("\n\n")[0]
+        return {cells[0]: cells[1:] for line in accuracy.splitlines() if line.startswith("| ")
+                for cells in [[c.strip() for c in line.strip("|").split("|")]]}  # fmt: skip
+
+    unverified = rows(str(trec_head_index(tmp_path, messages=300)))
+    assert unverified["identities"] == unverified["default"], unverified
+    hard = REPO.parent / "shared" / "corpora" / "hard-dev" / "index"
+    verified = rows("--trusted-authserv-ids", "juliett.baddomain.com,juliett.example.com", str(hard))
+    assert verified["identities"][2] != verified["default"][2], verified
