@@ -148,7 +148,7 @@ class Classifier:
         `authenticate`: verify the senders (for scoring; a training does not need it), with
         each message's SMTP session in `sessions` (None: none). `senders` False leaves out who the
         message is from, for a caller that keeps nobody's senders (`spamctl eval` of an index
-        that names no user): 16 us of a trec07p-dev message's ~850 in an eval worker.
+        that names no user): 2,606 k -> 2,565 k instructions a trec07p-dev message (callgrind).
         """
         authenticate = self.verifies(authenticate)
         prepared = self.prepared(raws)
