@@ -252,6 +252,9 @@ CANDIDATES = [
 _BY_NAME = {c.name: c for c in CANDIDATES}
 _CONFIG = Config()
 _IDENTITIES = ("auth:aligned:", "auth:signer:", "auth:sealer:")
+# The listed* candidates: rspamd's whitelist maps as Debian installs them, and the token they add.
+RSPAMD_MAPS = "/etc/rspamd/maps.d"
+LISTED_TOKEN = "auth:listed-sender"
 
 
 _AUTHENTICATORS: dict[AuthConfig, Authenticator] = {}
@@ -324,10 +327,6 @@ def listed_senders() -> frozenset[str]:
             if line:
                 found.add(line.split()[0].lower())
     return frozenset(found)
-
-
-RSPAMD_MAPS = "/etc/rspamd/maps.d"
-LISTED_TOKEN = "auth:listed-sender"
 
 
 def features(
