@@ -129,8 +129,11 @@ import spamd.mail.tokenize
 from spamd.runtime import compiled
 from tests.test_analysis_digest import digests
 assert not compiled.COMPILED, compiled.REASON
+import spamd.model.features
 assert spamd.mail.tokenize.words_in is None, "the words are found by the patterns, not by spamd/mail/_words.c"
-files = {m: importlib.import_module(m).__file__ for m in compiled.recorded() if m != "spamd.mail._words"}
+assert spamd.model.features.token_ids_in_c is None, "the tokens are hashed in Python, not by spamd/model/_token_ids.c"
+written_in_c = {"spamd.mail._words", "spamd.model._token_ids"}
+files = {m: importlib.import_module(m).__file__ for m in compiled.recorded() if m not in written_in_c}
 assert all(f.endswith(".py") for f in files.values()), files
 with open(sys.argv[2], "rb") as f:
     attacked_raws = msgpack.unpackb(f.read())
