@@ -107,3 +107,42 @@ def test_shapes_of_header_values():
         tokenize.ascii_shape("é")
     with pytest.raises(TypeError):
         tokenize.ascii_shape(b"abc")  # type: ignore[arg-type]
+
+
+# Text dense in what the URL, relay-host and non-ASCII patterns turn on: their prefixes, host and
+# path characters, the characters that end each, whitespace beyond ASCII, and runs beyond ASCII.
+_LINKISH = st.lists(
+    st.sampled_from(
+        ["http://", "https://", "http:/", "https:", "www.", "ww.", "h", "w", "example", "co", "-", "--", ".", "..",
+         "/", "//", "?", "#", ":", "a=1&b", "<", ">", '"', "'", "(", ")", "[", "]", "{", "}", " ", "\n", "\t",
+         "\u00a0", "\u2003", "\u3000", "10.0.0.1", "mx-1", "é", "éé", "ééé", "世界世界", "\U0001f600", "_", "@"]
+    ),
+    max_size=60,
+).map("".join)  # fmt: skip
+
+
+@settings(max_examples=800, deadline=None)
+@given(_LINKISH | _ANY)
+def test_urls_relay_hosts_and_runs_beyond_ascii_are_found_as_the_patterns_find_them(text):
+    assert tokenize.urls_in is not None and tokenize.hosts_in is not None and tokenize.non_ascii_runs is not None
+    for sample in (text, text.lower()):
+        assert tokenize.urls_in(sample) == tokenize._URL_RE.findall(sample)
+        assert tokenize.hosts_in(sample) == tokenize._HOSTISH_RE.findall(" " + sample)
+        assert tokenize.non_ascii_runs(sample) == [len(run) for run in tokenize._NON_ASCII_RUN_RE.findall(sample)]
+
+
+def test_urls_relay_hosts_and_runs_beyond_ascii_at_their_edges():
+    assert tokenize.urls_in is not None and tokenize.hosts_in is not None and tokenize.non_ascii_runs is not None
+    assert tokenize.urls_in("see http://a.example/x?y=1 and www.b.example, https://c/ http:// www.") == [
+        ("a.example", "/x?y=1"), ("b.example,", ""), ("c", "/"),
+    ]  # fmt: skip
+    assert tokenize.urls_in("http://(www.x.com") == [("x.com", "")]
+    assert tokenize.hosts_in("from mx-1.example.com ([10.0.0.1]) by -a.b. c..d -") == [
+        "mx-1.example.com", "10.0.0.1", "a.b",
+    ]  # fmt: skip
+    assert tokenize.hosts_in("a.b") == ["a.b"] and tokenize.hosts_in("") == []
+    assert tokenize.non_ascii_runs("ab ééé é éééé 世界世界世界") == [3, 4, 6]
+    assert tokenize.non_ascii_runs("plain") == []
+    for scan in (tokenize.urls_in, tokenize.hosts_in, tokenize.non_ascii_runs):
+        with pytest.raises(TypeError):
+            scan(b"bytes")  # type: ignore[arg-type]
