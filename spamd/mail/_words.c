@@ -171,25 +171,56 @@ ascii_shape(PyObject *module, PyObject *value)
     return PyUnicode_DecodeASCII(out, m, NULL);
 }
 
+/* A str's characters as the scans below read them. */
+typedef struct {
+    int kind;
+    const void *data;
+    Py_ssize_t n;
+} Characters;
+
+/* A new empty list for what a scan of text finds, with text's characters in *chars; NULL with a
+   TypeError naming the call when text is no str. */
+static PyObject *
+start_scan(PyObject *text, const char *call, Characters *chars)
+{
+    if (!PyUnicode_Check(text) || PyUnicode_READY(text) < 0) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_TypeError, call);
+        }
+        return NULL;
+    }
+    chars->kind = PyUnicode_KIND(text);
+    chars->data = PyUnicode_DATA(text);
+    chars->n = PyUnicode_GET_LENGTH(text);
+    return PyList_New(0);
+}
+
+/* Appends item (a new reference, or NULL after an error) to list and drops that reference: -1 on error. */
+static int
+append_new(PyObject *list, PyObject *item)
+{
+    if (item == NULL) {
+        return -1;
+    }
+    const int failed = PyList_Append(list, item);
+    Py_DECREF(item);
+    return failed;
+}
+
 /* The runs of three or more characters beyond ASCII ([^\x00-\x7f]{3,}, tokenize.body_tokens'
    nonascii tokens), by their lengths: the pattern's findall cost 89 k instructions a message
    (callgrind, trec07p-dev, messages 64-364, as the analysis runs). */
 static PyObject *
 non_ascii_runs(PyObject *module, PyObject *text)
 {
-    if (!PyUnicode_Check(text) || PyUnicode_READY(text) < 0) {
-        if (!PyErr_Occurred()) {
-            PyErr_SetString(PyExc_TypeError, "non_ascii_runs(text: str)");
-        }
-        return NULL;
-    }
-    PyObject *found = PyList_New(0);
+    Characters chars;
+    PyObject *found = start_scan(text, "non_ascii_runs(text: str)", &chars);
     if (found == NULL || PyUnicode_IS_ASCII(text)) {
         return found;
     }
-    const int kind = PyUnicode_KIND(text);
-    const void *data = PyUnicode_DATA(text);
-    const Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    const int kind = chars.kind;
+    const void *data = chars.data;
+    const Py_ssize_t n = chars.n;
     Py_ssize_t i = 0;
     while (i < n) {
         if (PyUnicode_READ(kind, data, i) < 0x80) {
@@ -201,13 +232,10 @@ non_ascii_runs(PyObject *module, PyObject *text)
             j++;
         }
         if (j - i >= 3) {
-            PyObject *length = PyLong_FromSsize_t(j - i);
-            if (length == NULL || PyList_Append(found, length) < 0) {
-                Py_XDECREF(length);
+            if (append_new(found, PyLong_FromSsize_t(j - i)) < 0) {
                 Py_DECREF(found);
                 return NULL;
             }
-            Py_DECREF(length);
         }
         i = j;
     }
@@ -230,19 +258,14 @@ is_host_char(Py_UCS4 c) /* [a-z0-9\-] */
 static PyObject *
 hosts_in(PyObject *module, PyObject *text)
 {
-    if (!PyUnicode_Check(text) || PyUnicode_READY(text) < 0) {
-        if (!PyErr_Occurred()) {
-            PyErr_SetString(PyExc_TypeError, "hosts_in(text: str)");
-        }
-        return NULL;
-    }
-    const int kind = PyUnicode_KIND(text);
-    const void *data = PyUnicode_DATA(text);
-    const Py_ssize_t n = PyUnicode_GET_LENGTH(text);
-    PyObject *found = PyList_New(0);
+    Characters chars;
+    PyObject *found = start_scan(text, "hosts_in(text: str)", &chars);
     if (found == NULL) {
         return NULL;
     }
+    const int kind = chars.kind;
+    const void *data = chars.data;
+    const Py_ssize_t n = chars.n;
 #define AT(i) PyUnicode_READ(kind, data, (i))
     Py_ssize_t i = -1; /* the space before the text */
     while (i < n) {
@@ -274,13 +297,10 @@ hosts_in(PyObject *module, PyObject *text)
             i++;
             continue;
         }
-        PyObject *host = PyUnicode_Substring(text, start, end);
-        if (host == NULL || PyList_Append(found, host) < 0) {
-            Py_XDECREF(host);
+        if (append_new(found, PyUnicode_Substring(text, start, end)) < 0) {
             Py_DECREF(found);
             return NULL;
         }
-        Py_DECREF(host);
         i = end;
     }
     return found;
@@ -317,19 +337,14 @@ starts_with(int kind, const void *data, Py_ssize_t n, Py_ssize_t i, const char *
 static PyObject *
 urls_in(PyObject *module, PyObject *text)
 {
-    if (!PyUnicode_Check(text) || PyUnicode_READY(text) < 0) {
-        if (!PyErr_Occurred()) {
-            PyErr_SetString(PyExc_TypeError, "urls_in(text: str)");
-        }
-        return NULL;
-    }
-    const int kind = PyUnicode_KIND(text);
-    const void *data = PyUnicode_DATA(text);
-    const Py_ssize_t n = PyUnicode_GET_LENGTH(text);
-    PyObject *found = PyList_New(0);
+    Characters chars;
+    PyObject *found = start_scan(text, "urls_in(text: str)", &chars);
     if (found == NULL) {
         return NULL;
     }
+    const int kind = chars.kind;
+    const void *data = chars.data;
+    const Py_ssize_t n = chars.n;
     Py_ssize_t i = 0;
     while (i < n) {
         Py_ssize_t host_start;
@@ -364,12 +379,10 @@ urls_in(PyObject *module, PyObject *text)
         PyObject *pair = path == NULL ? NULL : PyTuple_Pack(2, host, path);
         Py_XDECREF(host);
         Py_XDECREF(path);
-        if (pair == NULL || PyList_Append(found, pair) < 0) {
-            Py_XDECREF(pair);
+        if (append_new(found, pair) < 0) {
             Py_DECREF(found);
             return NULL;
         }
-        Py_DECREF(pair);
         i = j;
     }
 #undef AT
