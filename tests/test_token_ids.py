@@ -22,8 +22,7 @@ pytestmark = pytest.mark.real_program(NOT_BUILT)
 # Tokens of every length xxh3 treats apart (0, 1-3, 4-8, 9-16, 17-128, 129-240, longer) and of
 # every width of code point; lone surrogates are left to the test that wants them.
 _TOKENS = st.lists(
-    st.text(st.characters(min_codepoint=0, max_codepoint=0x10FFFF, blacklist_categories=("Cs",)), max_size=300)
-    | st.text("ab9$", min_size=0, max_size=20),
+    st.text(st.characters(codec="utf-8"), max_size=300) | st.text("ab9$", min_size=0, max_size=20),
     max_size=40,
 )
 
@@ -60,4 +59,4 @@ def test_what_is_not_a_list_of_str_or_a_buffer_to_match_is_refused() -> None:
     with pytest.raises(ValueError, match="one uint32 per token"):
         features.token_ids_in_c(["a", "b"], 255, np.empty(3, dtype=np.uint32))
     with pytest.raises((TypeError, BufferError)):
-        features.token_ids_in_c(["a"], 255, bytes(4))  # read-only
+        features.token_ids_in_c(["a"], 255, bytes(4))  # type: ignore[arg-type]  # read-only
