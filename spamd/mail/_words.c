@@ -22,6 +22,42 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+/* A str's characters as the scans below read them. */
+typedef struct {
+    int kind;
+    const void *data;
+    Py_ssize_t n;
+} Characters;
+
+/* A new empty list for what a scan of text finds, with text's characters in *chars; NULL with a
+   TypeError naming the call when text is no str. */
+static PyObject *
+start_scan(PyObject *text, const char *call, Characters *chars)
+{
+    if (!PyUnicode_Check(text) || PyUnicode_READY(text) < 0) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_TypeError, call);
+        }
+        return NULL;
+    }
+    chars->kind = PyUnicode_KIND(text);
+    chars->data = PyUnicode_DATA(text);
+    chars->n = PyUnicode_GET_LENGTH(text);
+    return PyList_New(0);
+}
+
+/* Appends item (a new reference, or NULL after an error) to list and drops that reference: -1 on error. */
+static int
+append_new(PyObject *list, PyObject *item)
+{
+    if (item == NULL) {
+        return -1;
+    }
+    const int failed = PyList_Append(list, item);
+    Py_DECREF(item);
+    return failed;
+}
+
 static inline int
 is_word_char(Py_UCS4 c, int ascii)
 {
@@ -169,42 +205,6 @@ ascii_shape(PyObject *module, PyObject *value)
         i = j;
     }
     return PyUnicode_DecodeASCII(out, m, NULL);
-}
-
-/* A str's characters as the scans below read them. */
-typedef struct {
-    int kind;
-    const void *data;
-    Py_ssize_t n;
-} Characters;
-
-/* A new empty list for what a scan of text finds, with text's characters in *chars; NULL with a
-   TypeError naming the call when text is no str. */
-static PyObject *
-start_scan(PyObject *text, const char *call, Characters *chars)
-{
-    if (!PyUnicode_Check(text) || PyUnicode_READY(text) < 0) {
-        if (!PyErr_Occurred()) {
-            PyErr_SetString(PyExc_TypeError, call);
-        }
-        return NULL;
-    }
-    chars->kind = PyUnicode_KIND(text);
-    chars->data = PyUnicode_DATA(text);
-    chars->n = PyUnicode_GET_LENGTH(text);
-    return PyList_New(0);
-}
-
-/* Appends item (a new reference, or NULL after an error) to list and drops that reference: -1 on error. */
-static int
-append_new(PyObject *list, PyObject *item)
-{
-    if (item == NULL) {
-        return -1;
-    }
-    const int failed = PyList_Append(list, item);
-    Py_DECREF(item);
-    return failed;
 }
 
 /* The runs of three or more characters beyond ASCII ([^\x00-\x7f]{3,}, tokenize.body_tokens'
