@@ -22,7 +22,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-/* A str's characters as the scans below read them. */
+/* A str's characters as the scans below read them (words_in reads its own, beside its flags). */
 typedef struct {
     int kind;
     const void *data;
@@ -128,13 +128,10 @@ words_in(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             j++;
         }
         if (j - start <= max_chars) {
-            PyObject *word = PyUnicode_Substring(text, start, j);
-            if (word == NULL || PyList_Append(found, word) < 0) {
-                Py_XDECREF(word);
+            if (append_new(found, PyUnicode_Substring(text, start, j)) < 0) {
                 Py_DECREF(found);
                 return NULL;
             }
-            Py_DECREF(word);
         }
         i = j;
     }
