@@ -124,6 +124,8 @@ class Candidate:
     # A token for mail whose authenticated From is a listed well-known sender (rspamd's DMARC and
     # SPF+DKIM lists), its bucket seeded with this many ham counts (0: off). A prototype.
     listed_prior: float = 0.0
+    # The claims' (kind CLAIM) weight in the evidence's own mean (1: as the other evidence). A prototype.
+    claim_weight: float = 1.0
 
 
 CANDIDATES = [
@@ -239,6 +241,7 @@ CANDIDATES = [
     Candidate("apart0.5-auth-n8", {"evidence_weight": 0.5, "evidence_neutral": 8.0, "auth_outcomes": True}),
     Candidate("apart1.0-auth-n8", {"evidence_weight": 1.0, "evidence_neutral": 8.0, "auth_outcomes": True}),
     Candidate("identities", {"auth_outcomes": True}, identities_only=True),
+    *(Candidate(f"claimw{w}", claim_weight=w) for w in (2.0, 3.0)),
     Candidate("identities-apart0.5", {"auth_outcomes": True, "evidence_weight": 0.5}, identities_only=True),
     *(
         Candidate(f"identities-p{p}", {"auth_outcomes": True, "evidence_apart_prior": p}, identities_only=True)
@@ -385,6 +388,10 @@ def run(
 
     def featurized(item: Analyzed) -> Features:
         message = features(config, item, tables > 1, candidate.identities_only, bool(candidate.listed_prior))
+        if candidate.claim_weight != 1.0 and message.kinds is not None and np.any(message.kinds == CLAIM):
+            scaled = np.ones(len(message)) if message.weights is None else message.weights.copy()
+            scaled[message.kinds == CLAIM] *= candidate.claim_weight
+            message = replace(message, weights=scaled)
         if candidate.claims_as_words and message.kinds is not None:
             message = replace(message, kinds=np.where(message.kinds == CLAIM, 0, message.kinds).astype(np.int8))
         return message
