@@ -153,3 +153,23 @@ CANDIDATES = [
     *(Candidate(f"listed{k}", {}, listed_prior=k) for k in (0.001, 5, 20, 100)),
     *(Candidate(f"listed{k}-ids", {"auth_outcomes": True}, identities_only=True, listed_prior=k) for k in (5, 20)),
 ]
+
+
+def main() -> None:
+    import argparse
+
+    argparse.ArgumentParser(
+        description="List the candidates ablate_model.py --candidates takes: each name and what it sets."
+    ).parse_args()
+    plain = Candidate("")
+    for candidate in CANDIDATES:
+        switches = {
+            name: value
+            for name, value in vars(candidate).items()
+            if name not in ("name", "model") and value != getattr(plain, name)
+        }
+        print(candidate.name, candidate.model or "", switches or "")
+
+
+if __name__ == "__main__":
+    main()
