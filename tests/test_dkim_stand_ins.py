@@ -14,6 +14,9 @@ _PIECES = st.sampled_from(
     [b"\n", b"\r\n", b"\r", b"\n\n", b"\r\n\r\n", b"\n\r\n", b" ", b"\t", b":", b"From ", b"Subject: x",
      b"DKIM-Signature: v=1; h=from", b"x\x80y", b"\x00", b"a b:", b"Received: by x"]
 )  # fmt: skip
+# Examples: 600-1,000 a test, a quarter of the 2,000-4,000 they ran before: the cases are
+# short sequences of the pieces above, and a failure hypothesis finds is kept in its database
+# and tried first. This file's time alone, 2 cores idle: 97 -> 25 s.
 _MESSAGES = st.one_of(st.binary(max_size=300), st.lists(_PIECES, max_size=30).map(b"".join))
 
 
@@ -32,13 +35,13 @@ def ours(raw: bytes) -> tuple[list[list[bytes]], bytes] | str:
         return "error"
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=800, deadline=None)
 @given(_MESSAGES)
 def test_the_split_is_dkimpys(raw: bytes) -> None:
     assert ours(raw) == dkimpy_parse(raw)
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(_MESSAGES)
 def test_counting_signatures_is_a_line_by_line_count(raw: bytes) -> None:
     from spamd.mail.auth.dkim import signature_headers
@@ -47,7 +50,7 @@ def test_counting_signatures_is_a_line_by_line_count(raw: bytes) -> None:
     assert signature_headers(raw) == sum(1 for line in head.split(b"\n") if line[:15].lower() == b"dkim-signature:")
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=800, deadline=None)
 @given(st.lists(st.sampled_from([b"\n", b"\r\n", b"\r", b"a", b"\n\n", b"\r\n\r\n", b"\n\r\n"]), max_size=20))
 def test_the_head_ends_at_the_first_empty_line_of_either_kind(pieces: list[bytes]) -> None:
     from spamd.mail.auth.dkim import head_end
@@ -190,7 +193,7 @@ _B_TAG_PIECES = st.sampled_from(
 )
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=800, deadline=None)
 @given(st.tuples(st.lists(_B_TAG_PIECES, max_size=40), st.sampled_from([b"", b"\r\n", b"\n", b"a\r\n"])).map(
     lambda parts: b"".join(parts[0]) + parts[1]
 ))  # fmt: skip
@@ -209,7 +212,7 @@ _LINES = st.sampled_from(
 )  # fmt: skip
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=800, deadline=None)
 @given(st.lists(_LINES, max_size=12), st.sampled_from([b"\r\n", b"\n"]), st.integers(0, 40), st.binary(max_size=30))
 def test_the_split_of_heads_of_whole_lines_is_dkimpys(lines: list[bytes], end: bytes, stray: int, body: bytes) -> None:
     """Heads of fields, folds and mbox lines, every line ending alike (or one line end made the other
@@ -367,7 +370,7 @@ _TAG_PIECES = st.sampled_from(
 )
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=800, deadline=None)
 @given(st.lists(_TAG_PIECES, max_size=30).map(b"".join))
 def test_parsing_tags_is_dkimpys(tag_list: bytes) -> None:
     from spamd.mail.auth.dkimpy_stand_ins import _DKIMPY_PARSE_TAG_VALUE, parse_tag_value
@@ -381,7 +384,7 @@ def test_parsing_tags_is_dkimpys(tag_list: bytes) -> None:
     assert outcome(parse_tag_value) == outcome(_DKIMPY_PARSE_TAG_VALUE)
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=800, deadline=None)
 @given(st.lists(_TAG_PIECES, max_size=30).map(b"".join))
 @example(b"v=1; x-y=2")  # a tag name dkimpy takes and RFC 6376 does not
 @example(b"")  # no tags at all
@@ -407,7 +410,7 @@ def test_a_signatures_tags_are_refused_where_either_parser_refused_them(tag_list
         assert theirs.get(name.encode(), b"").decode("utf-8", "replace").strip().lower() == strict.get(name, "").lower()
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(
     st.lists(st.sampled_from([b"From", b"from", b"To", b"SUBJECT", b"subject", b"X-A"]), max_size=10),
     st.lists(st.sampled_from([b"from", b"to", b"subject", b"x-a", b"x-missing"]), max_size=8),
@@ -460,7 +463,7 @@ def _signature_tags() -> st.SearchStrategy[dict[bytes, bytes]]:
     return st.lists(change, max_size=4).map(changed)
 
 
-@settings(max_examples=4000, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(_signature_tags())
 def test_validating_a_signatures_tags_is_dkimpys(sig: dict[bytes, bytes]) -> None:
     from spamd.mail.auth.dkimpy_stand_ins import _DKIMPY_VALIDATE_SIGNATURE_FIELDS, validate_signature_fields
@@ -474,7 +477,7 @@ def test_validating_a_signatures_tags_is_dkimpys(sig: dict[bytes, bytes]) -> Non
     assert outcome(validate_signature_fields) == outcome(_DKIMPY_VALIDATE_SIGNATURE_FIELDS)
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(
     st.binary(max_size=60)
     | st.lists(st.sampled_from([b" ", b"\t", b"\r", b"\n", b"\x0b", b"\x0c", b"A", b"\x85"])).map(b"".join)
