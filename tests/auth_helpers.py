@@ -13,9 +13,11 @@ from dataclasses import dataclass
 
 import pytest
 
-from spamd.config import AuthConfig
+from spamd.config import AuthConfig, ParserConfig
 from spamd.mail.auth.dns import CachingResolver
-from spamd.mail.auth.verify import Authenticator
+from spamd.mail.auth.verify import Authenticator, AuthResult
+from spamd.mail.message import parse_message
+from spamd.people.senders import from_address
 from spamd_lab.signing_keys import SigningKey, ed25519_key, rsa_key
 from tests.dns_helpers import ZoneServer
 
@@ -89,3 +91,12 @@ def mail(
         f"Date: Thu, 26 Nov 2026 10:00:00 +0000\r\nMessage-ID: <{hashlib.sha1((sender + subject + body + extra).encode()).hexdigest()[:16]}@shop.example>\r\n"
         f"{extra}\r\n{body}"
     ).encode()
+
+
+def verify(auth: Authenticator, raw: bytes) -> AuthResult:
+    parsed = parse_message(raw, ParserConfig())
+    return auth.verify(raw, parsed.headers, from_address(parsed.header("from")))
+
+
+def dkim_results(result: AuthResult) -> list[tuple[str, str]]:
+    return [(s.domain, s.result) for s in result.dkim]
