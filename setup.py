@@ -67,10 +67,6 @@ def compiled_extensions() -> list:
         opt_level="3",
         # The runtime they share, inside the package (spamd/compiled__mypyc.*.so) rather than beside it.
         group_name="spamd.compiled",
-        # A C file a module rather than one for all: the same code (callgrind of a whole `spamctl
-        # eval` of 2,000 trec07p-dev messages, 8.396 -> 8.395 G instructions) built in less time
-        # (`pip install -e .`, 80 -> 51 s of one core; CI builds it twice, the wheel too).
-        multi_file=True,
     )
     extensions += [Extension(name, [source], include_dirs=C_INCLUDE_DIRS) for name, source in WRITTEN_IN_C.items()]
     for extension in extensions:
