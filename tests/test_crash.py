@@ -18,23 +18,16 @@ from tests.attack_helpers import CrashRounds, NextHop
 pytestmark = pytest.mark.slow
 
 
-# Rounds of kill -9: 12, each tearing a journal (rounds 1, 4, 7, 10) or a snapshot (2, 6, 10) as a
-# power cut would in some; scripts/robustness/crash_rounds.py runs as many as asked. 20 -> 12 rounds:
-# the suite's longest test, alone on 2 idle cores 57 -> 45 s (on four workers in the suite, 120 s at 20).
-ROUNDS = 12
-
-
 def test_sigkill_under_load_loses_nothing_acknowledged(tmp_path):
     rounds = CrashRounds(tmp_path, clients=8, seed=6)
-    for number in range(ROUNDS):
+    for number in range(20):
         rounds.run_round(number)
     repeats = rounds.final_check()
     summary = rounds.summary()
-    assert summary["kills"] == ROUNDS
+    assert summary["kills"] == 20
     # The rounds did real work: mail acknowledged and training reported done in most of them.
-    assert summary["messages_acknowledged"] >= 5 * ROUNDS, summary
-    assert summary["trainings_reported_done"] >= 16 * ROUNDS
-    assert sum(repeats.values()) == summary["trainings_reported_done"]
+    assert summary["messages_acknowledged"] >= 100, summary
+    assert summary["trainings_reported_done"] >= 16 * 20 and sum(repeats.values()) == summary["trainings_reported_done"]
     # The simulated power-cut damage was met and recovered from by the daemon itself.
     assert summary["torn_journal_tails_cut"] >= 1 and summary["damaged_snapshots_skipped"] >= 1, summary
     assert not summary["refused_before_kill"], summary
